@@ -1,0 +1,327 @@
+//! Command-line parsing, compatible with the Node.js hub's flags. Pure:
+//! takes the argument list, returns what to run or a usage error. `main`
+//! maps usage errors to exit status 2.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::config::{self, Overrides};
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub enum Command {
+    Serve(ServeArgs),
+    CheckConfig(ServeArgs),
+    MockWorker(MockWorkerArgs),
+    Help,
+    Version,
+}
+
+/// Flags of `serve` (and `check-config`, which accepts the same overrides).
+#[derive(Debug, Default)]
+pub struct ServeArgs {
+    pub config: Option<PathBuf>,
+    pub overrides: Overrides,
+    pub log_level: Option<String>,
+    pub static_dir: Option<PathBuf>,
+}
+
+/// Arguments of the built-in worker, the same as the real worker's.
+#[derive(Debug, Default)]
+pub struct MockWorkerArgs {
+    pub config: PathBuf,
+    pub session: String,
+    #[allow(dead_code)] // read by the built-in worker (worker-side issue)
+    pub threads: u32,
+}
+
+/// A malformed command line.
+#[derive(Debug, PartialEq, Eq)]
+pub struct UsageError(pub String);
+
+impl fmt::Display for UsageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+pub const HELP: &str = "\
+simplex-hub: supervise agent workers and drive them from a browser
+
+usage:
+  simplex-hub [serve] [options]          run the hub (default)
+  simplex-hub check-config [FILE] [options]
+                                         validate and print the resolved configuration
+  simplex-hub mock-worker --config FILE --session ID [--threads N]
+                                         the built-in worker (started by the hub)
+
+options:
+  -c, --config FILE            configuration file (default <data-dir>/hub.config.jsonc)
+  -l, --listen HOST:PORT       main listener (default 127.0.0.1:8800; [::1]:PORT for IPv6; port 0 = any)
+      --data-dir DIR           data directory (default ~/.simplex/hub)
+      --worker-bin PATH        worker executable (worker.bin)
+      --panel-token T          panel token (panel.token); required off loopback
+      --mock / --no-mock       enable or disable the built-in worker profile (mock.enabled)
+      --force-kill-process-group
+                               escalate SIGKILL to the worker's process group
+      --static-dir DIR         serve the panel from DIR instead of the embedded copy (development)
+  -v, --verbose                log level debug
+      --log-level LEVEL        trace|debug|info|warn|error|silent (default info)
+  -h, --help                   print this help
+  -V, --version                print the version
+";
+
+/// Parses the arguments after the program name.
+pub fn parse(args: &[String]) -> Result<Command, UsageError> {
+    let (sub, rest) = match args.first().map(String::as_str) {
+        Some("serve") => ("serve", &args[1..]),
+        Some("check-config") => ("check-config", &args[1..]),
+        Some("mock-worker") => return parse_mock_worker(&args[1..]).map(Command::MockWorker),
+        Some("help") => return Ok(Command::Help),
+        Some(other) if !other.starts_with('-') => {
+            return Err(UsageError(format!("unknown command: {other}")))
+        }
+        _ => ("serve", args),
+    };
+    let mut out = ServeArgs::default();
+    let mut positional = Vec::new();
+    let mut it = Flags::new(rest);
+    while let Some(arg) = it.next_arg() {
+        match arg.name.as_str() {
+            "-h" | "--help" => return Ok(Command::Help),
+            "-V" | "--version" => return Ok(Command::Version),
+            "-c" | "--config" => out.config = Some(PathBuf::from(it.value(&arg)?)),
+            "-l" | "--listen" => {
+                let value = it.value(&arg)?;
+                let parsed = config::parse_listen(&value)
+                    .map_err(|err| UsageError(format!("--listen: {err}")))?;
+                out.overrides.listen = Some(parsed);
+            }
+            "--data-dir" => {
+                out.overrides.data_dir = Some(PathBuf::from(non_empty(&arg, it.value(&arg)?)?))
+            }
+            "--worker-bin" => {
+                out.overrides.worker_bin = Some(PathBuf::from(non_empty(&arg, it.value(&arg)?)?))
+            }
+            "--panel-token" => out.overrides.panel_token = Some(it.value(&arg)?),
+            "--mock" => out.overrides.mock = Some(it.no_value(&arg, true)?),
+            "--no-mock" => out.overrides.mock = Some(it.no_value(&arg, false)?),
+            "--force-kill-process-group" => {
+                out.overrides.force_kill_process_group = it.no_value(&arg, true)?
+            }
+            "--static-dir" => {
+                out.static_dir = Some(PathBuf::from(non_empty(&arg, it.value(&arg)?)?))
+            }
+            "-v" | "--verbose" => out.log_level = Some(it.no_value(&arg, "debug".to_string())?),
+            "--log-level" => {
+                let level = it.value(&arg)?;
+                if !LEVELS.contains(&level.as_str()) {
+                    return Err(UsageError(format!(
+                        "--log-level: {level:?} is not one of {}",
+                        LEVELS.join("|")
+                    )));
+                }
+                out.log_level = Some(level);
+            }
+            name if name.starts_with('-') && name.len() > 1 => {
+                return Err(UsageError(format!("unknown option: {name}")))
+            }
+            _ => positional.push(arg.name),
+        }
+    }
+    match (sub, positional.as_slice()) {
+        ("check-config", []) => Ok(Command::CheckConfig(out)),
+        ("check-config", [file]) if out.config.is_none() => {
+            out.config = Some(PathBuf::from(file));
+            Ok(Command::CheckConfig(out))
+        }
+        (_, []) => Ok(Command::Serve(out)),
+        (_, [.., extra]) => Err(UsageError(format!("unexpected argument: {extra}"))),
+    }
+}
+
+/// Accepted `--log-level` values.
+pub const LEVELS: &[&str] = &["trace", "debug", "info", "warn", "error", "silent"];
+
+fn parse_mock_worker(args: &[String]) -> Result<MockWorkerArgs, UsageError> {
+    let mut config = None;
+    let mut session = None;
+    let mut threads = 1u32;
+    let mut it = Flags::new(args);
+    while let Some(arg) = it.next_arg() {
+        match arg.name.as_str() {
+            "--config" => config = Some(PathBuf::from(non_empty(&arg, it.value(&arg)?)?)),
+            "--session" => session = Some(it.value(&arg)?),
+            "--threads" => {
+                let value = it.value(&arg)?;
+                threads = value.parse().ok().filter(|n| *n >= 1).ok_or_else(|| {
+                    UsageError(format!("--threads: {value:?} is not a positive integer"))
+                })?;
+            }
+            other => {
+                return Err(UsageError(format!(
+                    "mock-worker: unexpected argument: {other}"
+                )))
+            }
+        }
+    }
+    let config =
+        config.ok_or_else(|| UsageError("mock-worker: --config FILE is required".into()))?;
+    let session =
+        session.ok_or_else(|| UsageError("mock-worker: --session ID is required".into()))?;
+    if !crate::session::is_valid_id(&session) {
+        return Err(UsageError(format!(
+            "mock-worker: --session {session:?} must be 1-128 characters of [A-Za-z0-9_-]"
+        )));
+    }
+    Ok(MockWorkerArgs {
+        config,
+        session,
+        threads,
+    })
+}
+
+fn non_empty(arg: &Arg, value: String) -> Result<String, UsageError> {
+    if value.is_empty() {
+        Err(UsageError(format!("{} needs a non-empty value", arg.name)))
+    } else {
+        Ok(value)
+    }
+}
+
+/// One flag as written, with an inline `--flag=value` if given.
+struct Arg {
+    name: String,
+    inline: Option<String>,
+}
+
+struct Flags<'a> {
+    args: &'a [String],
+    pos: usize,
+}
+
+impl<'a> Flags<'a> {
+    fn new(args: &'a [String]) -> Flags<'a> {
+        Flags { args, pos: 0 }
+    }
+
+    fn next_arg(&mut self) -> Option<Arg> {
+        let raw = self.args.get(self.pos)?;
+        self.pos += 1;
+        Some(match raw.split_once('=') {
+            Some((name, value)) if name.starts_with("--") => Arg {
+                name: name.to_string(),
+                inline: Some(value.to_string()),
+            },
+            _ => Arg {
+                name: raw.clone(),
+                inline: None,
+            },
+        })
+    }
+
+    /// The flag's value: inline, or the next argument.
+    fn value(&mut self, arg: &Arg) -> Result<String, UsageError> {
+        if let Some(v) = &arg.inline {
+            return Ok(v.clone());
+        }
+        let v = self
+            .args
+            .get(self.pos)
+            .ok_or_else(|| UsageError(format!("{} needs a value", arg.name)))?;
+        self.pos += 1;
+        Ok(v.clone())
+    }
+
+    /// A switch: refuses an inline value.
+    fn no_value<T>(&mut self, arg: &Arg, v: T) -> Result<T, UsageError> {
+        match arg.inline {
+            Some(_) => Err(UsageError(format!("{} takes no value", arg.name))),
+            None => Ok(v),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn serve_is_the_default() {
+        assert!(matches!(parse(&args(&[])), Ok(Command::Serve(_))));
+        let Ok(Command::Serve(s)) =
+            parse(&args(&["-l", "[::1]:0", "--no-mock", "--panel-token=t"]))
+        else {
+            panic!()
+        };
+        assert_eq!(s.overrides.listen.map(|(_, port)| port), Some(0));
+        assert_eq!(s.overrides.mock, Some(false));
+        assert_eq!(s.overrides.panel_token.as_deref(), Some("t"));
+    }
+
+    #[test]
+    fn usage_errors() {
+        for bad in [
+            &["--nope"][..],
+            &["--listen"],
+            &["--listen", "nohost"],
+            &["--log-level", "loud"],
+            &["--mock=yes"],
+            &["serve", "extra"],
+            &["frobnicate"],
+            &["mock-worker", "--session", "x"],
+            &["mock-worker", "--config", "f", "--session", "a/b"],
+            &[
+                "mock-worker",
+                "--config",
+                "f",
+                "--session",
+                "a",
+                "--threads",
+                "0",
+            ],
+        ] {
+            assert!(parse(&args(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn check_config_takes_a_file() {
+        let Ok(Command::CheckConfig(c)) = parse(&args(&["check-config", "x.jsonc"])) else {
+            panic!()
+        };
+        assert_eq!(c.config, Some(PathBuf::from("x.jsonc")));
+    }
+
+    #[test]
+    fn help_and_version() {
+        assert!(matches!(parse(&args(&["-h"])), Ok(Command::Help)));
+        assert!(matches!(parse(&args(&["--version"])), Ok(Command::Version)));
+        assert!(matches!(
+            parse(&args(&["serve", "-V"])),
+            Ok(Command::Version)
+        ));
+    }
+
+    #[test]
+    fn mock_worker_args() {
+        let Ok(Command::MockWorker(m)) = parse(&args(&[
+            "mock-worker",
+            "--config",
+            "c.yaml",
+            "--session",
+            "s1",
+            "--threads",
+            "2",
+        ])) else {
+            panic!()
+        };
+        assert_eq!((m.session.as_str(), m.threads), ("s1", 2));
+    }
+}

@@ -1,0 +1,816 @@
+//! Validation of the merged configuration, and the typed [`Config`] built
+//! from it in the same pass.
+//!
+//! Each reader method checks one key's rule and returns the typed value; a
+//! broken rule is recorded and a placeholder returned, so one pass collects
+//! every violation. Rules that relate several keys run afterwards, and only
+//! when the keys they read passed their own rules and their feature is
+//! built (a key of an unbuilt feature always holds its default).
+
+use std::path::PathBuf;
+
+use serde_json::{Map, Value};
+
+use super::schema::{self, Feature};
+use super::{
+    is_loopback_host, Config, ConfigError, Environment, Http, Launcher, LauncherKind, Limits,
+    Listen, MemoryRetention, Mock, Panel, Persistence, Subagents, ToolRequests, Violation, Worker,
+};
+
+/// JavaScript's `Number.MAX_SAFE_INTEGER`: the ceiling for integers with no
+/// stated maximum, so every value we accept means the same to the Node hub.
+pub(super) const SAFE_MAX: u64 = 9_007_199_254_740_991;
+/// The largest signed 32-bit integer: the longest delay Node's timers
+/// accept, and the ceiling the schema gives some counts.
+const I32_MAX: u64 = 2_147_483_647;
+
+/// Validates `merged` and builds the typed configuration from it.
+pub(super) fn build(merged: &Value, features: &[Feature]) -> Result<Config, ConfigError> {
+    let mut c = Check {
+        root: merged,
+        violations: Vec::new(),
+        failed: Vec::new(),
+    };
+    c.sections();
+
+    let listen = Listen {
+        host: c.string("listen.host", true),
+        port: c.port("listen.port"),
+        allowed_hosts: c.allowed_hosts("listen.allowedHosts"),
+    };
+    let data_dir = PathBuf::from(c.path("dataDir", true));
+    let panel = Panel {
+        token: c.secret_string("panel.token"),
+    };
+    let mock = Mock {
+        enabled: c.boolean("mock.enabled"),
+        profile: c.string("mock.profile", false),
+    };
+    let force_kill_process_group = c.boolean("forceKillProcessGroup");
+    let provider_profiles = c.profiles("providerProfiles");
+    let launcher = Launcher {
+        kind: c.launcher_kind("launcher.kind"),
+        command: c.strings("launcher.command"),
+        args: c.strings("launcher.args"),
+        cwd: c.string("launcher.cwd", false),
+    };
+    let worker = Worker {
+        bin: PathBuf::from(c.path("worker.bin", true)),
+        args: c.strings("worker.args"),
+        threads: c.int("worker.threads", 1, SAFE_MAX),
+        connect_host: c.connect_host("worker.connectHost"),
+        system_prompt_file: c.prompt_file("worker.systemPromptFile"),
+        max_exchanges: c.int("worker.maxExchanges", 1, SAFE_MAX),
+        event_capacity: c.int("worker.eventCapacity", 1, SAFE_MAX),
+        confirmation_timeout_ms: c.int("worker.confirmationTimeoutMs", 1, SAFE_MAX),
+        hub_remote_call: c.boolean("worker.hubRemoteCall"),
+        payload_capacity: c.int("worker.payloadCapacity", 0, SAFE_MAX),
+        signal_capacity: c.int("worker.signalCapacity", 0, SAFE_MAX),
+        write_capacity: c.int("worker.writeCapacity", 0, SAFE_MAX),
+        initial_backoff_ms: c.int("worker.initialBackoffMs", 0, SAFE_MAX),
+        max_backoff_ms: c.int("worker.maxBackoffMs", 0, SAFE_MAX),
+        idle_timeout_seconds: c.int("worker.idleTimeoutSeconds", 0, SAFE_MAX),
+        stop_timeout_ms: c.int("worker.stopTimeoutMs", 1, SAFE_MAX),
+        sigterm_grace_ms: c.int("worker.sigtermGraceMs", 1, SAFE_MAX),
+        sigkill_grace_ms: c.int("worker.sigkillGraceMs", 1, SAFE_MAX),
+        persistence: Persistence {
+            enabled: c.boolean("worker.persistence.enabled"),
+            readable: c.boolean("worker.persistence.readable"),
+        },
+        memory_retention: MemoryRetention {
+            max_archives: c.int("worker.memoryRetention.maxArchives", 0, I32_MAX),
+        },
+        environment: Environment {
+            workspace: c.path("worker.environment.workspace", false),
+            platform: c.string("worker.environment.platform", false),
+            software: c.strings("worker.environment.software"),
+        },
+    };
+    let http = Http {
+        max_connections: c.usize("http.maxConnections", 1, 65_536),
+        idle_timeout_ms: c.int("http.idleTimeoutMs", 1, I32_MAX),
+        request_timeout_ms: c.int("http.requestTimeoutMs", 1, I32_MAX),
+        max_header_bytes: c.usize("http.maxHeaderBytes", 1024, 1_048_576),
+        max_headers: c.usize("http.maxHeaders", 1, 1000),
+        max_body_bytes: c.usize("http.maxBodyBytes", 1024, 67_108_864),
+    };
+    let limits = Limits {
+        transcript_events: c.usize("limits.transcriptEvents", 1, SAFE_MAX),
+        transcript_bytes: c.usize("limits.transcriptBytes", 1, SAFE_MAX),
+        log_lines: c.usize("limits.logLines", 1, SAFE_MAX),
+        log_ring_bytes: c.usize("limits.logRingBytes", 64, SAFE_MAX),
+        log_bytes: c.int("limits.logBytes", 1, SAFE_MAX),
+        log_files: c.usize("limits.logFiles", 1, SAFE_MAX),
+        max_message_bytes: c.usize("limits.maxMessageBytes", 1, SAFE_MAX),
+        ping_interval_ms: c.int("limits.pingIntervalMs", 0, SAFE_MAX),
+        confirm_identity_hold_ms: c.int("limits.confirmIdentityHoldMs", 0, SAFE_MAX),
+    };
+    let tool_requests = ToolRequests {
+        host: c.string("toolRequests.host", false),
+        port: c.port("toolRequests.port"),
+        timeout_ms: c.int("toolRequests.timeoutMs", 1, I32_MAX),
+        max_connections: c.usize("toolRequests.maxConnections", 1, SAFE_MAX),
+    };
+    let subagents = Subagents {
+        max_live: c.usize("subagents.maxLive", 1, 128),
+        max_children: c.usize("subagents.maxChildren", 1, 32),
+        max_depth: c.usize("subagents.maxDepth", 1, 16),
+        startup_timeout_ms: c.int("subagents.startupTimeoutMs", 1, SAFE_MAX),
+        max_receipts: c.usize("subagents.maxReceipts", 1, 1000),
+        receipt_ttl_ms: c.int("subagents.receiptTtlMs", 1, SAFE_MAX),
+        conversation_bytes: c.usize("subagents.conversationBytes", 4096, SAFE_MAX),
+    };
+
+    let config = Config {
+        listen,
+        data_dir,
+        panel,
+        mock,
+        force_kill_process_group,
+        provider_profiles,
+        launcher,
+        worker,
+        http,
+        limits,
+        tool_requests,
+        subagents,
+    };
+    cross_rules(&mut c, &config, features);
+
+    if c.violations.is_empty() {
+        Ok(config)
+    } else {
+        Err(ConfigError::Invalid {
+            violations: c.violations,
+        })
+    }
+}
+
+/// The rules that relate several keys.
+fn cross_rules(c: &mut Check<'_>, config: &Config, features: &[Feature]) {
+    let built = |feature| features.contains(&feature);
+
+    if built(Feature::Core)
+        && c.ok("listen.host")
+        && c.ok("panel.token")
+        && config.panel.token.is_empty()
+        && !is_loopback_host(&config.listen.host)
+    {
+        c.fail(
+            "listen.host",
+            Value::from(config.listen.host.as_str()),
+            "is not a loopback address (127.0.0.1, ::1, [::1], localhost), so panel.token must be set",
+        );
+    }
+    if built(Feature::Core)
+        && config.mock.enabled
+        && c.ok("mock.enabled")
+        && c.ok("mock.profile")
+        && c.ok("providerProfiles")
+        && !config.provider_profiles.contains_key(&config.mock.profile)
+    {
+        let names: Vec<&str> = config
+            .provider_profiles
+            .keys()
+            .map(String::as_str)
+            .collect();
+        c.fail(
+            "mock.profile",
+            Value::from(config.mock.profile.as_str()),
+            format!(
+                "must name a profile in providerProfiles while mock.enabled is true (profiles: {})",
+                names.join(", ")
+            ),
+        );
+    }
+    if built(Feature::Core)
+        && config.launcher.kind == LauncherKind::Command
+        && c.ok("launcher.kind")
+        && c.ok("launcher.command")
+        && config.launcher.command.is_empty()
+    {
+        c.fail(
+            "launcher.command",
+            Value::Array(Vec::new()),
+            "must be a non-empty array of strings when launcher.kind is \"command\"",
+        );
+    }
+    let hold = "limits.confirmIdentityHoldMs";
+    let timeout = "worker.confirmationTimeoutMs";
+    if built(Feature::WorkerSide)
+        && c.ok(hold)
+        && c.ok(timeout)
+        && config.limits.confirm_identity_hold_ms >= config.worker.confirmation_timeout_ms
+    {
+        c.fail(
+            hold,
+            Value::from(config.limits.confirm_identity_hold_ms),
+            format!(
+                "must be less than {timeout} ({})",
+                config.worker.confirmation_timeout_ms
+            ),
+        );
+    }
+    if built(Feature::Supervisor)
+        && c.ok("worker.initialBackoffMs")
+        && c.ok("worker.maxBackoffMs")
+        && config.worker.max_backoff_ms < config.worker.initial_backoff_ms
+    {
+        c.fail(
+            "worker.maxBackoffMs",
+            Value::from(config.worker.max_backoff_ms),
+            format!(
+                "must be >= worker.initialBackoffMs ({})",
+                config.worker.initial_backoff_ms
+            ),
+        );
+    }
+    let (listen_port, tools_port) = (config.listen.port, config.tool_requests.port);
+    if built(Feature::ToolRequests)
+        && c.ok("listen.port")
+        && c.ok("toolRequests.port")
+        && listen_port == tools_port
+        && listen_port != 0
+    {
+        c.fail(
+            "toolRequests.port",
+            Value::from(tools_port),
+            format!("must differ from listen.port ({listen_port}) unless either is 0"),
+        );
+    }
+}
+
+/// One validation pass over the merged JSON.
+struct Check<'a> {
+    root: &'a Value,
+    violations: Vec<Violation>,
+    /// Key paths (without array indices) whose own rule failed.
+    failed: Vec<String>,
+}
+
+impl<'a> Check<'a> {
+    /// The value at a dotted schema path; `None` when an enclosing section
+    /// is not an object (already reported by [`Check::sections`]).
+    fn get(&self, path: &str) -> Option<&'a Value> {
+        let mut current = self.root;
+        for part in path.split('.') {
+            current = current.as_object()?.get(part)?;
+        }
+        Some(current)
+    }
+
+    fn fail(&mut self, path: &str, value: Value, rule: impl Into<String>) {
+        self.fail_at(path, path.to_owned(), value, rule);
+    }
+
+    /// Records a violation reported under `key` (which may carry an index
+    /// or a profile name) against the schema key `path`.
+    fn fail_at(&mut self, path: &str, key: String, value: Value, rule: impl Into<String>) {
+        self.failed.push(path.to_owned());
+        self.violations.push(Violation {
+            key,
+            value,
+            rule: rule.into(),
+        });
+    }
+
+    /// True when neither `path` nor an enclosing section failed.
+    fn ok(&self, path: &str) -> bool {
+        !self.failed.iter().any(|failed| {
+            path == failed
+                || (path.starts_with(failed.as_str())
+                    && path.as_bytes().get(failed.len()) == Some(&b'.'))
+        })
+    }
+
+    /// Every object node of the schema must still be an object.
+    fn sections(&mut self) {
+        let mut nodes = Vec::new();
+        section_paths(&schema::defaults(), "", &mut nodes);
+        for path in nodes {
+            if let Some(value) = self.get(&path).filter(|value| !value.is_object()) {
+                self.fail(&path, value.clone(), "must be an object");
+            }
+        }
+    }
+
+    fn boolean(&mut self, path: &str) -> bool {
+        match self.get(path) {
+            Some(Value::Bool(value)) => *value,
+            Some(other) => {
+                self.fail(path, other.clone(), "must be true or false");
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn string(&mut self, path: &str, non_empty: bool) -> String {
+        match self.get(path) {
+            Some(Value::String(value)) if !(non_empty && value.is_empty()) => value.clone(),
+            Some(other) => {
+                let rule = if non_empty {
+                    "must be a non-empty string"
+                } else {
+                    "must be a string"
+                };
+                self.fail(path, other.clone(), rule);
+                String::new()
+            }
+            None => String::new(),
+        }
+    }
+
+    /// A string whose value must not appear in messages.
+    fn secret_string(&mut self, path: &str) -> String {
+        match self.get(path) {
+            Some(Value::String(value)) => value.clone(),
+            Some(other) => {
+                self.fail(path, placeholder(other), "must be a string");
+                String::new()
+            }
+            None => String::new(),
+        }
+    }
+
+    /// A string that names a file or directory: no NUL bytes.
+    fn path(&mut self, path: &str, non_empty: bool) -> String {
+        let value = self.string(path, non_empty);
+        if value.contains('\0') {
+            self.fail(path, Value::from(value), "must not contain a NUL character");
+            return String::new();
+        }
+        value
+    }
+
+    fn int(&mut self, path: &str, min: u64, max: u64) -> u64 {
+        match self.get(path) {
+            Some(value) => match value.as_u64() {
+                Some(n) if (min..=max).contains(&n) => n,
+                _ => {
+                    self.fail(path, value.clone(), int_rule(min, max));
+                    0
+                }
+            },
+            None => 0,
+        }
+    }
+
+    fn usize(&mut self, path: &str, min: u64, max: u64) -> usize {
+        usize::try_from(self.int(path, min, max)).unwrap_or(usize::MAX)
+    }
+
+    fn port(&mut self, path: &str) -> u16 {
+        u16::try_from(self.int(path, 0, u64::from(u16::MAX))).unwrap_or(0)
+    }
+
+    fn strings(&mut self, path: &str) -> Vec<String> {
+        match self.get(path) {
+            Some(Value::Array(items)) if items.iter().all(Value::is_string) => items
+                .iter()
+                .filter_map(|item| item.as_str().map(str::to_owned))
+                .collect(),
+            Some(other) => {
+                self.fail(path, other.clone(), "must be an array of strings");
+                Vec::new()
+            }
+            None => Vec::new(),
+        }
+    }
+
+    fn allowed_hosts(&mut self, path: &str) -> Vec<String> {
+        let hosts = self.strings(path);
+        for (i, host) in hosts.iter().enumerate() {
+            if !is_allowed_host(host) {
+                self.fail_at(
+                    path,
+                    format!("{path}[{i}]"),
+                    Value::from(host.as_str()),
+                    "must be a host name without port: non-empty, no whitespace, '/', '@' or ':' \
+                     (an IPv6 address goes in brackets)",
+                );
+            }
+        }
+        hosts
+    }
+
+    fn launcher_kind(&mut self, path: &str) -> LauncherKind {
+        match self.get(path).and_then(Value::as_str) {
+            Some("simplex-worker") => LauncherKind::SimplexWorker,
+            Some("command") => LauncherKind::Command,
+            _ => {
+                if let Some(value) = self.get(path) {
+                    self.fail(
+                        path,
+                        value.clone(),
+                        "must be \"simplex-worker\" or \"command\"",
+                    );
+                }
+                LauncherKind::SimplexWorker
+            }
+        }
+    }
+
+    fn connect_host(&mut self, path: &str) -> String {
+        let host = self.string(path, false);
+        if !host.is_empty() && !is_bare_host(&host) {
+            self.fail(
+                path,
+                Value::from(host),
+                "must be empty or a bare host: no scheme, port, path, '?', '#', '@' or whitespace \
+                 (so no raw IPv6 address)",
+            );
+            return String::new();
+        }
+        host
+    }
+
+    fn prompt_file(&mut self, path: &str) -> String {
+        let file = match self.get(path) {
+            Some(Value::String(file)) => file.clone(),
+            Some(other) => {
+                self.fail(path, other.clone(), "must be a string");
+                return String::new();
+            }
+            None => return String::new(),
+        };
+        if !is_installation_relative(&file) {
+            self.fail(
+                path,
+                Value::from(file),
+                "must be a non-empty path relative to the worker installation: no NUL, no leading \
+                 '/' or '\\', no drive letter, no '..' segment",
+            );
+            return String::new();
+        }
+        file
+    }
+
+    fn profiles(&mut self, path: &str) -> Map<String, Value> {
+        let profiles = match self.get(path) {
+            Some(Value::Object(profiles)) if !profiles.is_empty() => profiles,
+            Some(other) => {
+                self.fail(
+                    path,
+                    placeholder(other),
+                    "must be an object with at least one profile",
+                );
+                return Map::new();
+            }
+            None => return Map::new(),
+        };
+        for (name, profile) in profiles {
+            match profile {
+                Value::Object(fields) => match fields.get("model") {
+                    Some(Value::String(model)) if !model.is_empty() => {}
+                    other => self.fail_at(
+                        path,
+                        format!("{path}.{name}.model"),
+                        other.cloned().unwrap_or(Value::Null),
+                        "must be a non-empty string",
+                    ),
+                },
+                other => self.fail_at(
+                    path,
+                    format!("{path}.{name}"),
+                    placeholder(other),
+                    "must be an object",
+                ),
+            }
+        }
+        profiles.clone()
+    }
+}
+
+/// Paths of the schema's object nodes (sections), parents first.
+fn section_paths(node: &Value, prefix: &str, out: &mut Vec<String>) {
+    if let Value::Object(map) = node {
+        for (key, value) in map {
+            let path = schema::join(prefix, key);
+            if value.is_object() && schema::feature_of(&path).is_none() {
+                out.push(path.clone());
+                section_paths(value, &path, out);
+            }
+        }
+    }
+}
+
+/// The rule text for an integer range.
+fn int_rule(min: u64, max: u64) -> String {
+    match (min, max) {
+        (1, SAFE_MAX) => "must be a positive integer".to_owned(),
+        (min, SAFE_MAX) => format!("must be an integer >= {min}"),
+        (min, max) => format!("must be an integer from {min} to {max}"),
+    }
+}
+
+/// Stands in for a value that may be a secret: only its JSON type shows.
+fn placeholder(value: &Value) -> Value {
+    let kind = match value {
+        Value::Null => return Value::Null,
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    };
+    Value::from(format!("<redacted {kind}>"))
+}
+
+/// A host name for `listen.allowedHosts`: no port, no path, no userinfo;
+/// IPv6 only in brackets.
+fn is_allowed_host(host: &str) -> bool {
+    if let Some(inner) = host
+        .strip_prefix('[')
+        .and_then(|rest| rest.strip_suffix(']'))
+    {
+        return inner.contains(':')
+            && inner
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.');
+    }
+    !host.is_empty()
+        && !host.chars().any(|c| {
+            c.is_whitespace() || c.is_control() || matches!(c, '/' | '@' | ':' | '[' | ']')
+        })
+}
+
+/// A host a worker can put in `ws://<host>:<port>` without reparsing it.
+fn is_bare_host(host: &str) -> bool {
+    !host.chars().any(|c| {
+        c.is_whitespace()
+            || c.is_control()
+            || matches!(c, ':' | '/' | '?' | '#' | '@' | '\\' | '[' | ']')
+    })
+}
+
+/// A path that stays inside the worker's installation directory on either
+/// Unix or Windows.
+fn is_installation_relative(path: &str) -> bool {
+    let bytes = path.as_bytes();
+    let drive = bytes.len() >= 2 && bytes[0].is_ascii_alphabetic() && bytes[1] == b':';
+    !path.is_empty()
+        && !path.contains('\0')
+        && !path.starts_with(['/', '\\'])
+        && !drive
+        && !path.split(['/', '\\']).any(|segment| segment == "..")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn defaults_with(overlay: Value) -> Value {
+        let mut merged = schema::defaults();
+        schema::merge(&mut merged, &overlay);
+        merged
+    }
+
+    fn violations(overlay: Value) -> Vec<Violation> {
+        match build(&defaults_with(overlay), Feature::ALL) {
+            Ok(_) => Vec::new(),
+            Err(ConfigError::Invalid { violations }) => violations,
+            Err(other) => panic!("unexpected error {other}"),
+        }
+    }
+
+    fn assert_ok(overlay: Value) {
+        let found = violations(overlay.clone());
+        assert!(found.is_empty(), "{overlay} refused: {found:?}");
+    }
+
+    fn assert_refused(overlay: Value, key: &str) {
+        let found = violations(overlay.clone());
+        assert!(
+            found.iter().any(|v| v.key == key),
+            "{overlay} should break a rule on {key}, got {found:?}"
+        );
+    }
+
+    #[test]
+    fn defaults_validate_with_every_feature() {
+        let config = build(&schema::defaults(), Feature::ALL).unwrap();
+        assert_eq!(config.listen.port, 8800);
+        assert!(config.mock.enabled);
+        assert_eq!(
+            config.worker.system_prompt_file,
+            "prompts/coding_agent.yaml"
+        );
+        assert_eq!(config.worker.environment.workspace, "");
+        assert_eq!(config.limits.log_ring_bytes, 262_144);
+        assert_eq!(config.subagents.conversation_bytes, 1_048_576);
+        assert_eq!(config.http.max_body_bytes, 1_048_576);
+    }
+
+    #[test]
+    fn ports_at_their_edges() {
+        assert_ok(json!({"listen": {"port": 65535}}));
+        assert_ok(json!({"listen": {"port": 0}}));
+        assert_refused(json!({"listen": {"port": 65536}}), "listen.port");
+        assert_refused(json!({"listen": {"port": -1}}), "listen.port");
+        assert_refused(json!({"listen": {"port": 80.5}}), "listen.port");
+        assert_refused(json!({"listen": {"port": "8800"}}), "listen.port");
+    }
+
+    #[test]
+    fn integers_must_be_json_integers() {
+        assert_refused(json!({"worker": {"threads": 1.0}}), "worker.threads");
+        assert_refused(json!({"worker": {"threads": 0}}), "worker.threads");
+        assert_refused(
+            json!({"http": {"maxConnections": 65537}}),
+            "http.maxConnections",
+        );
+        assert_ok(json!({"http": {"maxConnections": 65536}}));
+        assert_refused(
+            json!({"http": {"maxHeaderBytes": 1023}}),
+            "http.maxHeaderBytes",
+        );
+        assert_refused(
+            json!({"http": {"idleTimeoutMs": 2_147_483_648_u64}}),
+            "http.idleTimeoutMs",
+        );
+        assert_refused(
+            json!({"limits": {"transcriptEvents": 9_007_199_254_740_992_u64}}),
+            "limits.transcriptEvents",
+        );
+    }
+
+    #[test]
+    fn log_ring_bytes_floor() {
+        assert_ok(json!({"limits": {"logRingBytes": 64}}));
+        assert_refused(
+            json!({"limits": {"logRingBytes": 63}}),
+            "limits.logRingBytes",
+        );
+    }
+
+    #[test]
+    fn identity_hold_must_be_below_confirmation_timeout() {
+        assert_ok(json!({"limits": {"confirmIdentityHoldMs": 119_999}}));
+        assert_refused(
+            json!({"limits": {"confirmIdentityHoldMs": 120_000}}),
+            "limits.confirmIdentityHoldMs",
+        );
+        assert_ok(json!({"limits": {"confirmIdentityHoldMs": 0}}));
+        // A broken timeout is reported once, not again through the hold.
+        let found = violations(json!({"worker": {"confirmationTimeoutMs": 0}}));
+        assert_eq!(found.len(), 1, "{found:?}");
+    }
+
+    #[test]
+    fn tool_port_must_differ_unless_zero() {
+        assert_refused(json!({"toolRequests": {"port": 8800}}), "toolRequests.port");
+        assert_ok(json!({"listen": {"port": 0}, "toolRequests": {"port": 0}}));
+        assert_ok(json!({"listen": {"port": 8801}, "toolRequests": {"port": 0}}));
+        // Without the tool listener built, the clash is not a problem.
+        let merged = defaults_with(json!({"listen": {"port": 8801}}));
+        assert!(build(&merged, &[Feature::Core]).is_ok());
+        assert!(build(&merged, Feature::ALL).is_err());
+    }
+
+    #[test]
+    fn token_required_off_loopback() {
+        for host in ["127.0.0.1", "::1", "[::1]", "localhost"] {
+            assert_ok(json!({"listen": {"host": host}}));
+        }
+        assert_refused(json!({"listen": {"host": "0.0.0.0"}}), "listen.host");
+        assert_ok(json!({"listen": {"host": "0.0.0.0"}, "panel": {"token": "s3cret"}}));
+        assert_refused(json!({"listen": {"host": ""}}), "listen.host");
+    }
+
+    #[test]
+    fn launcher_rules() {
+        assert_refused(json!({"launcher": {"kind": "command"}}), "launcher.command");
+        assert_ok(json!({"launcher": {"kind": "command", "command": ["run.sh", "{session}"]}}));
+        assert_refused(json!({"launcher": {"kind": "docker"}}), "launcher.kind");
+        assert_refused(json!({"launcher": {"args": ["a", 1]}}), "launcher.args");
+    }
+
+    #[test]
+    fn mock_profile_must_exist_when_enabled() {
+        assert_refused(json!({"mock": {"profile": "nope"}}), "mock.profile");
+        assert_ok(json!({"mock": {"enabled": false, "profile": "nope"}}));
+        assert_ok(
+            json!({"mock": {"profile": "mine"}, "providerProfiles": {"mine": {"model": "m"}}}),
+        );
+    }
+
+    #[test]
+    fn profile_rules() {
+        assert_refused(
+            json!({"providerProfiles": {"x": {"plugin": "p"}}}),
+            "providerProfiles.x.model",
+        );
+        assert_refused(
+            json!({"providerProfiles": {"x": {"model": ""}}}),
+            "providerProfiles.x.model",
+        );
+        assert_refused(
+            json!({"providerProfiles": {"x": "sk-secret"}}),
+            "providerProfiles.x",
+        );
+        let found = violations(json!({"providerProfiles": {"x": "sk-secret"}}));
+        assert!(!found[0].to_string().contains("sk-secret"));
+        assert_refused(json!({"providerProfiles": []}), "providerProfiles");
+    }
+
+    #[test]
+    fn token_type_errors_do_not_echo_the_value() {
+        let found = violations(json!({"panel": {"token": 123456}}));
+        assert_eq!(
+            found[0].to_string(),
+            "panel.token = \"<redacted number>\": must be a string"
+        );
+    }
+
+    #[test]
+    fn allowed_hosts_rule() {
+        assert_ok(
+            json!({"listen": {"allowedHosts": ["hub.example", "10.0.0.2", "[::1]", "[fe80::1]"]}}),
+        );
+        for bad in [
+            "", "a b", "x/y", "user@x", "x:80", "::1", "[::1]:80", "[]", "[zz]",
+        ] {
+            assert_refused(
+                json!({"listen": {"allowedHosts": ["ok", bad]}}),
+                "listen.allowedHosts[1]",
+            );
+        }
+    }
+
+    #[test]
+    fn connect_host_rule() {
+        assert_ok(json!({"worker": {"connectHost": "host.docker.internal"}}));
+        for bad in ["http://x", "x:80", "x/y", "x?y", "x#y", "a b", "::1", "u@x"] {
+            assert_refused(
+                json!({"worker": {"connectHost": bad}}),
+                "worker.connectHost",
+            );
+        }
+    }
+
+    #[test]
+    fn system_prompt_file_rule() {
+        assert_ok(json!({"worker": {"systemPromptFile": "prompts/x..y.yaml"}}));
+        for bad in [
+            "", "/etc/p", "\\p", "C:p", "c:\\p", "a/../b", "a\\..\\b", "..", "a\u{0}b",
+        ] {
+            assert_refused(
+                json!({"worker": {"systemPromptFile": bad}}),
+                "worker.systemPromptFile",
+            );
+        }
+    }
+
+    #[test]
+    fn backoff_order() {
+        assert_ok(json!({"worker": {"initialBackoffMs": 10, "maxBackoffMs": 10}}));
+        assert_refused(
+            json!({"worker": {"initialBackoffMs": 11, "maxBackoffMs": 10}}),
+            "worker.maxBackoffMs",
+        );
+    }
+
+    #[test]
+    fn subagent_maxima() {
+        assert_ok(
+            json!({"subagents": {"maxLive": 128, "maxChildren": 32, "maxDepth": 16, "maxReceipts": 1000}}),
+        );
+        assert_refused(json!({"subagents": {"maxLive": 129}}), "subagents.maxLive");
+        assert_refused(
+            json!({"subagents": {"maxChildren": 33}}),
+            "subagents.maxChildren",
+        );
+        assert_refused(json!({"subagents": {"maxDepth": 17}}), "subagents.maxDepth");
+        assert_refused(
+            json!({"subagents": {"maxReceipts": 1001}}),
+            "subagents.maxReceipts",
+        );
+        assert_refused(
+            json!({"subagents": {"conversationBytes": 4095}}),
+            "subagents.conversationBytes",
+        );
+    }
+
+    #[test]
+    fn wrong_section_type_is_one_violation() {
+        let found = violations(json!({"listen": 5}));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].to_string(), "listen = 5: must be an object");
+    }
+
+    #[test]
+    fn all_violations_are_collected() {
+        let err = build(
+            &defaults_with(json!({"listen": {"port": 70000}, "worker": {"threads": 0}, "mock": {"enabled": "yes"}})),
+            Feature::ALL,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid configuration: listen.port = 70000: must be an integer from 0 to 65535; \
+             mock.enabled = \"yes\": must be true or false; worker.threads = 0: must be a positive integer"
+        );
+    }
+}

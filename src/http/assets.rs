@@ -1,0 +1,183 @@
+//! The browser panel's static files. They are embedded in the binary from
+//! `static/` (a fixed allow-list, so no filesystem path is ever built from a
+//! URL), with an optional development override that serves a directory.
+//!
+//! `resolve_path` is pure and fuzzed: it turns a raw request path into a
+//! relative asset name or refuses it.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use super::url;
+
+/// One embedded file: its name relative to `static/`, bytes and MIME type.
+pub struct Asset {
+    pub name: &'static str,
+    pub bytes: &'static [u8],
+    pub mime: &'static str,
+}
+
+macro_rules! asset {
+    ($name:literal, $mime:literal) => {
+        Asset {
+            name: $name,
+            bytes: include_bytes!(concat!("../../static/", $name)),
+            mime: $mime,
+        }
+    };
+}
+
+/// Every file the panel consists of. `tests/` checks that this list and the
+/// `static/` directory agree, so a new file cannot be forgotten.
+pub const ASSETS: &[Asset] = &[
+    asset!("index.html", "text/html; charset=utf-8"),
+    asset!("app.js", "text/javascript; charset=utf-8"),
+    asset!("style.css", "text/css; charset=utf-8"),
+    asset!("favicon.svg", "image/svg+xml"),
+];
+
+/// Why a static path was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PathError {
+    /// A malformed percent-escape or a decoded NUL byte: the request is bad.
+    Malformed,
+    /// Traversal, an encoded separator, an empty segment or a backslash: the
+    /// path can name no asset.
+    Refused,
+}
+
+impl fmt::Display for PathError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PathError::Malformed => f.write_str("malformed static path"),
+            PathError::Refused => f.write_str("static path refused"),
+        }
+    }
+}
+
+/// Turns a raw request path (still percent-encoded, starting with `/`) into
+/// a relative asset name. `/` is `index.html`.
+pub fn resolve_path(raw: &str) -> Result<String, PathError> {
+    let lower = raw.to_ascii_lowercase();
+    if lower.contains("%2f") || lower.contains("%5c") {
+        return Err(PathError::Refused);
+    }
+    let decoded = url::percent_decode(raw, false).map_err(|_| PathError::Malformed)?;
+    if decoded.contains('\0') {
+        return Err(PathError::Malformed);
+    }
+    let rest = decoded.strip_prefix('/').ok_or(PathError::Refused)?;
+    if rest.is_empty() {
+        return Ok("index.html".to_string());
+    }
+    let ok = rest.split('/').all(|segment| {
+        !segment.is_empty() && segment != "." && segment != ".." && !segment.contains('\\')
+    });
+    if ok {
+        Ok(rest.to_string())
+    } else {
+        Err(PathError::Refused)
+    }
+}
+
+/// A found asset: bytes (borrowed when embedded) and MIME type.
+pub struct Found {
+    pub bytes: std::borrow::Cow<'static, [u8]>,
+    pub mime: &'static str,
+}
+
+/// Looks `name` up in the embedded list, or, with a development directory,
+/// on disk inside that directory (canonicalized; anything resolving outside
+/// it, including through symlinks, is not found).
+pub fn lookup(name: &str, dev_dir: Option<&Path>) -> Option<Found> {
+    match dev_dir {
+        None => ASSETS.iter().find(|a| a.name == name).map(|a| Found {
+            bytes: std::borrow::Cow::Borrowed(a.bytes),
+            mime: a.mime,
+        }),
+        Some(dir) => {
+            let root = dir.canonicalize().ok()?;
+            let path: PathBuf = root.join(name).canonicalize().ok()?;
+            if !path.starts_with(&root) || !path.is_file() {
+                return None;
+            }
+            let bytes = std::fs::read(&path).ok()?;
+            Some(Found {
+                bytes: std::borrow::Cow::Owned(bytes),
+                mime: mime_for(name),
+            })
+        }
+    }
+}
+
+fn mime_for(name: &str) -> &'static str {
+    match name.rsplit('.').next().unwrap_or("") {
+        "html" => "text/html; charset=utf-8",
+        "js" | "mjs" => "text/javascript; charset=utf-8",
+        "css" => "text/css; charset=utf-8",
+        "svg" => "image/svg+xml",
+        "png" => "image/png",
+        "json" => "application/json",
+        "txt" | "md" => "text/plain; charset=utf-8",
+        _ => "application/octet-stream",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resolves_plain_paths() {
+        assert_eq!(resolve_path("/").unwrap(), "index.html");
+        assert_eq!(resolve_path("/app.js").unwrap(), "app.js");
+        assert_eq!(resolve_path("/a%20b/c.css").unwrap(), "a b/c.css");
+    }
+
+    #[test]
+    fn refuses_traversal_in_every_spelling() {
+        for raw in [
+            "/../../etc/passwd",
+            "/..%2f..%2fetc/passwd",
+            "/..%2F..%2Fetc/passwd",
+            "/a/../../b",
+            "//etc/passwd",
+            "/./../../x",
+            "/%2e%2e/%2e%2e/etc/passwd",
+            "/..\\..\\etc",
+            "/a%5c..%5cb",
+            "/a//b",
+        ] {
+            assert_eq!(resolve_path(raw), Err(PathError::Refused), "{raw}");
+        }
+    }
+
+    #[test]
+    fn nul_and_bad_escapes_are_malformed() {
+        assert_eq!(resolve_path("/a%00.js"), Err(PathError::Malformed));
+        assert_eq!(resolve_path("/%ZZ"), Err(PathError::Malformed));
+    }
+
+    #[test]
+    fn every_embedded_asset_is_found() {
+        for asset in ASSETS {
+            let found = lookup(asset.name, None).expect(asset.name);
+            assert!(!found.bytes.is_empty());
+        }
+        assert!(lookup("missing.js", None).is_none());
+    }
+
+    #[test]
+    fn dev_directory_is_confined() {
+        let base = std::env::temp_dir().join(format!("hub-assets-{}", uuid::Uuid::new_v4()));
+        let root = base.join("root");
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("index.html"), "x").unwrap();
+        std::fs::write(base.join("secret.txt"), "s").unwrap();
+        std::os::unix::fs::symlink(base.join("secret.txt"), root.join("link.txt")).unwrap();
+        assert!(lookup("index.html", Some(&root)).is_some());
+        assert!(lookup("link.txt", Some(&root)).is_none());
+        assert!(lookup("../secret.txt", Some(&root)).is_none());
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+}

@@ -1,0 +1,277 @@
+//! The main listener's front door. Each accepted connection runs on its own
+//! thread (bounded by `http.maxConnections`, see the tiny_http fork); this
+//! module checks the `Host` header, splits API, WebSocket and static
+//! requests, and writes responses with the security headers.
+//!
+//! Handlers never hold a hub lock while reading a body or writing a
+//! response.
+
+pub mod api;
+pub mod assets;
+pub mod auth;
+pub mod url;
+
+use std::io::Read;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use tiny_http::{Header, Method, Request, Response, ServerHandle, ServerLimits};
+
+use crate::hub::Hub;
+
+/// Content-Security-Policy of every response: only same-origin scripts,
+/// styles, images and sockets; no plugins, framing, base or form targets.
+pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
+img-src 'self' data:; connect-src 'self'; object-src 'none'; frame-ancestors 'none'; \
+base-uri 'none'; form-action 'none'";
+
+/// Starts serving `listener` with the configured limits. Connection threads
+/// call [`handle`] for each request.
+pub fn start(hub: Arc<Hub>, listener: TcpListener) -> std::io::Result<ServerHandle> {
+    let http = &hub.config.http;
+    let limits = ServerLimits {
+        max_connections: http.max_connections,
+        max_header_bytes: http.max_header_bytes,
+        max_headers: http.max_headers,
+        idle_timeout: Duration::from_millis(http.idle_timeout_ms),
+        request_timeout: Duration::from_millis(http.request_timeout_ms),
+        thread_stack_size: CONNECTION_STACK,
+    };
+    let handler: Arc<dyn Fn(Request) + Send + Sync> = Arc::new(move |rq| handle(&hub, rq));
+    tiny_http::Server::serve_with_limits(listener, limits, handler)
+}
+
+/// Stack of each connection thread: handlers are shallow (no recursion
+/// beyond serde_json's bounded depth), so 256 KiB leaves ample headroom
+/// while keeping many idle connections cheap.
+const CONNECTION_STACK: usize = 256 * 1024;
+
+/// An error answered as `{"error": code, "message": ...}`.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: u16,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: u16, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+/// Serves one request. Runs on the connection's thread.
+fn handle(hub: &Hub, mut rq: Request) {
+    let method = rq.method().clone();
+    let target = rq.url().to_string();
+    let (path, query) = match url::split_target(&target) {
+        Ok(parts) => parts,
+        Err(err) => return respond_error(rq, &ApiError::new(400, "bad_request", err.to_string())),
+    };
+    log::debug!("{} {}", method, path);
+    if let Err(err) = check_host(hub, header(&rq, "Host")) {
+        return respond_error(rq, &err);
+    }
+    if header(&rq, "Transfer-Encoding").is_some() {
+        // Chunked bodies are decoded by a crate whose chunk-size line buffer
+        // is unbounded; every client of the hub sends Content-Length.
+        return respond_error(
+            rq,
+            &ApiError::new(
+                411,
+                "length_required",
+                "send a Content-Length body, not chunked",
+            ),
+        );
+    }
+    let is_upgrade = header(&rq, "Upgrade").is_some();
+    if path == "/api" || path.starts_with("/api/") {
+        let response = api::handle(hub, &mut rq, &method, path, query);
+        return respond(rq, response);
+    }
+    if is_upgrade {
+        // No WebSocket route exists on this listener yet.
+        return respond_error(
+            rq,
+            &ApiError::new(404, "not_found", "no such upgrade route"),
+        );
+    }
+    serve_static(hub, rq, &method, path)
+}
+
+/// DNS-rebinding defence: while the listener is loopback, a request must
+/// name the hub by a loopback spelling (or a configured host) with the
+/// listener's port. A malformed Host is a bad request wherever we listen.
+fn check_host(hub: &Hub, host: Option<&str>) -> Result<(), ApiError> {
+    let parsed = host
+        .ok_or(url::UrlError::BadHost)
+        .and_then(url::parse_host)
+        .map_err(|err| ApiError::new(400, "bad_request", err.to_string()))?;
+    if !hub.config.is_loopback() {
+        return Ok(());
+    }
+    let port = hub.local_addr().port();
+    let port_ok = parsed.port == Some(port) || (parsed.port.is_none() && port == 80);
+    let name_ok = matches!(parsed.host.as_str(), "127.0.0.1" | "localhost" | "[::1]")
+        || hub
+            .config
+            .listen
+            .allowed_hosts
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(&parsed.host));
+    if port_ok && name_ok {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            403,
+            "forbidden_host",
+            "the Host header does not name this hub",
+        ))
+    }
+}
+
+/// The value of header `name` (case-insensitive), if present.
+pub fn header<'a>(rq: &'a Request, name: &str) -> Option<&'a str> {
+    rq.headers()
+        .iter()
+        .find(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name))
+        .map(|h| h.value.as_str())
+}
+
+/// Reads a request body of at most `max` bytes. Refuses a larger declared
+/// or actual length with 413 without reading past the limit.
+pub fn read_body(rq: &mut Request, max: usize) -> Result<Vec<u8>, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            413,
+            "payload_too_large",
+            format!("request body exceeds {max} bytes"),
+        )
+    };
+    if rq.body_length().is_some_and(|len| len > max) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    rq.as_reader()
+        .take(max as u64 + 1)
+        .read_to_end(&mut body)
+        .map_err(|err| ApiError::new(400, "bad_request", format!("cannot read body: {err}")))?;
+    if body.len() > max {
+        return Err(too_large());
+    }
+    Ok(body)
+}
+
+/// A response ready to send: status, content type and bytes.
+pub struct Reply {
+    pub status: u16,
+    pub mime: &'static str,
+    pub body: Vec<u8>,
+    pub no_store: bool,
+    pub extra: Vec<(&'static str, String)>,
+}
+
+impl Reply {
+    pub fn json(status: u16, value: &Value) -> Reply {
+        Reply {
+            status,
+            mime: "application/json; charset=utf-8",
+            body: serde_json::to_vec(value).unwrap_or_default(),
+            no_store: true,
+            extra: Vec::new(),
+        }
+    }
+
+    pub fn error(err: &ApiError) -> Reply {
+        let mut reply = Reply::json(
+            err.status,
+            &serde_json::json!({"error": err.code, "message": err.message}),
+        );
+        if err.status == 413 {
+            reply.extra.push(("Connection", "close".into()));
+        }
+        reply
+    }
+}
+
+fn respond_error(rq: Request, err: &ApiError) {
+    respond(rq, Reply::error(err))
+}
+
+/// Writes `reply` with the security headers every response carries.
+fn respond(rq: Request, reply: Reply) {
+    let mut response = Response::from_data(reply.body).with_status_code(reply.status);
+    let mut add = |name: &str, value: &str| {
+        if let Ok(h) = Header::from_bytes(name.as_bytes(), value.as_bytes()) {
+            response.add_header(h);
+        }
+    };
+    add("Content-Type", reply.mime);
+    add("Content-Security-Policy", CSP);
+    add("X-Content-Type-Options", "nosniff");
+    add("Referrer-Policy", "no-referrer");
+    add("X-Frame-Options", "DENY");
+    add("Cross-Origin-Opener-Policy", "same-origin");
+    add(
+        "Cache-Control",
+        if reply.no_store {
+            "no-store"
+        } else {
+            "no-cache"
+        },
+    );
+    for (name, value) in &reply.extra {
+        add(name, value);
+    }
+    if let Err(err) = rq.respond(response) {
+        log::debug!("response not delivered: {err}");
+    }
+}
+
+fn serve_static(hub: &Hub, rq: Request, method: &Method, path: &str) {
+    if *method != Method::Get && *method != Method::Head {
+        let mut reply = Reply::error(&ApiError::new(
+            405,
+            "method_not_allowed",
+            "only GET and HEAD are served outside /api",
+        ));
+        reply.extra.push(("Allow", "GET, HEAD".into()));
+        return respond(rq, reply);
+    }
+    let name = match assets::resolve_path(path) {
+        Ok(name) => name,
+        Err(assets::PathError::Malformed) => {
+            return respond_error(rq, &ApiError::new(400, "bad_request", "malformed path"))
+        }
+        Err(assets::PathError::Refused) => {
+            return respond_error(rq, &ApiError::new(404, "not_found", "no such file"))
+        }
+    };
+    match assets::lookup(&name, hub.static_dir.as_deref()) {
+        Some(found) => respond(
+            rq,
+            Reply {
+                status: 200,
+                mime: found.mime,
+                body: found.bytes.into_owned(),
+                no_store: false,
+                extra: Vec::new(),
+            },
+        ),
+        None => respond_error(rq, &ApiError::new(404, "not_found", "no such file")),
+    }
+}
+
+/// The address a listener is bound to, for logs and URLs: IPv6 bracketed.
+pub fn display_addr(addr: &SocketAddr) -> String {
+    match addr {
+        SocketAddr::V4(v4) => v4.to_string(),
+        SocketAddr::V6(v6) => format!("[{}]:{}", v6.ip(), v6.port()),
+    }
+}

@@ -1,0 +1,63 @@
+//! Private, atomic file writes: directories 0700, files 0600, written to a
+//! temporary sibling, synced, renamed into place, and the directory synced.
+//!
+//! Every hub-written file under the data directory goes through here so the
+//! permission and durability rules live in one place.
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::Path;
+
+/// Creates `dir` and any missing parents with mode 0700.
+pub fn create_private_dir(dir: &Path) -> io::Result<()> {
+    DirBuilder::new().recursive(true).mode(0o700).create(dir)
+}
+
+/// Writes `bytes` to `path` atomically with mode 0600: a temporary file in
+/// the same directory, fsync, rename, then fsync of the directory.
+#[allow(dead_code)] // generated worker configs (supervisor issue)
+pub fn write_private_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let dir = path.parent().unwrap_or_else(|| Path::new("."));
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
+    let tmp = dir.join(format!(
+        ".{}.{}.tmp",
+        name.to_string_lossy(),
+        uuid::Uuid::new_v4().simple()
+    ));
+    let result = (|| {
+        let mut file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)?;
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Creates `path` with mode 0600 only if it does not exist yet
+/// (create-exclusive). Returns `Ok(false)` when it already existed.
+pub fn write_private_new(path: &Path, bytes: &[u8]) -> io::Result<bool> {
+    let mut file = match OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => return Ok(false),
+        Err(err) => return Err(err),
+    };
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    Ok(true)
+}

@@ -1,0 +1,67 @@
+//! Wall-clock timestamps in the RFC 3339 form the panel protocol uses
+//! (`2026-01-01T00:00:00.000Z`), written by hand so no date crate is needed.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Milliseconds since the Unix epoch, saturating at zero for clocks set
+/// before 1970.
+pub fn now_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The current time as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+pub fn now_rfc3339() -> String {
+    rfc3339_from_millis(now_millis())
+}
+
+/// Formats milliseconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
+pub fn rfc3339_from_millis(ms: u64) -> String {
+    let secs = ms / 1000;
+    let millis = ms % 1000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{millis:03}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
+}
+
+/// Days since 1970-01-01 to a proleptic Gregorian (year, month, day).
+/// Howard Hinnant's `civil_from_days` algorithm.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_known_instants() {
+        assert_eq!(rfc3339_from_millis(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            rfc3339_from_millis(1_767_225_600_123),
+            "2026-01-01T00:00:00.123Z"
+        );
+        // A leap day.
+        assert_eq!(
+            rfc3339_from_millis(951_782_400_000),
+            "2000-02-29T00:00:00.000Z"
+        );
+    }
+}

@@ -25,7 +25,18 @@ pub const ALL: &[&str] = &[
 
 /// The capabilities this build implements end to end. A capability joins
 /// this list in the same change that makes it true.
-pub const IMPLEMENTED: &[&str] = &[];
+pub const IMPLEMENTED: &[&str] = &[
+    "worker-events",
+    "confirmations",
+    "supervisor",
+    "transcript-replay",
+    "transcript-pages",
+    "snapshot-view",
+    "transcript-epoch",
+    "global-confirmations",
+    "session-history",
+    "context-compact",
+];
 
 #[cfg(test)]
 mod tests {

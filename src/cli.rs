@@ -31,7 +31,6 @@ pub struct ServeArgs {
 pub struct MockWorkerArgs {
     pub config: PathBuf,
     pub session: String,
-    #[allow(dead_code)] // read by the built-in worker (worker-side issue)
     pub threads: u32,
 }
 

@@ -5,18 +5,91 @@
 //! Lock rule: `sessions` is locked once per unit of work and never across
 //! I/O; the store's mutex guards only the SQLite connection.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use serde_json::{json, Value};
 
 use crate::capabilities;
 use crate::config::Config;
-use crate::session::{self, Registry, Session, SpecDefaults};
-use crate::store::{SessionRecord, Store, StoreError};
+use crate::panel::conn::PanelConn;
+use crate::session::{self, Registry, RequestRecord, RequestState, Session, SpecDefaults};
+use crate::store::{ProcessRecord, SessionRecord, Store, StoreError};
+use crate::transcript::Transcript;
+use crate::util::bounded_writer::{self, BoundedWriter};
 use crate::util::{fsutil, time};
+use crate::worker::payload;
+use crate::ws::FrameWriter;
+
+/// Something panels may need to hear about. Produced after the session lock
+/// is released; the panel socket layer turns these into frames.
+#[derive(Debug, Clone)]
+pub enum Note {
+    /// A worker envelope; `hub_seq` is `None` for transient replies.
+    Event {
+        session: String,
+        hub_seq: Option<u64>,
+        json: Arc<str>,
+    },
+    Connection {
+        session: String,
+        connected: bool,
+        replaced: bool,
+    },
+    Request {
+        session: String,
+        request: Value,
+    },
+    /// The worker process record changed.
+    Process {
+        session: String,
+        process: Value,
+    },
+    /// A session was created or its description changed.
+    SessionChanged {
+        session: String,
+    },
+    /// A session is gone.
+    SessionRemoved {
+        session: String,
+    },
+    Confirmation {
+        session: String,
+        open: bool,
+        confirmation: Value,
+        outcome: Option<Value>,
+    },
+}
+
+/// Why an input or signal was not sent.
+#[derive(Debug)]
+pub enum SendError {
+    UnknownSession(String),
+    /// Validation failed before anything was written.
+    Invalid(String),
+    /// No worker is connected, or it lacks the needed capability.
+    NotConnected(String),
+    /// The socket write failed; nothing was recorded as sent.
+    WriteFailed(String),
+}
+
+impl fmt::Display for SendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SendError::UnknownSession(id) => {
+                write!(f, "no session {}", crate::worker::display::quote(id))
+            }
+            SendError::Invalid(msg) | SendError::NotConnected(msg) => f.write_str(msg),
+            SendError::WriteFailed(msg) => write!(f, "not sent: {msg}"),
+        }
+    }
+}
+
+impl std::error::Error for SendError {}
 
 /// Failures of hub operations, mapped to stable codes by the API layer.
 #[derive(Debug)]
@@ -37,9 +110,21 @@ impl fmt::Display for HubError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             HubError::InvalidSession(msg) => f.write_str(msg),
-            HubError::SessionExists(id) => write!(f, "session {id:?} already exists"),
-            HubError::UnknownSession(id) => write!(f, "no session {id:?}"),
-            HubError::SessionBusy { id, reason } => write!(f, "session {id:?} is busy: {reason}"),
+            HubError::SessionExists(id) => {
+                write!(
+                    f,
+                    "session {} already exists",
+                    crate::worker::display::quote(id)
+                )
+            }
+            HubError::UnknownSession(id) => {
+                write!(f, "no session {}", crate::worker::display::quote(id))
+            }
+            HubError::SessionBusy { id, reason } => write!(
+                f,
+                "session {} is busy: {reason}",
+                crate::worker::display::quote(id)
+            ),
             HubError::Storage(msg) => write!(f, "storage failure: {msg}"),
         }
     }
@@ -92,6 +177,12 @@ pub struct Hub {
     store: Mutex<Store>,
     sessions: Mutex<Registry>,
     local_addr: OnceLock<SocketAddr>,
+    /// Connected panels, for the notification fan-out.
+    panels: Mutex<Vec<Arc<PanelConn>>>,
+    /// Every accepted WebSocket, so shutdown can close them all.
+    sockets: Mutex<HashMap<u64, Arc<FrameWriter>>>,
+    next_conn: AtomicU64,
+    shutting_down: AtomicBool,
 }
 
 impl Hub {
@@ -105,30 +196,28 @@ impl Hub {
             })?;
         }
         let store = Store::open(&data_dir.join("hub.db")).map_err(StartError::Store)?;
-        let mut registry = Registry::default();
-        for rec in store.load_sessions().map_err(StartError::Store)? {
-            if !session::is_valid_id(&rec.id) {
-                log::warn!("skipping stored session with invalid id {:?}", rec.id);
-                continue;
-            }
-            let mut s = Session::new(
-                rec.id,
-                rec.created_at,
-                rec.spec,
-                rec.token,
-                rec.lifecycle_id,
-            );
-            s.kind = rec.kind;
-            registry.insert(s);
-        }
-        Ok(Hub {
+        let records = store.load_sessions().map_err(StartError::Store)?;
+        let hub = Hub {
             config,
             static_dir: options.static_dir,
             epoch: uuid::Uuid::new_v4().to_string(),
             store: Mutex::new(store),
-            sessions: Mutex::new(registry),
+            sessions: Mutex::new(Registry::default()),
             local_addr: OnceLock::new(),
-        })
+            panels: Mutex::new(Vec::new()),
+            sockets: Mutex::new(HashMap::new()),
+            next_conn: AtomicU64::new(1),
+            shutting_down: AtomicBool::new(false),
+        };
+        for rec in records {
+            if !session::is_valid_id(&rec.id) {
+                log::warn!("skipping stored session with invalid id {:?}", rec.id);
+                continue;
+            }
+            let s = hub.new_session(rec);
+            hub.sessions().insert(s);
+        }
+        Ok(hub)
     }
 
     /// Binds the main listener (resolving `localhost` and bracketed IPv6).
@@ -170,6 +259,292 @@ impl Hub {
             .local_addr
             .get()
             .expect("local_addr read before the listener was bound")
+    }
+
+    /// A session object with its transcript and events file, from a record.
+    fn new_session(&self, rec: SessionRecord) -> Session {
+        let limits = &self.config.limits;
+        let transcript = Transcript::new(limits.transcript_events, limits.transcript_bytes);
+        let events_path = self.session_dir(&rec.id).join("events.jsonl");
+        let mut s = Session::new(
+            rec.id,
+            rec.created_at,
+            rec.spec,
+            rec.token,
+            rec.lifecycle_id,
+            transcript,
+        );
+        s.kind = rec.kind;
+        s.set_log_caps(limits.log_lines, limits.log_ring_bytes);
+        s.events_file = Some(Arc::new(BoundedWriter::new(
+            events_path,
+            bounded_writer::DEFAULT_BUDGET,
+            bounded_writer::jsonl_omission_marker,
+            format!("session {} events.jsonl", s.id),
+        )));
+        s
+    }
+
+    /// Normalizes a spec against this hub's defaults.
+    pub fn normalize_spec(&self, spec: &Value) -> Result<Value, session::SpecError> {
+        session::normalize_spec(Some(spec), &self.spec_defaults())
+    }
+
+    /// Replaces a session's spec in memory and in the store.
+    pub fn persist_spec(&self, id: &str, spec: &Value) {
+        let changed = self
+            .with_session(id, |s| {
+                let changed = s.spec != *spec;
+                s.spec = spec.clone();
+                changed
+            })
+            .unwrap_or(false);
+        if changed {
+            if let Err(err) = self.store().update_session_spec(id, spec) {
+                log::warn!("session {id}: spec not stored: {err}");
+            }
+        }
+    }
+
+    /// The port workers are told for remote tools.
+    pub fn tools_port(&self) -> u16 {
+        self.config.tool_requests.port
+    }
+
+    pub fn store_put_process(&self, rec: &ProcessRecord) -> Result<(), StoreError> {
+        self.store().put_process(rec)
+    }
+
+    pub fn store_set_process_state(&self, id: &str, state: &str) -> Result<(), StoreError> {
+        self.store().set_process_state(id, state)
+    }
+
+    pub fn store_clear_process(&self, id: &str) -> Result<(), StoreError> {
+        self.store().clear_process(id)
+    }
+
+    /// Sessions whose worker process is starting, running or stopping.
+    pub fn active_worker_sessions(&self) -> Vec<String> {
+        self.sessions()
+            .list()
+            .into_iter()
+            .filter(|s| s.process.as_ref().is_some_and(|p| p.state.is_active()))
+            .map(|s| s.id.clone())
+            .collect()
+    }
+
+    /// Pids of worker processes this hub waits on itself.
+    pub fn worker_pids(&self) -> Vec<u32> {
+        self.sessions()
+            .list()
+            .into_iter()
+            .filter_map(|s| s.process.as_ref())
+            .filter(|p| !p.adopted)
+            .filter_map(|p| p.pid)
+            .collect()
+    }
+
+    /// Recorded worker processes from the store (for adoption at start).
+    pub fn stored_processes(&self) -> Vec<ProcessRecord> {
+        self.store().load_processes().unwrap_or_else(|err| {
+            log::warn!("cannot read process records: {err}");
+            Vec::new()
+        })
+    }
+
+    /// Runs `f` on session `id` under the registry lock. `f` must not do
+    /// I/O: copy out what you need and act after it returns.
+    pub fn with_session<R>(&self, id: &str, f: impl FnOnce(&mut Session) -> R) -> Option<R> {
+        self.sessions().get_mut(id).map(f)
+    }
+
+    /// The worker token of session `id` (copied out for a comparison done
+    /// outside the lock).
+    pub fn session_token(&self, id: &str) -> Option<String> {
+        self.sessions().get(id).map(|s| s.token.clone())
+    }
+
+    /// Remembers an accepted socket until it ends; returns its id.
+    pub fn register_socket(&self, writer: Arc<FrameWriter>) -> u64 {
+        let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        self.sockets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, writer);
+        if self.shutting_down.load(Ordering::Acquire) {
+            self.close_sockets();
+        }
+        id
+    }
+
+    pub fn unregister_socket(&self, id: u64) {
+        self.sockets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+    }
+
+    /// Closes every accepted WebSocket (their threads then retire prompts
+    /// and mark workers disconnected).
+    fn close_sockets(&self) {
+        let writers: Vec<Arc<FrameWriter>> = self
+            .sockets
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for writer in writers {
+            writer.close_and_shutdown(crate::ws::close::GOING_AWAY, "hub shutting down");
+        }
+    }
+
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Acquire)
+    }
+
+    /// Hands a notification to the panel layer. Never called with a lock
+    /// held.
+    pub fn notify(&self, note: Note) {
+        crate::panel::service::fan_out(self, &note);
+    }
+
+    pub fn add_panel(&self, panel: Arc<PanelConn>) {
+        self.panels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(panel);
+    }
+
+    pub fn remove_panel(&self, id: u64) {
+        self.panels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|p| p.id != id);
+    }
+
+    /// A snapshot of the connected panels (the lock is released at once).
+    pub fn panels(&self) -> Vec<Arc<PanelConn>> {
+        self.panels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The `hub` object of the panel's `welcome`.
+    pub fn panel_info(&self) -> Value {
+        self.meta()
+    }
+
+    /// The session plan as panels see it (`{markdown, revision, updated_at}`).
+    pub fn plan_value(&self, id: &str) -> Value {
+        match self.store().get_plan(id) {
+            Ok(plan) => {
+                json!({"markdown": plan.markdown, "revision": plan.revision, "updated_at": plan.updated_at})
+            }
+            Err(_) => json!({"markdown": "", "revision": 0, "updated_at": null}),
+        }
+    }
+
+    /// Validates an input, sends it as a payload and records it as `sent`.
+    /// Returns the request id. Nothing is ever resent.
+    pub fn send_input(&self, session_id: &str, input: &Value) -> Result<String, SendError> {
+        let mut new_id = || uuid::Uuid::new_v4().to_string();
+        let (request_id, frame) = payload::build_payload(input, &mut new_id)
+            .map_err(|e| SendError::Invalid(e.to_string()))?;
+        let operation = frame["data"]["operation"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let needs = match operation.as_str() {
+            "compact" => Some("context-compact"),
+            "history" => Some("session-history"),
+            "answer" => Some("answer-pages"),
+            _ => None,
+        };
+        let tracked = matches!(operation.as_str(), "message" | "continue" | "compact");
+        let now = time::now_rfc3339();
+        let writer = self
+            .with_session(session_id, |s| {
+                let link = s
+                    .link
+                    .clone()
+                    .ok_or_else(|| SendError::NotConnected("no worker is connected".to_string()))?;
+                if let Some(cap) = needs {
+                    let has = s
+                        .capabilities
+                        .as_ref()
+                        .is_some_and(|c| c.iter().any(|x| x == cap));
+                    if !has {
+                        return Err(SendError::NotConnected(format!(
+                            "the connected worker does not advertise {cap}"
+                        )));
+                    }
+                }
+                if tracked {
+                    s.push_request(RequestRecord {
+                        request_id: request_id.clone(),
+                        operation: operation.clone(),
+                        state: RequestState::Sent,
+                        sent_at: now.clone(),
+                        updated_at: now.clone(),
+                        detail: None,
+                    });
+                }
+                Ok(link.writer)
+            })
+            .ok_or_else(|| SendError::UnknownSession(session_id.to_string()))??;
+        if let Err(err) = writer.send_text(&frame.to_string()) {
+            if tracked {
+                self.with_session(session_id, |s| {
+                    s.requests.retain(|r| r.request_id != request_id);
+                });
+            }
+            return Err(SendError::WriteFailed(err.to_string()));
+        }
+        if tracked {
+            let described = self.with_session(session_id, |s| {
+                s.request_mut(&request_id).map(|r| r.describe())
+            });
+            if let Some(Some(request)) = described {
+                self.notify(Note::Request {
+                    session: session_id.to_string(),
+                    request,
+                });
+            }
+        }
+        Ok(request_id)
+    }
+
+    /// Sends a signal; `cancel` defaults to the most recently observed run.
+    pub fn send_signal(
+        &self,
+        session_id: &str,
+        operation: &str,
+        run_id: Option<&str>,
+    ) -> Result<(), SendError> {
+        let (link, last_run) = self
+            .with_session(session_id, |s| (s.link.clone(), s.last_run_id.clone()))
+            .ok_or_else(|| SendError::UnknownSession(session_id.to_string()))?;
+        let frame = payload::build_signal(operation, run_id, last_run.as_deref())
+            .map_err(|e| SendError::Invalid(e.to_string()))?;
+        let link =
+            link.ok_or_else(|| SendError::NotConnected("no worker is connected".to_string()))?;
+        link.writer
+            .send_text(&frame.to_string())
+            .map_err(|e| SendError::WriteFailed(e.to_string()))
+    }
+
+    /// Transcript entries after `since`, at most `limit`, plus the latest
+    /// sequence. `None` for an unknown session.
+    pub fn events_since(&self, id: &str, since: u64, limit: usize) -> Option<(u64, Vec<Arc<str>>)> {
+        self.with_session(id, |s| {
+            let entries = s.transcript.since(since, limit);
+            (
+                s.transcript.latest(),
+                entries.into_iter().map(|e| e.json).collect(),
+            )
+        })
     }
 
     fn sessions(&self) -> MutexGuard<'_, Registry> {
@@ -234,6 +609,41 @@ impl Hub {
             .collect()
     }
 
+    /// Descriptions for an aggregate panel frame (`welcome`, `sessions`):
+    /// all approval previews together share 512 KiB, small ones kept whole
+    /// and the largest reduced first.
+    pub fn describe_sessions_for_panel(&self) -> Vec<Value> {
+        let sessions = self.sessions();
+        let list = sessions.list();
+        let sizes: Vec<Vec<usize>> = list.iter().map(|s| s.preview_sizes()).collect();
+        let flat: Vec<usize> = sizes.iter().flatten().copied().collect();
+        let caps = crate::panel::protocol::allocate_previews(
+            &flat,
+            crate::panel::protocol::APPROVALS_SHARE,
+        );
+        let mut next = 0;
+        list.iter()
+            .zip(&sizes)
+            .map(|(s, sz)| {
+                let base = next;
+                next += sz.len();
+                s.describe_with(&mut |i| caps.get(base + i).copied().unwrap_or(0))
+            })
+            .collect()
+    }
+
+    /// One description for a `session` frame, under the same aggregate
+    /// approval share.
+    pub fn describe_session_for_panel(&self, id: &str) -> Option<Value> {
+        let sessions = self.sessions();
+        let s = sessions.get(id)?;
+        let caps = crate::panel::protocol::allocate_previews(
+            &s.preview_sizes(),
+            crate::panel::protocol::APPROVALS_SHARE,
+        );
+        Some(s.describe_with(&mut |i| caps.get(i).copied().unwrap_or(0)))
+    }
+
     pub fn describe_session(&self, id: &str) -> Option<Value> {
         self.sessions().get(id).map(Session::describe)
     }
@@ -270,13 +680,7 @@ impl Hub {
                 dir.display()
             )));
         }
-        let session = Session::new(
-            record.id,
-            record.created_at,
-            record.spec,
-            record.token,
-            record.lifecycle_id,
-        );
+        let session = self.new_session(record);
         let described = session.describe();
         self.sessions().insert(session);
         log::info!("session {id} created");
@@ -309,7 +713,11 @@ impl Hub {
             }
             return Err(err);
         }
-        self.sessions().remove(id);
+        if let Some(removed) = self.sessions().remove(id) {
+            if let Some(file) = &removed.events_file {
+                file.close(std::time::Duration::from_millis(200));
+            }
+        }
         let dir = self.session_dir(id);
         if let Err(err) = remove_session_dir(&dir) {
             // The session is gone from the store; a leftover directory is
@@ -320,9 +728,22 @@ impl Hub {
         Ok(())
     }
 
-    /// Last step of shutdown: the store is checkpointed and closed when the
-    /// hub is dropped; nothing else is pending in this build.
+    /// Closes every worker and confirmation socket (prompts are retired by
+    /// their threads), then flushes the events files with a one-second
+    /// deadline. The store closes when the hub is dropped.
     pub fn shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Release);
+        self.close_sockets();
+        let files: Vec<Arc<BoundedWriter>> = self
+            .sessions()
+            .list()
+            .into_iter()
+            .filter_map(|s| s.events_file.clone())
+            .collect();
+        let deadline = std::time::Instant::now() + bounded_writer::CLOSE_DEADLINE;
+        for file in files {
+            file.close(deadline.saturating_duration_since(std::time::Instant::now()));
+        }
         log::info!("hub stopped");
     }
 }
@@ -359,7 +780,11 @@ impl Running {
     /// Opens, binds and starts serving.
     pub fn start(config: Config, options: RunOptions) -> Result<Running, StartError> {
         let hub = Arc::new(Hub::open(config, options)?);
+        if let Err(err) = crate::supervisor::sys::set_child_subreaper() {
+            log::warn!("cannot become a child subreaper: {err}");
+        }
         let listener = hub.bind()?;
+        crate::supervisor::control::adopt(&hub, hub.stored_processes());
         let server = crate::http::start(hub.clone(), listener).map_err(|err| StartError::Bind {
             addr: crate::http::display_addr(&hub.local_addr()),
             err,
@@ -371,6 +796,7 @@ impl Running {
     /// features land) stop workers and close sockets, then close the store.
     pub fn stop(self) {
         self.server.shutdown();
+        crate::supervisor::control::stop_all(&self.hub);
         self.hub.shutdown();
     }
 }

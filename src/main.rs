@@ -8,9 +8,15 @@ mod cli;
 mod config;
 mod http;
 mod hub;
+mod mock_worker;
+mod panel;
 mod session;
 mod store;
+mod supervisor;
+mod transcript;
 mod util;
+mod worker;
+mod ws;
 
 use std::process::ExitCode;
 
@@ -100,19 +106,8 @@ fn serve(args: ServeArgs) -> Result<(), BoxError> {
 }
 
 fn mock_worker(args: &cli::MockWorkerArgs) -> Result<(), BoxError> {
-    let text = std::fs::read_to_string(&args.config)
-        .map_err(|err| format!("cannot read {}: {err}", args.config.display()))?;
-    let _: serde_json::Value = serde_json::from_str(&text).map_err(|err| {
-        format!(
-            "{} is not a JSON worker configuration: {err}",
-            args.config.display()
-        )
-    })?;
-    Err(format!(
-        "mock-worker: the built-in worker for session {:?} is not part of this build yet",
-        args.session
-    )
-    .into())
+    mock_worker::run(args)?;
+    Ok(())
 }
 
 /// Logs go to stderr as `<time> <LEVEL> <message>`. Tokens and URLs that

@@ -4,10 +4,22 @@
 //!
 //! The registry is plain data behind the hub's mutex; nothing here does I/O.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
+use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
+
+use crate::supervisor::process::{LogCounters, ProcessInfo};
+use crate::transcript::Transcript;
+use crate::util::bounded_writer::BoundedWriter;
+use crate::util::log_ring::LogRing;
+use crate::worker::display;
+use crate::worker::payload::ConfirmationRequest;
+use crate::ws::FrameWriter;
+
+/// Log ring bounds before the configuration applies its own.
+const DEFAULT_LOG_CAPS: (usize, usize) = (500, 256 * 1024);
 
 /// Longest session id, in bytes (ids are ASCII).
 pub const MAX_SESSION_ID: usize = 128;
@@ -274,7 +286,6 @@ fn check_prompt_path(path: &str) -> Result<(), SpecError> {
 /// What the hub knows about a session's worker identity on its event
 /// connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[allow(dead_code)] // Live/Stale come with the event socket (worker-side issue)
 pub enum IdentityState {
     Unknown,
     Live,
@@ -291,24 +302,193 @@ impl IdentityState {
     }
 }
 
-/// One session as the hub holds it in memory.
+/// Event-connection statistics shown in the description.
+#[derive(Debug, Clone, Default)]
+pub struct Stats {
+    pub events: u64,
+    pub gaps: u64,
+    pub duplicates: u64,
+    pub protocol_errors: u64,
+    pub incarnations: u64,
+}
+
+/// The current event connection of a session.
 #[derive(Debug, Clone)]
+pub struct WorkerLink {
+    pub conn_id: u64,
+    pub writer: Arc<FrameWriter>,
+}
+
+/// Outcome of a payload the hub sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestState {
+    Sent,
+    Admitted,
+    Rejected,
+    Unknown,
+}
+
+impl RequestState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RequestState::Sent => "sent",
+            RequestState::Admitted => "admitted",
+            RequestState::Rejected => "rejected",
+            RequestState::Unknown => "unknown",
+        }
+    }
+}
+
+/// Most recent payload outcomes kept per session.
+pub const MAX_REQUESTS: usize = 200;
+
+/// One payload the hub sent, and what became of it.
+#[derive(Debug, Clone)]
+pub struct RequestRecord {
+    pub request_id: String,
+    pub operation: String,
+    pub state: RequestState,
+    pub sent_at: String,
+    pub updated_at: String,
+    /// The worker's diagnostic for a rejection.
+    pub detail: Option<Value>,
+}
+
+impl RequestRecord {
+    pub fn describe(&self) -> Value {
+        json!({
+            "request_id": self.request_id,
+            "operation": self.operation,
+            "state": self.state.as_str(),
+            "sent_at": self.sent_at,
+            "updated_at": self.updated_at,
+            "detail": self.detail,
+        })
+    }
+}
+
+/// Lifecycle of a confirmation prompt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptState {
+    AwaitingIdentity,
+    AwaitingDecision,
+    Decided,
+}
+
+impl PromptState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PromptState::AwaitingIdentity => "awaiting-identity",
+            PromptState::AwaitingDecision => "awaiting-decision",
+            PromptState::Decided => "decided",
+        }
+    }
+}
+
+/// Largest encoded argument preview in a single prompt description.
+pub const PROMPT_PREVIEW_BYTES: usize = 64 * 1024;
+
+/// Smallest preview budget an aggregate allocation hands out (a marker
+/// always fits).
+pub const MIN_PREVIEW_BYTES: usize = 64;
+
+/// An open confirmation prompt. Retired prompts are removed from the
+/// session; their last description is what panels were told.
+#[derive(Debug, Clone)]
+pub struct Prompt {
+    pub conn_id: u64,
+    pub request: ConfirmationRequest,
+    pub state: PromptState,
+    pub verified: bool,
+    pub identity_state: IdentityState,
+    pub received_at: String,
+    pub deadline_at: String,
+    pub settled_at: Option<String>,
+    pub decision: Option<bool>,
+    pub reason: Option<String>,
+    pub writer: Arc<FrameWriter>,
+}
+
+impl Prompt {
+    /// The prompt object of the panel protocol, with the arguments preview
+    /// bounded to `budget` bytes of encoded JSON. The decision always
+    /// applies to the original call, never to this preview.
+    pub fn describe(&self, session_id: &str, budget: usize) -> Value {
+        let mut call = match &self.request.call {
+            Value::Object(map) => map.clone(),
+            other => {
+                let mut m = Map::new();
+                m.insert("value".into(), other.clone());
+                m
+            }
+        };
+        let mut out = json!({
+            "confirmation_id": self.request.confirmation_id,
+            "session_id": session_id,
+            "worker_id": self.request.worker_id,
+            "run_id": self.request.run_id,
+            "state": self.state.as_str(),
+            "verified": self.verified,
+            "identity_state": self.identity_state.as_str(),
+            "received_at": self.received_at,
+            "deadline_at": self.deadline_at,
+            "settled_at": self.settled_at,
+            "decision": self.decision.map(|d| if d { "approved" } else { "denied" }),
+            "reason": self.reason,
+        });
+        if let Some(args) = call.get("arguments") {
+            let preview = display::preview(args, budget);
+            if preview.truncated {
+                out["arguments_truncated"] = json!(true);
+                out["arguments_bytes"] = json!(preview.original_bytes);
+            }
+            call.insert("arguments".into(), preview.value);
+        }
+        out["call"] = Value::Object(call);
+        out
+    }
+}
+
+/// One session as the hub holds it in memory.
+#[derive(Debug)]
 pub struct Session {
     pub id: String,
     pub created_at: String,
     pub spec: Value,
     /// Per-session worker token; only worker routes accept it.
-    #[allow(dead_code)] // checked by worker routes (worker-side issue)
     pub token: String,
     #[allow(dead_code)] // fences supervisor actions (supervisor issue)
     pub lifecycle_id: String,
     pub kind: String,
-    pub connected: bool,
+    /// Set while a delete is in progress; the session is busy meanwhile.
+    pub removing: bool,
+    pub link: Option<WorkerLink>,
     pub identity: IdentityState,
     pub worker_id: Option<String>,
     pub identity_since: Option<String>,
-    /// Set while a delete is in progress; the session is busy meanwhile.
-    pub removing: bool,
+    /// From the latest `ready`/`status` of the current connection.
+    pub capabilities: Option<Vec<String>>,
+    /// The latest `status` event data of the current connection.
+    pub status: Option<Value>,
+    pub stats: Stats,
+    /// `(worker_id, sequence)` of the last envelope, for gap/duplicate counts.
+    pub last_sequence: Option<(String, u64)>,
+    pub last_run_id: Option<String>,
+    pub last_event_at: Option<String>,
+    pub last_event: Option<String>,
+    pub requests: VecDeque<RequestRecord>,
+    pub prompts: Vec<Prompt>,
+    pub transcript: Transcript,
+    /// `<session dir>/events.jsonl`, best effort.
+    pub events_file: Option<Arc<BoundedWriter>>,
+    /// The worker process, once one was started or adopted.
+    pub process: Option<ProcessInfo>,
+    /// Captured worker output of the current process.
+    pub logs: LogRing,
+    /// `(lines, bytes)` bounds of `logs`.
+    pub log_caps: (usize, usize),
+    /// `logs/worker.log` of the current process, best effort.
+    pub log_file: Option<Arc<BoundedWriter>>,
 }
 
 impl Session {
@@ -318,6 +498,7 @@ impl Session {
         spec: Value,
         token: String,
         lifecycle_id: String,
+        transcript: Transcript,
     ) -> Session {
         Session {
             id,
@@ -326,46 +507,137 @@ impl Session {
             token,
             lifecycle_id,
             kind: "ordinary".into(),
-            connected: false,
+            removing: false,
+            link: None,
             identity: IdentityState::Unknown,
             worker_id: None,
             identity_since: None,
-            removing: false,
+            capabilities: None,
+            status: None,
+            stats: Stats::default(),
+            last_sequence: None,
+            last_run_id: None,
+            last_event_at: None,
+            last_event: None,
+            requests: VecDeque::new(),
+            prompts: Vec::new(),
+            transcript,
+            events_file: None,
+            process: None,
+            logs: LogRing::new(DEFAULT_LOG_CAPS.0, DEFAULT_LOG_CAPS.1),
+            log_caps: DEFAULT_LOG_CAPS,
+            log_file: None,
         }
+    }
+
+    /// Sets the log ring bounds (from `limits.logLines`/`logRingBytes`).
+    pub fn set_log_caps(&mut self, lines: usize, bytes: usize) {
+        self.log_caps = (lines, bytes);
+        self.logs = LogRing::new(lines, bytes);
+    }
+
+    /// A fresh, empty log ring and file writer for a new process.
+    pub fn reset_logs(&mut self, file: Arc<BoundedWriter>) {
+        self.logs = LogRing::new(self.log_caps.0, self.log_caps.1);
+        if let Some(old) = self.log_file.replace(file) {
+            old.close(std::time::Duration::ZERO);
+        }
+    }
+
+    /// The `process` object of the description (null when none is known).
+    pub fn describe_process(&self) -> Value {
+        match &self.process {
+            None => Value::Null,
+            Some(p) => p.describe(&LogCounters {
+                lines: self.logs.len(),
+                dropped: self.logs.dropped(),
+                truncated_bytes: self.logs.truncated_bytes(),
+                file_dropped: self.log_file.as_ref().map_or(0, |f| f.dropped_records()),
+                file_failed: self.log_file.as_ref().is_some_and(|f| f.failed()),
+            }),
+        }
+    }
+
+    pub fn connected(&self) -> bool {
+        self.link.is_some()
     }
 
     /// Why the session cannot be deleted right now, if it cannot.
     pub fn busy_reason(&self) -> Option<&'static str> {
         if self.removing {
             Some("the session is being removed")
-        } else if self.connected {
+        } else if self.process.as_ref().is_some_and(|p| p.state.is_active()) {
+            Some("a worker process is running; stop it first")
+        } else if self.connected() {
             Some("a worker is connected; stop it first")
         } else {
             None
         }
     }
 
-    /// The panel protocol's session description.
+    pub fn request_mut(&mut self, request_id: &str) -> Option<&mut RequestRecord> {
+        self.requests
+            .iter_mut()
+            .rev()
+            .find(|r| r.request_id == request_id)
+    }
+
+    /// Records a payload as sent, keeping the most recent [`MAX_REQUESTS`].
+    pub fn push_request(&mut self, record: RequestRecord) {
+        if self.requests.len() >= MAX_REQUESTS {
+            self.requests.pop_front();
+        }
+        self.requests.push_back(record);
+    }
+
+    /// The panel protocol's session description, each approval preview
+    /// bounded to 64 KiB.
     pub fn describe(&self) -> Value {
+        self.describe_with(&mut |_| PROMPT_PREVIEW_BYTES)
+    }
+
+    /// Encoded sizes of this session's approval previews at the
+    /// single-prompt budget (input to the aggregate allocation).
+    pub fn preview_sizes(&self) -> Vec<usize> {
+        self.prompts
+            .iter()
+            .map(|p| {
+                p.request.call.get("arguments").map_or(0, |a| {
+                    display::encoded_len(&display::preview(a, PROMPT_PREVIEW_BYTES).value)
+                })
+            })
+            .collect()
+    }
+
+    /// The description with approval `i`'s preview bounded to `budget(i)`.
+    pub fn describe_with(&self, budget: &mut dyn FnMut(usize) -> usize) -> Value {
         json!({
             "session_id": self.id,
             "kind": self.kind,
             "created_at": self.created_at,
             "spec": self.spec,
-            "connected": self.connected,
-            "worker_capabilities": Value::Null,
+            "connected": self.connected(),
+            "worker_capabilities": self.capabilities,
             "identity": {
                 "state": self.identity.as_str(),
                 "worker_id": self.worker_id,
                 "since": self.identity_since,
             },
-            "stats": {"events": 0, "gaps": 0, "duplicates": 0, "protocolErrors": 0, "incarnations": 0},
-            "last_run_id": Value::Null,
-            "last_event_at": Value::Null,
-            "last_event": Value::Null,
-            "confirmations": [],
-            "process": Value::Null,
-            "requests": [],
+            "stats": {
+                "events": self.stats.events,
+                "gaps": self.stats.gaps,
+                "duplicates": self.stats.duplicates,
+                "protocolErrors": self.stats.protocol_errors,
+                "incarnations": self.stats.incarnations,
+            },
+            "last_run_id": self.last_run_id,
+            "last_event_at": self.last_event_at,
+            "last_event": self.last_event,
+            "confirmations": self.prompts.iter().enumerate()
+                .map(|(i, p)| p.describe(&self.id, budget(i).max(MIN_PREVIEW_BYTES)))
+                .collect::<Vec<_>>(),
+            "process": self.describe_process(),
+            "requests": self.requests.iter().map(RequestRecord::describe).collect::<Vec<_>>(),
         })
     }
 }
@@ -498,6 +770,7 @@ mod tests {
             json!({}),
             "tok".into(),
             "l".into(),
+            Transcript::new(10, 1000),
         );
         let d = s.describe();
         for key in [

@@ -760,33 +760,14 @@ fn decode_process(row: &Row<'_>) -> Result<ProcessRecord, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::util::testkit::TempDir;
     use serde_json::json;
     use std::fs;
     use std::io::{Seek, SeekFrom, Write};
 
-    /// A unique scratch directory removed on drop.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(tag: &str) -> TempDir {
-            let dir = std::env::temp_dir().join(format!(
-                "simplex-hub-store-{tag}-{}-{}",
-                std::process::id(),
-                uuid::Uuid::new_v4().simple()
-            ));
-            fs::create_dir_all(&dir).unwrap();
-            TempDir(dir)
-        }
-
-        fn db(&self) -> PathBuf {
-            self.0.join("hub.db")
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
+    /// The database file inside a scratch directory.
+    fn db(dir: &TempDir) -> PathBuf {
+        dir.join("hub.db")
     }
 
     fn session(id: &str, created_at: &str) -> SessionRecord {
@@ -833,7 +814,7 @@ mod tests {
             updated_at: Some("2026-01-01T00:00:02.000Z".to_owned()),
         };
         {
-            let store = Store::open(&dir.db()).unwrap();
+            let store = Store::open(&db(&dir)).unwrap();
             assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
             store.insert_session(&a).unwrap();
             store.insert_session(&b).unwrap();
@@ -845,7 +826,7 @@ mod tests {
             assert_eq!(store.get_plan("b").unwrap(), PlanRecord::default());
             assert_eq!(store.integrity_check().unwrap(), "ok");
         }
-        let store = Store::open(&dir.db()).unwrap();
+        let store = Store::open(&db(&dir)).unwrap();
         assert_eq!(store.load_sessions().unwrap(), vec![b, a]);
         let mut procs = store.load_processes().unwrap();
         procs.sort_by(|x, y| x.session_id.cmp(&y.session_id));
@@ -867,7 +848,7 @@ mod tests {
     #[test]
     fn updates_and_upserts() {
         let dir = TempDir::new("updates");
-        let store = Store::open(&dir.db()).unwrap();
+        let store = Store::open(&db(&dir)).unwrap();
         store
             .insert_session(&session("s", "2026-01-01T00:00:00.000Z"))
             .unwrap();
@@ -908,7 +889,7 @@ mod tests {
     #[test]
     fn writes_to_missing_rows_fail() {
         let dir = TempDir::new("missing");
-        let store = Store::open(&dir.db()).unwrap();
+        let store = Store::open(&db(&dir)).unwrap();
         assert!(store.update_session_spec("nope", &json!({})).is_err());
         assert!(store.set_lifecycle_id("nope", "l").is_err());
         assert!(store.set_process_state("nope", "running").is_err());
@@ -921,7 +902,7 @@ mod tests {
     #[test]
     fn duplicate_session_is_refused() {
         let dir = TempDir::new("dup");
-        let store = Store::open(&dir.db()).unwrap();
+        let store = Store::open(&db(&dir)).unwrap();
         let s = session("dup", "2026-01-01T00:00:00.000Z");
         store.insert_session(&s).unwrap();
         let err = store.insert_session(&s).unwrap_err();
@@ -939,7 +920,7 @@ mod tests {
     #[test]
     fn delete_cascades() {
         let dir = TempDir::new("cascade");
-        let store = Store::open(&dir.db()).unwrap();
+        let store = Store::open(&db(&dir)).unwrap();
         for id in ["a", "b"] {
             store
                 .insert_session(&session(id, "2026-01-01T00:00:00.000Z"))
@@ -985,7 +966,7 @@ mod tests {
     #[test]
     fn bad_rows_are_skipped_on_load() {
         let dir = TempDir::new("badrows");
-        let store = Store::open(&dir.db()).unwrap();
+        let store = Store::open(&db(&dir)).unwrap();
         store
             .insert_session(&session("good", "2026-01-01T00:00:00.000Z"))
             .unwrap();
@@ -1025,26 +1006,26 @@ mod tests {
     #[test]
     fn file_mode_is_0600() {
         let dir = TempDir::new("mode");
-        let store = Store::open(&dir.db()).unwrap();
+        let store = Store::open(&db(&dir)).unwrap();
         store
             .insert_session(&session("m", "2026-01-01T00:00:00.000Z"))
             .unwrap();
         let mode = |p: PathBuf| fs::metadata(p).unwrap().permissions().mode() & 0o777;
-        assert_eq!(mode(dir.db()), 0o600);
-        assert_eq!(mode(dir.0.join("hub.db-wal")), 0o600);
-        assert_eq!(mode(dir.0.join("hub.db-shm")), 0o600);
+        assert_eq!(mode(db(&dir)), 0o600);
+        assert_eq!(mode(dir.join("hub.db-wal")), 0o600);
+        assert_eq!(mode(dir.join("hub.db-shm")), 0o600);
         drop(store);
 
         // An existing file with a loose mode is tightened.
-        fs::set_permissions(dir.db(), Permissions::from_mode(0o644)).unwrap();
-        let _store = Store::open(&dir.db()).unwrap();
-        assert_eq!(mode(dir.db()), 0o600);
+        fs::set_permissions(db(&dir), Permissions::from_mode(0o644)).unwrap();
+        let _store = Store::open(&db(&dir)).unwrap();
+        assert_eq!(mode(db(&dir)), 0o600);
     }
 
     #[test]
     fn pragmas_are_set() {
         let dir = TempDir::new("wal");
-        let store = Store::open(&dir.db()).unwrap();
+        let store = Store::open(&db(&dir)).unwrap();
         let q = |name: &str| -> String {
             store
                 .conn
@@ -1063,7 +1044,7 @@ mod tests {
         assert_eq!(q("busy_timeout"), "5000");
         drop(store);
         // WAL mode is persistent in the file header (bytes 18 and 19 are 2).
-        let bytes = fs::read(dir.db()).unwrap();
+        let bytes = fs::read(db(&dir)).unwrap();
         assert_eq!(&bytes[18..20], &[2, 2]);
     }
 
@@ -1071,22 +1052,22 @@ mod tests {
     fn garbage_file_is_not_a_database() {
         let dir = TempDir::new("garbage");
         let garbage: Vec<u8> = (0..8192u32).map(|i| (i * 7 + 13) as u8).collect();
-        fs::write(dir.db(), &garbage).unwrap();
-        let err = Store::open(&dir.db())
+        fs::write(db(&dir), &garbage).unwrap();
+        let err = Store::open(&db(&dir))
             .err()
             .expect("garbage must be refused");
         assert!(matches!(err, StoreError::NotADatabase { .. }), "{err:?}");
         let msg = err.to_string();
-        assert!(msg.contains(&dir.db().display().to_string()), "{msg}");
+        assert!(msg.contains(&db(&dir).display().to_string()), "{msg}");
         assert!(msg.contains("move it aside"), "{msg}");
         assert_eq!(
-            fs::read(dir.db()).unwrap(),
+            fs::read(db(&dir)).unwrap(),
             garbage,
             "file must be untouched"
         );
 
-        fs::write(dir.db(), b"hello, this is a text file\n").unwrap();
-        let err = Store::open(&dir.db()).err().expect("text must be refused");
+        fs::write(db(&dir), b"hello, this is a text file\n").unwrap();
+        let err = Store::open(&db(&dir)).err().expect("text must be refused");
         assert!(matches!(err, StoreError::NotADatabase { .. }), "{err:?}");
     }
 
@@ -1094,18 +1075,18 @@ mod tests {
     fn foreign_database_is_refused() {
         let dir = TempDir::new("foreign");
         {
-            let conn = Connection::open(dir.db()).unwrap();
+            let conn = Connection::open(db(&dir)).unwrap();
             conn.execute_batch("CREATE TABLE x (a INTEGER); INSERT INTO x VALUES (1);")
                 .unwrap();
         }
-        let before = fs::read(dir.db()).unwrap();
-        let err = Store::open(&dir.db())
+        let before = fs::read(db(&dir)).unwrap();
+        let err = Store::open(&db(&dir))
             .err()
             .expect("foreign db must be refused");
         assert!(matches!(err, StoreError::Foreign { .. }), "{err:?}");
-        assert!(err.to_string().contains(&dir.db().display().to_string()));
+        assert!(err.to_string().contains(&db(&dir).display().to_string()));
         assert_eq!(
-            fs::read(dir.db()).unwrap(),
+            fs::read(db(&dir)).unwrap(),
             before,
             "file must be untouched"
         );
@@ -1113,22 +1094,22 @@ mod tests {
         // Our application id but someone else's tables at version 0.
         let dir2 = TempDir::new("foreign2");
         {
-            let conn = Connection::open(dir2.db()).unwrap();
+            let conn = Connection::open(db(&dir2)).unwrap();
             conn.pragma_update(None, "application_id", APPLICATION_ID)
                 .unwrap();
             conn.execute_batch("CREATE TABLE x (a INTEGER);").unwrap();
         }
-        let err = Store::open(&dir2.db()).err().expect("must be refused");
+        let err = Store::open(&db(&dir2)).err().expect("must be refused");
         assert!(matches!(err, StoreError::Foreign { .. }), "{err:?}");
 
         // A hub_meta table without our application id.
         let dir3 = TempDir::new("foreign3");
         {
-            let conn = Connection::open(dir3.db()).unwrap();
+            let conn = Connection::open(db(&dir3)).unwrap();
             conn.execute_batch("CREATE TABLE hub_meta (key TEXT, value TEXT);")
                 .unwrap();
         }
-        let err = Store::open(&dir3.db()).err().expect("must be refused");
+        let err = Store::open(&db(&dir3)).err().expect("must be refused");
         assert!(matches!(err, StoreError::Foreign { .. }), "{err:?}");
     }
 
@@ -1136,12 +1117,12 @@ mod tests {
     fn newer_schema_is_refused() {
         let dir = TempDir::new("toonew");
         {
-            let conn = Connection::open(dir.db()).unwrap();
+            let conn = Connection::open(db(&dir)).unwrap();
             conn.pragma_update(None, "application_id", APPLICATION_ID)
                 .unwrap();
             conn.pragma_update(None, "user_version", 99).unwrap();
         }
-        let err = Store::open(&dir.db())
+        let err = Store::open(&db(&dir))
             .err()
             .expect("too new must be refused");
         match &err {
@@ -1154,7 +1135,7 @@ mod tests {
             other => panic!("expected TooNew, got {other:?}"),
         }
         let msg = err.to_string();
-        assert!(msg.contains("99") && msg.contains(&dir.db().display().to_string()));
+        assert!(msg.contains("99") && msg.contains(&db(&dir).display().to_string()));
     }
 
     #[test]
@@ -1162,12 +1143,12 @@ mod tests {
         // Our application id, user_version 0, no tables.
         let dir = TempDir::new("v0");
         {
-            let conn = Connection::open(dir.db()).unwrap();
+            let conn = Connection::open(db(&dir)).unwrap();
             conn.pragma_update(None, "application_id", APPLICATION_ID)
                 .unwrap();
             conn.pragma_update(None, "user_version", 0).unwrap();
         }
-        let store = Store::open(&dir.db()).unwrap();
+        let store = Store::open(&db(&dir)).unwrap();
         assert_eq!(store.schema_version().unwrap(), 1);
         store
             .insert_session(&session("x", "2026-01-01T00:00:00.000Z"))
@@ -1177,7 +1158,7 @@ mod tests {
         }
         drop(store);
         assert_eq!(
-            Store::open(&dir.db())
+            Store::open(&db(&dir))
                 .unwrap()
                 .load_sessions()
                 .unwrap()
@@ -1187,15 +1168,15 @@ mod tests {
 
         // An empty file (e.g. left by a crash before the first migration).
         let dir2 = TempDir::new("empty");
-        fs::write(dir2.db(), b"").unwrap();
-        let store = Store::open(&dir2.db()).unwrap();
+        fs::write(db(&dir2), b"").unwrap();
+        let store = Store::open(&db(&dir2)).unwrap();
         assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
     }
 
     #[test]
     fn missing_parent_directory_is_an_io_error() {
         let dir = TempDir::new("noparent");
-        let path = dir.0.join("absent").join("hub.db");
+        let path = dir.join("absent").join("hub.db");
         let err = Store::open(&path).err().expect("must fail");
         assert!(matches!(err, StoreError::Io { .. }), "{err:?}");
         assert!(err.source().is_some());
@@ -1209,7 +1190,7 @@ mod tests {
     fn corrupted_file_is_an_error_not_a_panic() {
         let dir = TempDir::new("corrupt");
         {
-            let store = Store::open(&dir.db()).unwrap();
+            let store = Store::open(&db(&dir)).unwrap();
             for i in 0..300 {
                 let mut s = session(&format!("s{i:04}"), "2026-01-01T00:00:00.000Z");
                 s.spec = json!({"blob": "x".repeat(1000), "i": i});
@@ -1217,16 +1198,16 @@ mod tests {
                 store.put_process(&process(&s.id, Some(i))).unwrap();
             }
         } // closing the last connection checkpoints the WAL into the file
-        let len = fs::metadata(dir.db()).unwrap().len();
+        let len = fs::metadata(db(&dir)).unwrap().len();
         assert!(len > 40 * 4096, "database too small to corrupt: {len}");
         {
-            let mut f = OpenOptions::new().write(true).open(dir.db()).unwrap();
+            let mut f = OpenOptions::new().write(true).open(db(&dir)).unwrap();
             let garbage: Vec<u8> = (0..20 * 4096u32).map(|i| (i * 31 + 7) as u8).collect();
             f.seek(SeekFrom::Start(len / 2 - 10 * 4096)).unwrap();
             f.write_all(&garbage).unwrap();
             f.sync_all().unwrap();
         }
-        let outcome = match Store::open(&dir.db()) {
+        let outcome = match Store::open(&db(&dir)) {
             Err(err) => {
                 assert!(
                     matches!(

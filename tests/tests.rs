@@ -9,3 +9,11 @@ mod api;
 mod cli;
 // The tiny_http fork's connection, header and deadline bounds.
 mod http_limits;
+// Worker event sockets, requests, transcript and the events file.
+mod worker_side;
+// Complete runs and confirmations with the built-in worker.
+mod worker_runs;
+// Launching, stopping, adopting and capturing real worker processes.
+mod supervisor;
+// The panel WebSocket protocol.
+mod panel;

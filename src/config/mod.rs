@@ -392,6 +392,22 @@ pub fn resolve(
     })
 }
 
+/// Test helper: `text` resolved as the file `/etc/simplex/hub.jsonc` with no
+/// overrides, cwd `/work/cwd`, home `/home/op` and every feature; panics if
+/// it does not resolve.
+#[cfg(test)]
+pub fn test_config(text: &str) -> Config {
+    resolve(
+        Some((Path::new("/etc/simplex/hub.jsonc"), text)),
+        &Overrides::default(),
+        Path::new("/work/cwd"),
+        Path::new("/home/op"),
+        Feature::ALL,
+    )
+    .unwrap()
+    .config
+}
+
 /// Strips comments, parses, and insists on a top-level object.
 fn parse_file(path: &Path, text: &str) -> Result<Value, ConfigError> {
     let json = strip_jsonc(text).map_err(|err| match err {
@@ -590,6 +606,7 @@ fn is_env_reference(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::util::testkit::TempDir;
     use serde_json::json;
     use std::os::unix::fs::PermissionsExt;
 
@@ -604,27 +621,6 @@ mod tests {
             Path::new(HOME),
             Feature::ALL,
         )
-    }
-
-    /// A unique directory under the system temp dir, removed on drop.
-    struct TempDir(PathBuf);
-
-    impl TempDir {
-        fn new(tag: &str) -> TempDir {
-            let dir = std::env::temp_dir().join(format!(
-                "simplex-hub-config-{tag}-{}-{}",
-                std::process::id(),
-                uuid::Uuid::new_v4().simple()
-            ));
-            fs::create_dir_all(&dir).unwrap();
-            TempDir(dir)
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = fs::remove_dir_all(&self.0);
-        }
     }
 
     #[test]
@@ -1002,7 +998,7 @@ mod tests {
     #[test]
     fn first_run_writes_once_private_and_round_trips() {
         let tmp = TempDir::new("first-run");
-        let data_dir = tmp.0.join("nested").join("data");
+        let data_dir = tmp.join("nested").join("data");
         let overrides = Overrides {
             data_dir: Some(data_dir.clone()),
             panel_token: Some("tok".into()),
@@ -1022,7 +1018,7 @@ mod tests {
         assert_eq!(written, data_dir.join("hub.config.jsonc"));
         let mode = |path: &Path| fs::metadata(path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&data_dir), 0o700);
-        assert_eq!(mode(&tmp.0.join("nested")), 0o700);
+        assert_eq!(mode(&tmp.join("nested")), 0o700);
         assert_eq!(mode(&written), 0o600);
         let text = fs::read_to_string(&written).unwrap();
         assert!(text.starts_with("// simplex-hub configuration"));
@@ -1057,15 +1053,16 @@ mod tests {
     #[test]
     fn load_prefers_explicit_then_jsonc_then_json_then_defaults() {
         let tmp = TempDir::new("load");
-        let data = tmp.0.join("data");
+        let data = tmp.join("data");
         fs::create_dir_all(&data).unwrap();
-        let home = tmp.0.join("home");
+        let home = tmp.join("home");
         let overrides = Overrides {
             data_dir: Some("data".into()),
             ..Overrides::default()
         };
-        let load =
-            |explicit: Option<&Path>| load_in(explicit, &overrides, &tmp.0, &home, Feature::ALL);
+        let load = |explicit: Option<&Path>| {
+            load_in(explicit, &overrides, tmp.path(), &home, Feature::ALL)
+        };
 
         assert_eq!(load(None).unwrap().source, ConfigSource::Defaults);
         fs::write(
@@ -1086,11 +1083,7 @@ mod tests {
         .unwrap();
         assert_eq!(load(None).unwrap().config.worker.threads, 4);
 
-        fs::write(
-            tmp.0.join("explicit.jsonc"),
-            r#"{"worker": {"threads": 5}}"#,
-        )
-        .unwrap();
+        fs::write(tmp.join("explicit.jsonc"), r#"{"worker": {"threads": 5}}"#).unwrap();
         let loaded = load(Some(Path::new("explicit.jsonc"))).unwrap();
         assert_eq!(loaded.config.worker.threads, 5);
         // The override still decides dataDir, against the current directory.
@@ -1111,7 +1104,7 @@ mod tests {
             r#"{"worker": {"threads": 6}}"#,
         )
         .unwrap();
-        let loaded = load_in(None, &Overrides::default(), &tmp.0, &home, Feature::ALL).unwrap();
+        let loaded = load_in(None, &Overrides::default(), tmp.path(), &home, Feature::ALL).unwrap();
         assert_eq!(loaded.config.worker.threads, 6);
     }
 

@@ -2,6 +2,8 @@
 //! (panel token required). Handlers validate, call the hub, and map its
 //! errors to stable codes; they hold no lock while doing I/O.
 
+use std::sync::Arc;
+
 use serde_json::{json, Value};
 use tiny_http::{Method, Request};
 
@@ -9,7 +11,7 @@ use super::{auth, header, read_body, url, ApiError, Reply};
 use crate::hub::{Hub, HubError};
 
 /// Routes one `/api` request to its handler.
-pub fn handle(hub: &Hub, rq: &mut Request, method: &Method, path: &str, query: &str) -> Reply {
+pub fn handle(hub: &Arc<Hub>, rq: &mut Request, method: &Method, path: &str, query: &str) -> Reply {
     match route(hub, rq, method, path, query) {
         Ok(reply) => reply,
         Err(err) => Reply::error(&err),
@@ -17,7 +19,7 @@ pub fn handle(hub: &Hub, rq: &mut Request, method: &Method, path: &str, query: &
 }
 
 fn route(
-    hub: &Hub,
+    hub: &Arc<Hub>,
     rq: &mut Request,
     method: &Method,
     path: &str,
@@ -67,6 +69,49 @@ fn route(
             Ok(Reply::json(200, &json!({"removed": id})))
         }
         (["sessions", _], _) => Err(method_not_allowed("GET, DELETE")),
+        (["sessions", id, "events"], Method::Get | Method::Head) => events(hub, id, query),
+        (["sessions", id, "input"], Method::Post) => {
+            let body = read_json_body(hub, rq)?;
+            let request_id = hub
+                .send_input(id, &body)
+                .map_err(|e| send_error(e, "input_not_sent"))?;
+            Ok(Reply::json(
+                202,
+                &json!({"accepted": "input", "session": id, "request_id": request_id}),
+            ))
+        }
+        (["sessions", id, "signal"], Method::Post) => {
+            let body = read_json_body(hub, rq)?;
+            let operation = body.get("operation").and_then(Value::as_str).unwrap_or("");
+            let run_id = body.get("run_id").and_then(Value::as_str);
+            hub.send_signal(id, operation, run_id)
+                .map_err(|e| send_error(e, "signal_not_sent"))?;
+            Ok(Reply::json(
+                202,
+                &json!({"accepted": "signal", "session": id, "operation": operation}),
+            ))
+        }
+        (["sessions", id, "confirmations", cid], Method::Post) => decide(hub, rq, id, cid),
+        (
+            ["sessions", id, action @ ("start" | "stop" | "restart" | "force-kill")],
+            Method::Post,
+        ) => worker_action(hub, rq, id, action),
+        (["sessions", id, "logs"], Method::Get | Method::Head) => logs(hub, id, query),
+        (["sessions", id, "snapshot"], Method::Get | Method::Head) => {
+            if hub.describe_session(id).is_none() {
+                return Err(unknown_session(id));
+            }
+            let snapshot = crate::supervisor::snapshot::read(id, &hub.session_dir(id));
+            Ok(Reply::json(200, &snapshot))
+        }
+        (["sessions", _, "start" | "stop" | "restart" | "force-kill"], _) => {
+            Err(method_not_allowed("POST"))
+        }
+        (["sessions", _, "logs" | "snapshot"], _) => Err(method_not_allowed("GET")),
+        (["sessions", _, "events"], _) => Err(method_not_allowed("GET")),
+        (["sessions", _, "input" | "signal"], _) | (["sessions", _, "confirmations", _], _) => {
+            Err(method_not_allowed("POST"))
+        }
         _ => Err(ApiError::new(404, "not_found", "no such API route")),
     }
 }
@@ -104,12 +149,179 @@ fn read_json_body(hub: &Hub, rq: &mut Request) -> Result<Value, ApiError> {
     Ok(value)
 }
 
+/// Most entries one `events` query returns.
+pub const MAX_EVENTS_PAGE: usize = 5000;
+
+/// `GET /api/sessions/:id/events?since=&limit=`.
+fn events(hub: &Hub, id: &str, query: &str) -> Result<Reply, ApiError> {
+    let number = |name: &str, default: u64| -> Result<u64, ApiError> {
+        match url::query_param(query, name) {
+            None => Ok(default),
+            Some(Ok(v)) if v.is_empty() => Ok(default),
+            Some(Ok(v)) => v.parse::<u64>().map_err(|_| {
+                ApiError::new(
+                    400,
+                    "bad_request",
+                    format!("{name} must be a non-negative integer"),
+                )
+            }),
+            Some(Err(err)) => Err(ApiError::new(400, "bad_request", err.to_string())),
+        }
+    };
+    let since = number("since", 0)?;
+    let limit = number("limit", MAX_EVENTS_PAGE as u64)?.clamp(1, MAX_EVENTS_PAGE as u64) as usize;
+    let (latest, entries) = hub
+        .events_since(id, since, limit)
+        .ok_or_else(|| unknown_session(id))?;
+    // Entries are already serialized JSON; splice them without re-parsing.
+    let mut body = format!(
+        "{{\"session\":{},\"since\":{since},\"latest\":{latest},\"events\":[",
+        Value::String(id.to_string())
+    );
+    for (i, entry) in entries.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(entry);
+    }
+    body.push_str("]}");
+    let mut reply = Reply::json(200, &Value::Null);
+    reply.body = body.into_bytes();
+    Ok(reply)
+}
+
+/// `POST /api/sessions/:id/{start,stop,restart,force-kill}`: 200 with the
+/// result when it succeeded, 409 with `{ok: false, error}` when refused.
+fn worker_action(
+    hub: &Arc<Hub>,
+    rq: &mut Request,
+    id: &str,
+    action: &str,
+) -> Result<Reply, ApiError> {
+    use crate::supervisor::control::{self, StopMode};
+    if hub.describe_session(id).is_none() {
+        return Err(unknown_session(id));
+    }
+    let body = if rq.body_length() == Some(0) {
+        Value::Object(Default::default())
+    } else {
+        read_json_body(hub, rq)?
+    };
+    let spec = body.get("spec");
+    let result = match action {
+        "start" => control::start(hub, id, spec).to_json(),
+        "stop" => control::stop_and_wait(hub, id, StopMode::Graceful).to_json(),
+        "force-kill" => control::stop_and_wait(hub, id, StopMode::ForceKill).to_json(),
+        _ => {
+            let (stopped, started) = control::restart(hub, id, spec);
+            match started {
+                None => {
+                    let mut v = json!({"ok": false, "error": "the stop did not end the worker"});
+                    v["stop"] = stopped.to_json();
+                    v
+                }
+                Some(started) => {
+                    let mut v = started.to_json();
+                    v["stop"] = stopped.to_json();
+                    v
+                }
+            }
+        }
+    };
+    let status = if result["ok"] == json!(true) {
+        200
+    } else {
+        409
+    };
+    Ok(Reply::json(status, &result))
+}
+
+/// `GET /api/sessions/:id/logs?limit=`: `{session, lines, dropped, log_path}`.
+fn logs(hub: &Hub, id: &str, query: &str) -> Result<Reply, ApiError> {
+    let limit = match url::query_param(query, "limit") {
+        None => 500,
+        Some(Ok(v)) => v.parse::<usize>().map_err(|_| {
+            ApiError::new(400, "bad_request", "limit must be a non-negative integer")
+        })?,
+        Some(Err(err)) => return Err(ApiError::new(400, "bad_request", err.to_string())),
+    };
+    let body = hub
+        .with_session(id, |s| {
+            let lines: Vec<Value> = s
+                .logs
+                .tail(limit)
+                .into_iter()
+                .map(|l| json!({"stream": l.stream.as_str(), "text": l.text, "at": crate::util::time::rfc3339_from_millis(l.at_ms)}))
+                .collect();
+            json!({
+                "session": id,
+                "lines": lines,
+                "dropped": s.logs.dropped(),
+                "log_path": s.process.as_ref().and_then(|p| p.log_path.clone()),
+            })
+        })
+        .ok_or_else(|| unknown_session(id))?;
+    Ok(Reply::json(200, &body))
+}
+
+/// `POST /api/sessions/:id/confirmations/:cid` `{decision, reason?}`.
+fn decide(hub: &Hub, rq: &mut Request, id: &str, cid: &str) -> Result<Reply, ApiError> {
+    let body = read_json_body(hub, rq)?;
+    let approved = match body.get("decision").and_then(Value::as_str) {
+        Some("approved") => true,
+        Some("denied") => false,
+        _ => {
+            return Err(ApiError::new(
+                400,
+                "bad_request",
+                "decision must be \"approved\" or \"denied\"",
+            ))
+        }
+    };
+    let reason = match body.get("reason") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(r)) => Some(r.as_str()),
+        Some(_) => return Err(ApiError::new(400, "bad_request", "reason must be a string")),
+    };
+    if hub.describe_session(id).is_none() {
+        return Err(unknown_session(id));
+    }
+    crate::worker::confirm::decide(hub, id, cid, approved, reason).map_err(|err| match err {
+        crate::worker::confirm::DecideError::Unknown => {
+            ApiError::new(404, "unknown_confirmation", err.to_string())
+        }
+        crate::worker::confirm::DecideError::Rejected(_) => {
+            ApiError::new(409, "confirmation_rejected", err.to_string())
+        }
+    })?;
+    Ok(Reply::json(
+        200,
+        &json!({"accepted": "confirmation", "session": id, "confirmation_id": cid}),
+    ))
+}
+
+/// Maps a send failure to its status and the given stable code.
+fn send_error(err: crate::hub::SendError, code: &'static str) -> ApiError {
+    use crate::hub::SendError;
+    match &err {
+        SendError::UnknownSession(_) => ApiError::new(404, "unknown_session", err.to_string()),
+        SendError::Invalid(_) => ApiError::new(400, code, err.to_string()),
+        SendError::NotConnected(_) | SendError::WriteFailed(_) => {
+            ApiError::new(409, code, err.to_string())
+        }
+    }
+}
+
 fn method_not_allowed(allow: &str) -> ApiError {
     ApiError::new(405, "method_not_allowed", format!("allowed: {allow}"))
 }
 
 fn unknown_session(id: &str) -> ApiError {
-    ApiError::new(404, "unknown_session", format!("no session {id:?}"))
+    ApiError::new(
+        404,
+        "unknown_session",
+        format!("no session {}", crate::worker::display::quote(id)),
+    )
 }
 
 /// Maps hub errors to their HTTP status and stable code.

@@ -6,6 +6,7 @@
 //! Handlers never hold a hub lock while reading a body or writing a
 //! response.
 
+pub mod agent;
 pub mod api;
 pub mod assets;
 pub mod auth;
@@ -67,7 +68,7 @@ impl ApiError {
 }
 
 /// Serves one request. Runs on the connection's thread.
-fn handle(hub: &Hub, mut rq: Request) {
+fn handle(hub: &Arc<Hub>, mut rq: Request) {
     let method = rq.method().clone();
     let target = rq.url().to_string();
     let (path, query) = match url::split_target(&target) {
@@ -95,8 +96,13 @@ fn handle(hub: &Hub, mut rq: Request) {
         let response = api::handle(hub, &mut rq, &method, path, query);
         return respond(rq, response);
     }
+    if path == "/panel/ws" && is_upgrade {
+        return crate::panel::service::handle(hub, rq, query);
+    }
+    if let Some(rest) = path.strip_prefix("/agent/") {
+        return agent::handle(hub, rq, rest, query, is_upgrade);
+    }
     if is_upgrade {
-        // No WebSocket route exists on this listener yet.
         return respond_error(
             rq,
             &ApiError::new(404, "not_found", "no such upgrade route"),
@@ -200,13 +206,16 @@ impl Reply {
     }
 }
 
-fn respond_error(rq: Request, err: &ApiError) {
+pub(crate) fn respond_error(rq: Request, err: &ApiError) {
     respond(rq, Reply::error(err))
 }
 
 /// Writes `reply` with the security headers every response carries.
 fn respond(rq: Request, reply: Reply) {
-    let mut response = Response::from_data(reply.body).with_status_code(reply.status);
+    // Bodies are complete in memory: always send Content-Length, never chunks.
+    let mut response = Response::from_data(reply.body)
+        .with_status_code(reply.status)
+        .with_chunked_threshold(usize::MAX);
     let mut add = |name: &str, value: &str| {
         if let Ok(h) = Header::from_bytes(name.as_bytes(), value.as_bytes()) {
             response.add_header(h);

@@ -80,7 +80,6 @@ pub fn percent_decode(raw: &str, plus_is_space: bool) -> Result<String, UrlError
 
 /// Percent-encodes everything outside the RFC 3986 unreserved set, for
 /// tokens and ids placed in URLs.
-#[allow(dead_code)] // worker endpoint URLs (worker-side issue)
 pub fn percent_encode(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for b in text.bytes() {

@@ -154,10 +154,15 @@ impl TestHub {
 }
 
 impl Drop for TestHub {
+    /// Stops the hub the way an operator would (SIGTERM: it stops its
+    /// workers first), and kills it only if it does not exit in time.
     fn drop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+            signal(self.child.id(), libc::SIGTERM);
+            if wait_exit(&mut self.child, Duration::from_secs(10)).is_none() {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+            }
         }
     }
 }
@@ -279,4 +284,178 @@ pub fn parse_response(raw: &[u8]) -> Option<Response> {
         headers,
         body,
     })
+}
+
+/// A session's worker token, read from the hub's store (as an operator
+/// configuring a hand-launched worker would).
+pub fn worker_token(data_dir: &Path, session: &str) -> String {
+    let conn = rusqlite::Connection::open(data_dir.join("hub.db")).unwrap();
+    conn.query_row("SELECT token FROM sessions WHERE id = ?1", [session], |r| {
+        r.get(0)
+    })
+    .unwrap()
+}
+
+/// A raw WebSocket client standing in for a worker, for protocol edge
+/// cases the built-in worker never produces.
+pub type Ws = tungstenite::WebSocket<TcpStream>;
+
+pub fn ws_connect(addr: SocketAddr, path_and_query: &str) -> Result<Ws, tungstenite::Error> {
+    let stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(DEADLINE)).unwrap();
+    stream.set_write_timeout(Some(DEADLINE)).unwrap();
+    let url = format!("ws://{addr}{path_and_query}");
+    tungstenite::client::client(url, stream)
+        .map(|(ws, _)| ws)
+        .map_err(|e| match e {
+            tungstenite::HandshakeError::Failure(err) => err,
+            tungstenite::HandshakeError::Interrupted(_) => {
+                tungstenite::Error::Io(std::io::ErrorKind::WouldBlock.into())
+            }
+        })
+}
+
+/// Status code of a refused WebSocket upgrade.
+pub fn ws_refusal(addr: SocketAddr, path_and_query: &str) -> u16 {
+    match ws_connect(addr, path_and_query) {
+        Err(tungstenite::Error::Http(res)) => res.status().as_u16(),
+        Err(other) => panic!("unexpected error: {other}"),
+        Ok(_) => panic!("upgrade to {path_and_query} was accepted"),
+    }
+}
+
+/// Reads text frames until one satisfies `pred`; returns it.
+pub fn ws_read_until(
+    ws: &mut Ws,
+    mut pred: impl FnMut(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let end = Instant::now() + DEADLINE;
+    loop {
+        assert!(Instant::now() < end, "no matching frame in time");
+        match ws.read() {
+            Ok(tungstenite::Message::Text(t)) => {
+                let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+                if pred(&v) {
+                    return v;
+                }
+            }
+            Ok(_) => {}
+            Err(e) => panic!("socket error while waiting: {e}"),
+        }
+    }
+}
+
+/// Reads until the peer closes; returns the close code seen, if any.
+pub fn ws_close_code(ws: &mut Ws) -> Option<u16> {
+    let end = Instant::now() + DEADLINE;
+    while Instant::now() < end {
+        match ws.read() {
+            Ok(tungstenite::Message::Close(frame)) => return frame.map(|f| u16::from(f.code)),
+            Ok(_) => {}
+            Err(_) => return None,
+        }
+    }
+    None
+}
+
+/// A worker event envelope as a worker would send it.
+pub fn envelope(
+    session: &str,
+    worker: &str,
+    seq: u64,
+    event: &str,
+    data: serde_json::Value,
+) -> String {
+    serde_json::json!({
+        "type": "event", "event": event, "session_id": session, "worker_id": worker,
+        "request_id": "", "run_id": "", "sequence": seq, "data": data,
+    })
+    .to_string()
+}
+
+pub fn send_text(ws: &mut Ws, text: String) {
+    ws.send(tungstenite::Message::Text(text.into())).unwrap();
+}
+
+/// Starts the built-in worker by hand for `session`, with the generated
+/// configuration a hub would write (the supervisor does this itself).
+pub fn spawn_mock_worker(hub: &TestHub, session: &str, model: &str) -> Child {
+    let token = worker_token(&hub.data_dir, session);
+    let root = hub.data_dir.join("sessions").join(session);
+    let config = serde_json::json!({
+        "client": {
+            "endpoint": format!("ws://{}/agent/{session}/events?token={token}", hub.addr),
+            "transport": {"initial_backoff_ms": 50, "max_backoff_ms": 500},
+        },
+        "security": {"confirmation": {
+            "endpoint": format!("ws://{}/agent/{session}/confirm?token={token}", hub.addr),
+            "timeout_ms": 60000,
+        }},
+        "worker": {"max_exchanges": 16, "event_capacity": 1024, "environment": {"workspace": ""}},
+        "persistence": {"enabled": true, "directory": root, "state": "state", "memory": "memory",
+                        "restore": "if_present", "readable": false},
+        "providers": {"mock": {"plugin": "deepseek", "model": model}},
+        "driver_model": "mock",
+    });
+    std::fs::create_dir_all(root.join("config")).unwrap();
+    let path = root.join("config").join("config.yaml");
+    std::fs::write(&path, config.to_string()).unwrap();
+    Command::new(BIN)
+        .args([
+            "mock-worker",
+            "--config",
+            path.to_str().unwrap(),
+            "--session",
+            session,
+        ])
+        .current_dir(&root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn mock worker")
+}
+
+/// Polls `GET /api/sessions/<id>` until `pred` holds; returns the session.
+pub fn wait_session(
+    hub: &TestHub,
+    session: &str,
+    mut pred: impl FnMut(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let mut last = serde_json::Value::Null;
+    let ok = wait_until(DEADLINE, || {
+        last = hub.get(&format!("/api/sessions/{session}")).json()["session"].clone();
+        pred(&last)
+    });
+    assert!(ok, "session never reached the expected state: {last:#}");
+    last
+}
+
+/// Polls the transcript until an event satisfies `pred`; returns it.
+pub fn wait_event(
+    hub: &TestHub,
+    session: &str,
+    mut pred: impl FnMut(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let mut found = serde_json::Value::Null;
+    let ok = wait_until(DEADLINE, || {
+        let events = hub.get(&format!("/api/sessions/{session}/events")).json()["events"].clone();
+        match events.as_array().unwrap().iter().find(|e| pred(e)) {
+            Some(e) => {
+                found = e.clone();
+                true
+            }
+            None => false,
+        }
+    });
+    assert!(
+        ok,
+        "no matching event; transcript: {:#}",
+        hub.get(&format!("/api/sessions/{session}/events")).json()
+    );
+    found
+}
+
+pub fn post(hub: &TestHub, path: &str, body: serde_json::Value) -> Response {
+    hub.request("POST", path, &[], body.to_string().as_bytes())
 }

@@ -1,0 +1,138 @@
+//! Worker-facing routes on the main listener: `/agent/<id>/events` and
+//! `/agent/<id>/confirm`. Checks the session and its worker token, performs
+//! the WebSocket upgrade and starts the socket's own thread. A panel token
+//! never works here.
+
+use std::sync::Arc;
+
+use tiny_http::Request;
+
+use super::{auth, url, ApiError};
+use crate::hub::Hub;
+use crate::session;
+use crate::worker::{confirm, events};
+use crate::ws;
+
+/// Stack of a worker socket thread: it parses JSON frames of bounded depth.
+const SOCKET_STACK: usize = 256 * 1024;
+
+/// Which worker socket a path names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Events,
+    Confirm,
+}
+
+/// Parses `<id>/events` or `<id>/confirm` (the part after `/agent/`).
+pub fn parse_path(rest: &str) -> Option<(String, Kind)> {
+    let (raw_id, tail) = rest.split_once('/')?;
+    let kind = match tail {
+        "events" => Kind::Events,
+        "confirm" => Kind::Confirm,
+        _ => return None,
+    };
+    let id = url::percent_decode(raw_id, false).ok()?;
+    session::is_valid_id(&id).then_some((id, kind))
+}
+
+/// Serves an `/agent/...` request: 404 unless it is an upgrade to a known
+/// session's socket, 401 for a missing or wrong worker token.
+pub fn handle(hub: &Arc<Hub>, rq: Request, rest: &str, query: &str, is_upgrade: bool) {
+    if let Err((rq, err)) = upgrade(hub, rq, rest, query, is_upgrade) {
+        super::respond_error(rq, &err);
+    }
+}
+
+/// Checks and upgrades; a refusal hands the request back with its error.
+#[allow(clippy::result_large_err)] // the request is moved back, never copied
+fn upgrade(
+    hub: &Arc<Hub>,
+    rq: Request,
+    rest: &str,
+    query: &str,
+    is_upgrade: bool,
+) -> Result<(), (Request, ApiError)> {
+    let not_found = || ApiError::new(404, "not_found", "no such worker route");
+    let Some((id, kind)) = parse_path(rest) else {
+        return Err((rq, not_found()));
+    };
+    if !is_upgrade {
+        return Err((rq, not_found()));
+    }
+    let Some(expected) = hub.session_token(&id) else {
+        return Err((rq, ApiError::new(404, "unknown_session", "no such session")));
+    };
+    let presented = match url::query_param(query, "token") {
+        Some(Ok(token)) => token,
+        _ => String::new(),
+    };
+    if !auth::constant_time_eq(presented.as_bytes(), expected.as_bytes()) {
+        return Err((
+            rq,
+            ApiError::new(401, "unauthorized", "missing or wrong worker token"),
+        ));
+    }
+    if hub.is_shutting_down() {
+        return Err((
+            rq,
+            ApiError::new(503, "shutting_down", "the hub is shutting down"),
+        ));
+    }
+    let accept_key = match ws::check_upgrade(&rq) {
+        Ok(key) => key,
+        Err(err) => return Err((rq, err)),
+    };
+    let max = match kind {
+        Kind::Events => hub.config.limits.max_message_bytes,
+        Kind::Confirm => hub
+            .config
+            .limits
+            .max_message_bytes
+            .min(confirm::MAX_FRAME_BYTES),
+    };
+    let accepted = match ws::accept(rq, &accept_key, max) {
+        Ok(accepted) => accepted,
+        Err(err) => {
+            log::debug!("session {id}: upgrade failed: {err}");
+            return Ok(());
+        }
+    };
+    let hub = hub.clone();
+    let name = match kind {
+        Kind::Events => "worker-events",
+        Kind::Confirm => "worker-confirm",
+    };
+    let spawned = std::thread::Builder::new()
+        .name(name.into())
+        .stack_size(SOCKET_STACK)
+        .spawn(move || match kind {
+            Kind::Events => events::run(hub, id, accepted),
+            Kind::Confirm => confirm::run(hub, id, accepted),
+        });
+    if let Err(err) = spawned {
+        log::error!("cannot start a worker socket thread: {err}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_worker_paths() {
+        assert_eq!(
+            parse_path("demo/events"),
+            Some(("demo".into(), Kind::Events))
+        );
+        assert_eq!(
+            parse_path("demo/confirm"),
+            Some(("demo".into(), Kind::Confirm))
+        );
+        assert_eq!(parse_path("demo/tools"), None);
+        assert_eq!(parse_path("bad%2Fid/events"), None);
+        assert_eq!(parse_path("../etc/events"), None);
+        assert_eq!(parse_path("demo/events/x"), None);
+        assert_eq!(parse_path("demo"), None);
+    }
+}

@@ -1,0 +1,7 @@
+//! The panel WebSocket protocol v1: pure message handling in `protocol`;
+//! connections and fan-out elsewhere (`conn`: one connection's budgeted
+//! writer; `service`: the `/panel/ws` route, dispatch, replay and fan-out).
+
+pub mod conn;
+pub mod protocol;
+pub mod service;

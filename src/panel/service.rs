@@ -1,0 +1,823 @@
+//! The panel socket service: `/panel/ws` upgrade checks, the welcome, the
+//! reader loop that dispatches client messages, subscription replay (legacy
+//! single frame or paged), and the fan-out of hub notifications.
+//!
+//! Each connection has a reader thread (this module) and a writer thread
+//! (`conn`). Broadcast frames are serialized and encoded once and shared by
+//! every recipient. Slow work (worker stop ladders) runs off the reader.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+use tiny_http::Request;
+use tungstenite::{Error as WsError, Message};
+
+use super::conn::{self, Encoded, PanelConn, Subscription};
+use super::protocol::{self, ClientMsg, Paging};
+use crate::http::{self, auth, url, ApiError};
+use crate::hub::{Hub, Note};
+use crate::supervisor::control::{self, StopMode};
+use crate::ws;
+
+/// Largest client message (panel input is bounded by the payload rules; a
+/// message is small unless it carries content parts).
+pub const MAX_CLIENT_MESSAGE: usize = 4 * 1024 * 1024;
+
+/// Transcript entries one replay step reads under the session lock.
+const REPLAY_BATCH: usize = 2048;
+
+/// Handles `GET /panel/ws`: token, Origin, then the upgrade and the two
+/// connection threads.
+pub fn handle(hub: &Arc<Hub>, rq: Request, query: &str) {
+    if let Err(err) = check(hub, &rq, query) {
+        return http::respond_error(rq, &err);
+    }
+    let key = match ws::check_upgrade(&rq) {
+        Ok(key) => key,
+        Err(err) => return http::respond_error(rq, &err),
+    };
+    let accepted = match ws::accept(rq, &key, MAX_CLIENT_MESSAGE) {
+        Ok(accepted) => accepted,
+        Err(err) => {
+            log::debug!("panel upgrade failed: {err}");
+            return;
+        }
+    };
+    let ws::Accepted { socket, writer } = accepted;
+    let id = hub.register_socket(writer.clone());
+    let (panel, rx) = PanelConn::new(id, writer);
+    hub.add_panel(panel.clone());
+    let writer_panel = panel.clone();
+    let spawned = std::thread::Builder::new()
+        .name("panel-writer".into())
+        .stack_size(128 * 1024)
+        .spawn(move || writer_panel.write_loop(rx));
+    if spawned.is_err() {
+        panel.terminate();
+    }
+    let hub = hub.clone();
+    let reader = std::thread::Builder::new()
+        .name("panel-reader".into())
+        .stack_size(256 * 1024)
+        .spawn(move || {
+            read_loop(&hub, &panel, socket);
+            panel.terminate();
+            hub.remove_panel(panel.id);
+            hub.unregister_socket(panel.id);
+        });
+    if let Err(err) = reader {
+        log::error!("cannot start a panel reader: {err}");
+    }
+}
+
+/// Panel token (query, bearer or cookie) and Origin: an Origin that is
+/// present must name the same host as the request.
+fn check(hub: &Hub, rq: &Request, query: &str) -> Result<(), ApiError> {
+    let presented = auth::Presented {
+        query,
+        authorization: http::header(rq, "Authorization"),
+        cookie: http::header(rq, "Cookie"),
+    };
+    if !auth::panel_authorized(&hub.config.panel.token, &presented) {
+        return Err(ApiError::new(
+            401,
+            "unauthorized",
+            "missing or wrong panel token",
+        ));
+    }
+    if let Some(origin) = http::header(rq, "Origin") {
+        let host = http::header(rq, "Host").unwrap_or("");
+        if !origin_matches(origin, host) {
+            return Err(ApiError::new(
+                403,
+                "forbidden_origin",
+                "cross-origin upgrade refused",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `origin` (`scheme://host[:port]`) names `host` (`host[:port]`).
+pub fn origin_matches(origin: &str, host: &str) -> bool {
+    let Some((scheme, rest)) = origin.split_once("://") else {
+        return false;
+    };
+    if !matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https") || rest.contains('/') {
+        return false;
+    }
+    let (Ok(o), Ok(h)) = (url::parse_host(rest), url::parse_host(host)) else {
+        return false;
+    };
+    let default = if scheme.eq_ignore_ascii_case("https") {
+        443
+    } else {
+        80
+    };
+    o.host == h.host && o.port.unwrap_or(default) == h.port.unwrap_or(default)
+}
+
+fn read_loop(
+    hub: &Arc<Hub>,
+    panel: &Arc<PanelConn>,
+    mut socket: tungstenite::WebSocket<ws::SplitStream>,
+) {
+    send(
+        panel,
+        &protocol::welcome(hub.panel_info(), hub.describe_sessions_for_panel()),
+    );
+    loop {
+        let message = match socket.read() {
+            Ok(message) => message,
+            Err(WsError::Capacity(_)) => {
+                reply_error(panel, "bad_message", "message too large", None);
+                break;
+            }
+            Err(_) => break,
+        };
+        match message {
+            Message::Text(text) => {
+                let text = text.as_str();
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    dispatch(hub, panel, text);
+                }));
+                if outcome.is_err() {
+                    log::error!("panel {}: handler failed on a message", panel.id);
+                    reply_error(
+                        panel,
+                        "internal_error",
+                        "the hub failed to process the message",
+                        None,
+                    );
+                }
+            }
+            Message::Binary(_) => reply_error(
+                panel,
+                "binary_not_supported",
+                "panel messages must be text",
+                None,
+            ),
+            _ => {}
+        }
+        if panel.is_dead() {
+            break;
+        }
+    }
+}
+
+fn send(panel: &PanelConn, value: &Value) -> bool {
+    panel.send_text(&value.to_string())
+}
+
+fn reply_error(panel: &PanelConn, code: &str, message: &str, request_id: Option<&str>) {
+    let request = request_id.map(|id| json!({"request_id": id}));
+    send(panel, &protocol::error(code, message, request));
+}
+
+/// Parses and handles one client message.
+fn dispatch(hub: &Arc<Hub>, panel: &Arc<PanelConn>, text: &str) {
+    let msg = match protocol::parse_client(text) {
+        Ok(msg) => msg,
+        Err((err, request_id)) => {
+            return reply_error(panel, err.code, &err.message, request_id.as_deref());
+        }
+    };
+    let known = |id: &str| -> bool {
+        if hub.describe_session(id).is_some() {
+            true
+        } else {
+            reply_error(
+                panel,
+                "unknown_session",
+                &format!("no session {}", crate::worker::display::quote(id)),
+                None,
+            );
+            false
+        }
+    };
+    match msg {
+        ClientMsg::Ping => {
+            send(panel, &protocol::pong(&crate::util::time::now_rfc3339()));
+        }
+        ClientMsg::ListSessions => {
+            send(
+                panel,
+                &protocol::sessions(hub.describe_sessions_for_panel()),
+            );
+        }
+        ClientMsg::Unknown { .. } => {}
+        ClientMsg::Subscribe {
+            session,
+            since,
+            paged,
+            replace,
+            request_id,
+        } => {
+            if known(&session) {
+                subscribe(hub, panel, &session, since, paged, replace, request_id);
+            }
+        }
+        ClientMsg::Unsubscribe { session } => {
+            panel.subs().remove(&session);
+        }
+        ClientMsg::CreateSession { session, spec } => {
+            match hub.create_session(&session, spec.as_ref()) {
+                Ok(desc) => {
+                    send(panel, &protocol::created(desc.clone()));
+                    hub.notify(Note::SessionChanged { session });
+                }
+                Err(err) => {
+                    let code = crate::http::api::hub_error(err).code;
+                    reply_error(
+                        panel,
+                        code,
+                        &format!("cannot create {}", crate::worker::display::quote(&session)),
+                        None,
+                    )
+                }
+            }
+        }
+        ClientMsg::DeleteSession { session } => match hub.delete_session(&session) {
+            Ok(()) => hub.notify(Note::SessionRemoved { session }),
+            Err(err) => {
+                let api = crate::http::api::hub_error(err);
+                reply_error(panel, api.code, &api.message, None)
+            }
+        },
+        ClientMsg::Worker {
+            session,
+            action,
+            spec,
+        } => {
+            if known(&session) {
+                worker_action(hub, panel, session, action, spec);
+            }
+        }
+        ClientMsg::Input { session, input } => {
+            let request_id = input
+                .get("request_id")
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            send_input(hub, panel, &session, "input", &input, request_id.as_deref());
+        }
+        ClientMsg::History {
+            session,
+            request_id,
+            start,
+            step,
+            limit,
+        } => {
+            let mut input = json!({"operation": "history"});
+            for (key, value) in [("start", start), ("step", step), ("limit", limit)] {
+                if let Some(value) = value {
+                    input[key] = value;
+                }
+            }
+            if let Some(id) = &request_id {
+                input["request_id"] = json!(id);
+            }
+            send_input(
+                hub,
+                panel,
+                &session,
+                "history",
+                &input,
+                request_id.as_deref(),
+            );
+        }
+        ClientMsg::Signal {
+            session,
+            operation,
+            run_id,
+        } => match hub.send_signal(&session, &operation, run_id.as_deref()) {
+            Ok(()) => {
+                send(
+                    panel,
+                    &protocol::accepted(
+                        "signal",
+                        Some(&session),
+                        json!({"operation": operation}),
+                        None,
+                    ),
+                );
+            }
+            Err(err) => reply_error(
+                panel,
+                send_code(&err, "signal_not_sent"),
+                &err.to_string(),
+                None,
+            ),
+        },
+        ClientMsg::Confirmation {
+            session,
+            confirmation_id,
+            decision,
+            reason,
+            request_id,
+        } => {
+            let approved = matches!(decision, protocol::Decision::Approved);
+            match crate::worker::confirm::decide(
+                hub,
+                &session,
+                &confirmation_id,
+                approved,
+                reason.as_deref(),
+            ) {
+                Ok(()) => {
+                    send(
+                        panel,
+                        &protocol::accepted(
+                            "confirmation",
+                            Some(&session),
+                            json!({"confirmation_id": confirmation_id}),
+                            request_id.as_deref(),
+                        ),
+                    );
+                }
+                Err(err) => {
+                    let code = match err {
+                        crate::worker::confirm::DecideError::Unknown => "unknown_confirmation",
+                        crate::worker::confirm::DecideError::Rejected(_) => "confirmation_rejected",
+                    };
+                    let request =
+                        json!({"confirmation_id": confirmation_id, "request_id": request_id});
+                    send(
+                        panel,
+                        &protocol::error(code, &err.to_string(), Some(request)),
+                    );
+                }
+            }
+        }
+        ClientMsg::Logs { session, limit } => {
+            let lines = limit.map_or(protocol::MAX_LOG_LINES, |l| {
+                (l as usize).min(protocol::MAX_LOG_LINES)
+            });
+            let reply = hub.with_session(&session, |s| {
+                let (lines, omitted) = crate::util::log_ring::panel_tail(
+                    &s.logs,
+                    lines,
+                    protocol::LOG_TAIL_BYTES,
+                    protocol::LOG_LINE_PREVIEW,
+                );
+                protocol::logs(&session, lines, s.logs.dropped(), omitted)
+            });
+            match reply {
+                Some(reply) => {
+                    send(panel, &reply);
+                }
+                None => reply_error(
+                    panel,
+                    "unknown_session",
+                    &format!("no session {}", crate::worker::display::quote(&session)),
+                    None,
+                ),
+            }
+        }
+        ClientMsg::StatusSnapshot { session, since } => {
+            let built = hub.with_session(&session, |s| {
+                let entries: Vec<Arc<str>> = s
+                    .transcript
+                    .since(since, usize::MAX)
+                    .into_iter()
+                    .map(|e| e.json)
+                    .collect();
+                protocol::snapshot(&session, s.describe(), &entries)
+            });
+            match built {
+                Some(frame) if protocol::wire_cost(frame.len()) <= protocol::FRAME_CEILING => {
+                    panel.send_text(&frame);
+                }
+                Some(_) => reply_error(
+                    panel,
+                    "display_snapshot_too_large",
+                    "the snapshot does not fit one frame; use paged subscribe or the events API",
+                    None,
+                ),
+                None => reply_error(
+                    panel,
+                    "unknown_session",
+                    &format!("no session {}", crate::worker::display::quote(&session)),
+                    None,
+                ),
+            }
+        }
+        ClientMsg::SubagentPolicy { .. } => reply_error(
+            panel,
+            "invalid_policy",
+            "safety policy operations require a headless session",
+            None,
+        ),
+    }
+}
+
+/// Sends an input (or history query) and answers `accepted` with its
+/// request id, or `input_not_sent`.
+fn send_input(
+    hub: &Hub,
+    panel: &PanelConn,
+    session: &str,
+    action: &str,
+    input: &Value,
+    request_id: Option<&str>,
+) {
+    match hub.send_input(session, input) {
+        Ok(id) => {
+            let extra = json!({"request_id": id});
+            send(
+                panel,
+                &protocol::accepted(action, Some(session), extra, Some(&id)),
+            );
+        }
+        Err(err) => reply_error(
+            panel,
+            send_code(&err, "input_not_sent"),
+            &err.to_string(),
+            request_id,
+        ),
+    }
+}
+
+fn send_code(err: &crate::hub::SendError, code: &'static str) -> &'static str {
+    match err {
+        crate::hub::SendError::UnknownSession(_) => "unknown_session",
+        _ => code,
+    }
+}
+
+/// Worker actions run on their own thread: a stop may take the whole
+/// ladder, and the reader must keep serving meanwhile.
+fn worker_action(
+    hub: &Arc<Hub>,
+    panel: &Arc<PanelConn>,
+    session: String,
+    action: protocol::WorkerAction,
+    spec: Option<Value>,
+) {
+    let hub = hub.clone();
+    let reply_to = panel.clone();
+    let panel = panel.clone();
+    let spawned = std::thread::Builder::new()
+        .name("panel-action".into())
+        .stack_size(128 * 1024)
+        .spawn(move || {
+            let name = action.as_str();
+            let result = match action {
+                protocol::WorkerAction::Start => {
+                    control::start(&hub, &session, spec.as_ref()).to_json()
+                }
+                protocol::WorkerAction::Stop => {
+                    control::stop_and_wait(&hub, &session, StopMode::Graceful).to_json()
+                }
+                protocol::WorkerAction::ForceKill => {
+                    control::stop_and_wait(&hub, &session, StopMode::ForceKill).to_json()
+                }
+                protocol::WorkerAction::Restart => {
+                    let (stopped, started) = control::restart(&hub, &session, spec.as_ref());
+                    let mut v = started.map_or(
+                        json!({"ok": false, "error": "the stop did not end the worker"}),
+                        |s| s.to_json(),
+                    );
+                    v["stop"] = stopped.to_json();
+                    v
+                }
+            };
+            if result["ok"] == json!(true) {
+                send(
+                    &panel,
+                    &protocol::accepted(name, Some(&session), json!({"result": result}), None),
+                );
+            } else {
+                let message = result["error"]
+                    .as_str()
+                    .unwrap_or("the action failed")
+                    .to_string();
+                send(
+                    &panel,
+                    &protocol::error(
+                        "worker_action_failed",
+                        &message,
+                        Some(json!({"action": name, "session": session, "result": result})),
+                    ),
+                );
+            }
+        });
+    if let Err(err) = spawned {
+        reply_error(
+            &reply_to,
+            "worker_action_failed",
+            &format!("cannot start the action: {err}"),
+            None,
+        );
+    }
+}
+
+/// Starts a subscription: legacy (one frame) or paged replay.
+fn subscribe(
+    hub: &Arc<Hub>,
+    panel: &Arc<PanelConn>,
+    session: &str,
+    since: u64,
+    paged: bool,
+    replace: bool,
+    request_id: Option<String>,
+) {
+    let generation = {
+        let mut subs = panel.subs();
+        let generation = subs.get(session).map_or(0, |s| s.generation + 1);
+        subs.insert(
+            session.to_string(),
+            Subscription {
+                live: false,
+                cursor: since,
+                generation,
+                request_id: request_id.clone(),
+            },
+        );
+        generation
+    };
+    if !paged {
+        return legacy_subscribe(hub, panel, session, since, request_id);
+    }
+    replay_step(
+        hub.clone(),
+        panel.clone(),
+        session.to_string(),
+        generation,
+        replace,
+    );
+}
+
+fn legacy_subscribe(
+    hub: &Hub,
+    panel: &PanelConn,
+    session: &str,
+    since: u64,
+    request_id: Option<String>,
+) {
+    // The plan comes from the store, read before taking the session lock.
+    let plan = hub.plan_value(session);
+    // Under the session lock: the entries after `since`, and the cursor
+    // moves to the end so later live events continue from there.
+    let built = hub.with_session(session, |s| {
+        let entries: Vec<Arc<str>> = s
+            .transcript
+            .since(since, usize::MAX)
+            .into_iter()
+            .map(|e| e.json)
+            .collect();
+        let latest = s.transcript.latest().max(since);
+        let logs = logs_value(s);
+        let frame = protocol::subscribed(
+            session,
+            &entries,
+            logs,
+            latest,
+            &hub.epoch,
+            plan,
+            None,
+            request_id.as_deref(),
+            s.describe(),
+        );
+        let mut subs = panel.subs();
+        if let Some(sub) = subs.get_mut(session) {
+            sub.cursor = latest;
+            sub.live = true;
+        }
+        frame
+    });
+    let Some(frame) = built else { return };
+    if protocol::wire_cost(frame.len()) > protocol::FRAME_CEILING {
+        panel.subs().remove(session);
+        return reply_error(
+            panel,
+            "display_snapshot_too_large",
+            "the transcript does not fit one frame; subscribe with paged: true or a narrower since",
+            request_id.as_deref(),
+        );
+    }
+    panel.send_text(&frame);
+}
+
+fn logs_value(s: &crate::session::Session) -> Value {
+    let (lines, omitted) = crate::util::log_ring::panel_tail(
+        &s.logs,
+        protocol::MAX_LOG_LINES,
+        protocol::LOG_TAIL_BYTES,
+        protocol::LOG_LINE_PREVIEW,
+    );
+    json!({"lines": lines, "dropped": s.logs.dropped(), "omitted": omitted})
+}
+
+/// Sends the next replay page, then schedules the following one after the
+/// page has been written. The final frame (empty, `replay_more: false`) is
+/// built under the session lock together with switching to live delivery,
+/// so no event can slip between replay and live.
+fn replay_step(
+    hub: Arc<Hub>,
+    panel: Arc<PanelConn>,
+    session: String,
+    generation: u64,
+    first: bool,
+) {
+    if panel.is_dead() {
+        return;
+    }
+    let plan = hub.plan_value(&session);
+    let step = hub.with_session(&session, |s| {
+        let mut subs = panel.subs();
+        let sub = subs
+            .get_mut(&session)
+            .filter(|sub| sub.generation == generation)?;
+        let entries: Vec<Arc<str>> = s
+            .transcript
+            .since(sub.cursor, REPLAY_BATCH)
+            .into_iter()
+            .map(|e| e.json)
+            .collect();
+        let request_id = sub.request_id.clone();
+        if entries.is_empty() {
+            sub.live = true;
+            let frame = protocol::subscribed(
+                &session,
+                &[],
+                logs_value(s),
+                sub.cursor,
+                &hub.epoch,
+                plan,
+                Some(Paging {
+                    replay_more: false,
+                    replay_reset: first,
+                }),
+                request_id.as_deref(),
+                s.describe(),
+            );
+            return Some((frame, false));
+        }
+        let seqs: Vec<u64> = s
+            .transcript
+            .since(sub.cursor, entries.len())
+            .iter()
+            .map(|e| e.hub_sequence)
+            .collect();
+        let overhead = protocol::subscribed(
+            &session,
+            &[],
+            Value::Null,
+            u64::MAX,
+            &hub.epoch,
+            Value::Null,
+            Some(Paging {
+                replay_more: true,
+                replay_reset: first,
+            }),
+            request_id.as_deref(),
+            Value::Null,
+        )
+        .len();
+        let lens: Vec<usize> = entries.iter().map(|e| e.len()).collect();
+        let pages = protocol::plan_pages(&lens, overhead);
+        let range = pages.first()?.clone();
+        let last_seq = seqs[range.end - 1];
+        let frame = protocol::subscribed(
+            &session,
+            &entries[range],
+            Value::Null,
+            last_seq,
+            &hub.epoch,
+            Value::Null,
+            Some(Paging {
+                replay_more: true,
+                replay_reset: first,
+            }),
+            request_id.as_deref(),
+            Value::Null,
+        );
+        sub.cursor = last_seq;
+        Some((frame, true))
+    });
+    let Some(Some((frame, more))) = step else {
+        return;
+    };
+    if protocol::wire_cost(frame.len()) > protocol::OUTBOUND_BUDGET {
+        reply_error(
+            &panel,
+            "display_snapshot_too_large",
+            "a transcript entry exceeds the outbound budget",
+            None,
+        );
+        panel.subs().remove(&session);
+        return;
+    }
+    if !panel.send_text(&frame) || !more {
+        return;
+    }
+    let next_panel = panel.clone();
+    panel.after_writes(Box::new(move || {
+        replay_step(hub, next_panel, session, generation, false);
+    }));
+}
+
+/// Delivers a hub notification to the panels that should see it.
+pub fn fan_out(hub: &Hub, note: &Note) {
+    let panels = hub.panels();
+    if panels.is_empty() {
+        return;
+    }
+    match note {
+        Note::Event {
+            session,
+            hub_seq,
+            json,
+        } => {
+            let frame = conn::encode(&protocol::event_frame(session, *hub_seq, json));
+            for panel in &panels {
+                deliver_event(panel, session, *hub_seq, &frame);
+            }
+        }
+        Note::Confirmation {
+            session,
+            open,
+            confirmation,
+            outcome,
+        } => {
+            let frame = conn::encode(
+                &protocol::confirmation(session, *open, confirmation.clone(), outcome.clone())
+                    .to_string(),
+            );
+            for panel in &panels {
+                panel.send_frame(frame.clone());
+            }
+            broadcast_session(hub, &panels, session);
+        }
+        Note::Connection {
+            session,
+            connected,
+            replaced,
+        } => {
+            let identity = hub
+                .with_session(session, |s| s.describe()["identity"].clone())
+                .unwrap_or(Value::Null);
+            let mut msg = protocol::connection(session, *connected, identity);
+            // A superseding connection is a replacement, not a disconnect.
+            msg["replaced"] = json!(replaced);
+            let frame = conn::encode(&msg.to_string());
+            to_subscribers(&panels, session, &frame);
+            broadcast_session(hub, &panels, session);
+        }
+        Note::Process { session, process } => {
+            let frame = conn::encode(&protocol::process(session, process.clone()).to_string());
+            to_subscribers(&panels, session, &frame);
+            broadcast_session(hub, &panels, session);
+        }
+        Note::Request { session, request } => {
+            let frame = conn::encode(&protocol::request(session, request.clone()).to_string());
+            to_subscribers(&panels, session, &frame);
+        }
+        Note::SessionChanged { session } => broadcast_session(hub, &panels, session),
+        Note::SessionRemoved { session } => {
+            let frame = conn::encode(&protocol::session_removed(session).to_string());
+            for panel in &panels {
+                panel.subs().remove(session);
+                panel.send_frame(frame.clone());
+            }
+        }
+    }
+}
+
+fn deliver_event(panel: &PanelConn, session: &str, hub_seq: Option<u64>, frame: &Encoded) {
+    let send = {
+        let mut subs = panel.subs();
+        match subs.get_mut(session) {
+            Some(sub) if sub.live => match hub_seq {
+                Some(seq) if seq > sub.cursor => {
+                    sub.cursor = seq;
+                    true
+                }
+                Some(_) => false,
+                None => true,
+            },
+            _ => false,
+        }
+    };
+    if send {
+        panel.send_frame(frame.clone());
+    }
+}
+
+fn to_subscribers(panels: &[Arc<PanelConn>], session: &str, frame: &Encoded) {
+    for panel in panels {
+        if panel.subs().contains_key(session) {
+            panel.send_frame(frame.clone());
+        }
+    }
+}
+
+fn broadcast_session(hub: &Hub, panels: &[Arc<PanelConn>], session: &str) {
+    let Some(desc) = hub.describe_session_for_panel(session) else {
+        return;
+    };
+    let frame = conn::encode(&protocol::session(desc).to_string());
+    for panel in panels {
+        panel.send_frame(frame.clone());
+    }
+}

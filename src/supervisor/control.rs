@@ -1,0 +1,583 @@
+//! Starting and stopping workers. A start renders the worker's
+//! configuration, spawns it in its own process group, pins the incarnation
+//! (pidfd + `/proc` start time) and records it durably. A stop climbs the
+//! protocol-first ladder on a thread of its own, waiting on the pidfd, so
+//! no request or panel thread sleeps through the deadlines.
+//!
+//! Threads per running worker: one waiter (blocks in `wait()`), two pipe
+//! readers (see `capture`). Each stop has one ladder thread. Signals only
+//! ever go through the pinned incarnation.
+
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::process::{ProcState, ProcessInfo};
+use super::sys::{self, Identity, Pinned};
+use super::{capture, launch, render};
+use crate::hub::{Hub, Note};
+use crate::store::ProcessRecord;
+use crate::util::{fsutil, time};
+
+/// How a stop is carried out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopMode {
+    /// Protocol shutdown, then SIGTERM, then SIGKILL.
+    Graceful,
+    /// SIGKILL to the whole process group at once.
+    ForceKill,
+}
+
+/// Outcome of a stop: `{ok, how, forced}`.
+#[derive(Debug, Clone)]
+pub struct StopResult {
+    pub ok: bool,
+    pub how: &'static str,
+    pub forced: bool,
+    pub error: Option<String>,
+}
+
+impl StopResult {
+    fn done(how: &'static str, forced: bool) -> StopResult {
+        StopResult {
+            ok: true,
+            how,
+            forced,
+            error: None,
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        let mut v = json!({"ok": self.ok, "how": self.how, "forced": self.forced});
+        if let Some(err) = &self.error {
+            v["error"] = json!(err);
+        }
+        v
+    }
+}
+
+/// Outcome of a start: `{ok, pid?, config}` or `{ok: false, error}`.
+#[derive(Debug, Clone)]
+pub struct StartResult {
+    pub ok: bool,
+    pub pid: Option<u32>,
+    pub config: Option<String>,
+    pub error: Option<String>,
+}
+
+impl StartResult {
+    fn failed(error: String) -> StartResult {
+        StartResult {
+            ok: false,
+            pid: None,
+            config: None,
+            error: Some(error),
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        if self.ok {
+            json!({"ok": true, "pid": self.pid, "config": self.config})
+        } else {
+            json!({"ok": false, "error": self.error})
+        }
+    }
+}
+
+/// Serializes spawning against orphan reaping, so a just-spawned worker is
+/// registered before the reaper could mistake it for an orphan.
+static SPAWN_LOCK: Mutex<()> = Mutex::new(());
+
+/// Starts the worker of session `id`. `spec` (optional) overrides launch
+/// fields of the session's spec for this and later starts.
+pub fn start(hub: &Arc<Hub>, id: &str, spec: Option<&Value>) -> StartResult {
+    if hub.is_shutting_down() {
+        return StartResult::failed("the hub is shutting down".into());
+    }
+    let lifecycle_id = uuid::Uuid::new_v4().to_string();
+    // Reserve the start under the lock: a second start is refused.
+    let reserved = hub.with_session(id, |s| {
+        if let Some(p) = &s.process {
+            if p.state.is_active() {
+                return Err(format!(
+                    "a worker is already {} for this session",
+                    p.state.as_str()
+                ));
+            }
+        }
+        s.process = Some(ProcessInfo::starting(
+            String::new(),
+            vec![],
+            String::new(),
+            lifecycle_id.clone(),
+        ));
+        s.lifecycle_id = lifecycle_id.clone();
+        Ok((s.spec.clone(), s.token.clone()))
+    });
+    let (current_spec, token) = match reserved {
+        None => return StartResult::failed(format!("no session {id:?}")),
+        Some(Err(err)) => return StartResult::failed(err),
+        Some(Ok(v)) => v,
+    };
+    match spawn(hub, id, &lifecycle_id, current_spec, spec, &token) {
+        Ok(result) => result,
+        Err(error) => {
+            log::warn!("session {id}: worker start failed: {error}");
+            let now = time::now_rfc3339();
+            let described = hub.with_session(id, |s| {
+                let p = s.process.as_mut()?;
+                if p.lifecycle_id != lifecycle_id {
+                    return None;
+                }
+                p.state = ProcState::Failed;
+                p.error = Some(error.clone());
+                p.exited_at = Some(now);
+                Some(s.describe_process())
+            });
+            if let Some(Some(process)) = described {
+                hub.notify(Note::Process {
+                    session: id.to_string(),
+                    process,
+                });
+            }
+            StartResult::failed(error)
+        }
+    }
+}
+
+fn spawn(
+    hub: &Arc<Hub>,
+    id: &str,
+    lifecycle_id: &str,
+    current_spec: Value,
+    override_spec: Option<&Value>,
+    token: &str,
+) -> Result<StartResult, String> {
+    let config = &hub.config;
+    let session_dir = hub.session_dir(id);
+    let config_dir = session_dir.join("config");
+    fsutil::create_private_dir(&config_dir)
+        .map_err(|e| format!("cannot create {}: {e}", config_dir.display()))?;
+    let mut spec = match override_spec {
+        Some(Value::Object(over)) => {
+            let mut merged = current_spec.as_object().cloned().unwrap_or_default();
+            for (k, v) in over {
+                merged.insert(k.clone(), v.clone());
+            }
+            hub.normalize_spec(&Value::Object(merged))
+                .map_err(|e| e.to_string())?
+        }
+        Some(Value::Null) | None => current_spec,
+        Some(_) => return Err("spec must be an object".into()),
+    };
+    let addr = hub.local_addr();
+    let host = render::connect_host(&config.worker.connect_host, addr.ip());
+    let tools_port = hub.tools_port();
+    let endpoints = render::endpoints(&host, addr.port(), tools_port, id, token);
+    let config_path = config_dir.join("config.yaml");
+    let document = match std::fs::read_to_string(&config_path) {
+        Ok(existing) => render::refresh(&existing, &session_dir, &endpoints)
+            .map_err(|e| format!("cannot prepare session configuration: {e}"))?,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            render::render(config, &spec, &session_dir, &endpoints)
+        }
+        Err(err) => return Err(format!("cannot read {}: {err}", config_path.display())),
+    };
+    let text = serde_json::to_string_pretty(&document).map_err(|e| e.to_string())?;
+    fsutil::write_private_atomic(&config_path, text.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", config_path.display()))?;
+    spec = render::spec_from_document(&spec, &document);
+    hub.persist_spec(id, &spec);
+
+    let self_exe =
+        std::env::current_exe().map_err(|e| format!("cannot locate this executable: {e}"))?;
+    let invocation = launch::invocation(&launch::LaunchInput {
+        config,
+        spec: &spec,
+        session: id,
+        session_dir: &session_dir,
+        config_path: &config_path,
+        data_dir: &config.data_dir,
+        endpoints: &endpoints,
+        token,
+        self_exe: &self_exe,
+    })
+    .map_err(|e| e.to_string())?;
+
+    let logs_dir = session_dir.join("logs");
+    fsutil::create_private_dir(&logs_dir)
+        .map_err(|e| format!("cannot create {}: {e}", logs_dir.display()))?;
+    let log_path = logs_dir.join("worker.log");
+    capture::rotate(&log_path, config.limits.log_bytes, config.limits.log_files);
+
+    let mut command = Command::new(&invocation.program);
+    command
+        .args(&invocation.args)
+        .current_dir(&invocation.cwd)
+        .envs(invocation.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let guard = SPAWN_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let mut child = command
+        .spawn()
+        .map_err(|e| format!("cannot spawn {}: {e}", invocation.program))?;
+    let pid = child.id();
+    let start_time = sys::proc_start_time(pid).ok();
+    let pinned = start_time
+        .and_then(|st| Pinned::open(pid, st).ok())
+        .map(Arc::new);
+    let started_at = time::now_rfc3339();
+    let record = ProcessRecord {
+        session_id: id.to_string(),
+        pid,
+        start_time,
+        started_at: started_at.clone(),
+        command: invocation.program.clone(),
+        args: invocation
+            .args
+            .iter()
+            .map(|a| a.replace(token, "<token>"))
+            .collect(),
+        cwd: invocation.cwd.display().to_string(),
+        log_path: Some(log_path.display().to_string()),
+        state: "running".into(),
+        lifecycle_id: lifecycle_id.to_string(),
+    };
+    if let Err(err) = hub.store_put_process(&record) {
+        log::warn!("session {id}: process record not stored: {err}");
+    }
+    // The process record is shown to panels: never show the worker token a
+    // `command` template may have placed in the arguments.
+    let shown_args: Vec<String> = invocation
+        .args
+        .iter()
+        .map(|a| a.replace(token, "<token>"))
+        .collect();
+    let stdout = child.stdout.take();
+    let stderr = child.stderr.take();
+    let writer = capture::log_writer(id, &log_path);
+    let described = hub.with_session(id, |s| {
+        let mut info = ProcessInfo::starting(
+            invocation.program.clone(),
+            shown_args.clone(),
+            invocation.cwd.display().to_string(),
+            lifecycle_id.to_string(),
+        );
+        info.state = ProcState::Running;
+        info.pid = Some(pid);
+        info.start_time = start_time;
+        info.started_at = Some(started_at.clone());
+        info.log_path = Some(log_path.display().to_string());
+        info.pinned = pinned.clone();
+        s.process = Some(info);
+        s.reset_logs(writer.clone());
+        s.describe_process()
+    });
+    drop(guard);
+    if let Some(process) = described {
+        hub.notify(Note::Process {
+            session: id.to_string(),
+            process,
+        });
+    }
+    log::info!("session {id}: worker started (pid {pid})");
+    let exited = Arc::new(capture::ExitFlag::default());
+    let readers = capture::spawn_readers(
+        hub,
+        id,
+        lifecycle_id,
+        stdout,
+        stderr,
+        writer,
+        exited.clone(),
+    );
+    let hub2 = hub.clone();
+    let sid = id.to_string();
+    let lid = lifecycle_id.to_string();
+    std::thread::Builder::new()
+        .name("worker-wait".into())
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            let status = child.wait();
+            exited.set();
+            let (code, signal) = match status {
+                Ok(status) => {
+                    use std::os::unix::process::ExitStatusExt;
+                    (status.code(), status.signal())
+                }
+                Err(_) => (None, None),
+            };
+            process_ended(&hub2, &sid, &lid, code, signal);
+            for reader in readers {
+                let _ = reader.join();
+            }
+            reap_orphans(&hub2);
+        })
+        .map_err(|e| format!("cannot start the waiter thread: {e}"))?;
+    Ok(StartResult {
+        ok: true,
+        pid: Some(pid),
+        config: Some(config_path.display().to_string()),
+        error: None,
+    })
+}
+
+/// Records the end of a worker process (spawned or adopted).
+fn process_ended(hub: &Hub, id: &str, lifecycle_id: &str, code: Option<i32>, signal: Option<i32>) {
+    let now = time::now_rfc3339();
+    let described = hub.with_session(id, |s| {
+        let p = s.process.as_mut()?;
+        if p.lifecycle_id != lifecycle_id {
+            return None;
+        }
+        p.ended(code, signal, now);
+        let state = p.state;
+        Some((s.describe_process(), state))
+    });
+    if let Some(Some((process, state))) = described {
+        log::info!(
+            "session {id}: worker {} (code {code:?}, signal {signal:?})",
+            state.as_str()
+        );
+        let _ = hub.store_set_process_state(id, state.as_str());
+        hub.notify(Note::Process {
+            session: id.to_string(),
+            process,
+        });
+    }
+}
+
+/// Starts a stop of session `id`'s worker; `done` gets the result on the
+/// ladder thread (or at once when there is nothing to stop).
+pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopResult) + Send>) {
+    let begun = hub.with_session(id, |s| {
+        let p = match s.process.as_mut() {
+            None => return Err(StopResult::done("not-started", false)),
+            Some(p) => p,
+        };
+        if !p.state.is_active() {
+            return Err(StopResult::done("already-exited", false));
+        }
+        let Some(pinned) = p.pinned.clone() else {
+            return Err(StopResult {
+                ok: false,
+                how: "not-started",
+                forced: false,
+                error: Some("the worker has no verified process identity".into()),
+            });
+        };
+        p.stop_requested = true;
+        p.state = ProcState::Stopping;
+        Ok((pinned, s.connected(), s.describe_process()))
+    });
+    let (pinned, connected, described) = match begun {
+        None => {
+            return done(StopResult {
+                ok: false,
+                how: "not-started",
+                forced: false,
+                error: Some(format!("no session {id:?}")),
+            })
+        }
+        Some(Err(result)) => return done(result),
+        Some(Ok(v)) => v,
+    };
+    hub.notify(Note::Process {
+        session: id.to_string(),
+        process: described,
+    });
+    let hub = hub.clone();
+    let id = id.to_string();
+    let spawned = std::thread::Builder::new()
+        .name("worker-stop".into())
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            let result = ladder(&hub, &id, &pinned, connected, mode);
+            if !result.ok {
+                log::warn!("session {id}: stop did not end the worker ({})", result.how);
+            }
+            done(result);
+        });
+    if let Err(err) = spawned {
+        log::error!("cannot start a stop thread: {err}");
+    }
+}
+
+/// The stop ladder. Runs on its own thread; waits on the pidfd.
+fn ladder(hub: &Hub, id: &str, pinned: &Pinned, connected: bool, mode: StopMode) -> StopResult {
+    let w = &hub.config.worker;
+    let group_kill = mode == StopMode::ForceKill || hub.config.force_kill_process_group;
+    if mode == StopMode::Graceful {
+        if connected
+            && hub.send_signal(id, "shutdown", None).is_ok()
+            && pinned.wait_exit(Duration::from_millis(w.stop_timeout_ms))
+        {
+            return StopResult::done("shutdown-signal", false);
+        }
+        if !pinned.is_alive() {
+            return StopResult::done("shutdown-signal", false);
+        }
+        let _ = pinned.signal(libc::SIGTERM);
+        if pinned.wait_exit(Duration::from_millis(w.sigterm_grace_ms)) {
+            return StopResult::done("sigterm", true);
+        }
+    }
+    let how = if group_kill {
+        hub.with_session(id, |s| {
+            if let Some(p) = s.process.as_mut() {
+                p.process_group_killed = true;
+            }
+        });
+        let _ = pinned.signal_group(libc::SIGKILL);
+        "sigkill-process-group"
+    } else {
+        let _ = pinned.signal(libc::SIGKILL);
+        "sigkill"
+    };
+    if pinned.wait_exit(Duration::from_millis(w.sigkill_grace_ms)) {
+        StopResult::done(how, true)
+    } else {
+        StopResult {
+            ok: false,
+            how,
+            forced: true,
+            error: Some("the worker is still alive after SIGKILL".into()),
+        }
+    }
+}
+
+/// Runs a stop and waits for its result (for REST handlers, whose thread
+/// only waits on a channel while the ladder thread does the work).
+pub fn stop_and_wait(hub: &Arc<Hub>, id: &str, mode: StopMode) -> StopResult {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    stop(
+        hub,
+        id,
+        mode,
+        Box::new(move |r| {
+            let _ = tx.send(r);
+        }),
+    );
+    rx.recv().unwrap_or(StopResult {
+        ok: false,
+        how: "not-started",
+        forced: false,
+        error: Some("the stop was abandoned".into()),
+    })
+}
+
+/// Stop, then start; refused when the stop did not end the worker.
+pub fn restart(
+    hub: &Arc<Hub>,
+    id: &str,
+    spec: Option<&Value>,
+) -> (StopResult, Option<StartResult>) {
+    let stopped = stop_and_wait(hub, id, StopMode::Graceful);
+    if !stopped.ok {
+        return (stopped, None);
+    }
+    // The waiter thread records the exit right after the process ends.
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    while hub
+        .with_session(id, |s| {
+            s.process.as_ref().is_some_and(|p| p.state.is_active())
+        })
+        .unwrap_or(false)
+        && std::time::Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let started = start(hub, id, spec);
+    (stopped, Some(started))
+}
+
+/// After a hub restart: adopts every recorded worker whose pid and start
+/// time still match (pinned through a pidfd), forgets the others.
+pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
+    for rec in records {
+        let id = rec.session_id.clone();
+        let pinned = match rec.start_time {
+            Some(st) => match sys::check_identity(rec.pid, st) {
+                Identity::Same => Pinned::open(rec.pid, st).ok(),
+                Identity::Gone | Identity::Unknown => None,
+            },
+            None => None,
+        };
+        let Some(pinned) = pinned.map(Arc::new) else {
+            log::info!(
+                "session {id}: recorded worker pid {} is gone; not adopted",
+                rec.pid
+            );
+            let _ = hub.store_clear_process(&id);
+            continue;
+        };
+        let lifecycle_id = rec.lifecycle_id.clone();
+        let adopted = hub.with_session(&id, |s| {
+            let mut info = ProcessInfo::starting(
+                rec.command.clone(),
+                rec.args.clone(),
+                rec.cwd.clone(),
+                lifecycle_id.clone(),
+            );
+            info.state = ProcState::Running;
+            info.pid = Some(rec.pid);
+            info.start_time = rec.start_time;
+            info.started_at = Some(rec.started_at.clone());
+            info.log_path = rec.log_path.clone();
+            info.adopted = true;
+            info.pinned = Some(pinned.clone());
+            s.process = Some(info);
+            s.lifecycle_id = lifecycle_id.clone();
+        });
+        if adopted.is_none() {
+            continue;
+        }
+        log::info!("session {id}: adopted running worker pid {}", rec.pid);
+        let hub2 = hub.clone();
+        let _ = std::thread::Builder::new()
+            .name("worker-watch".into())
+            .stack_size(64 * 1024)
+            .spawn(move || {
+                while !pinned.wait_exit(Duration::from_secs(3600)) {}
+                // Not our child: no exit status is available.
+                process_ended(&hub2, &id, &lifecycle_id, None, None);
+            });
+    }
+}
+
+/// Stops every running worker (protocol first) and waits for all ladders.
+pub fn stop_all(hub: &Arc<Hub>) {
+    let ids: Vec<String> = hub.active_worker_sessions();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    for id in &ids {
+        let tx = tx.clone();
+        let sid = id.clone();
+        stop(
+            hub,
+            id,
+            StopMode::Graceful,
+            Box::new(move |r| {
+                let _ = tx.send((sid, r));
+            }),
+        );
+    }
+    drop(tx);
+    for (id, result) in rx.iter() {
+        log::info!("session {id}: worker stopped at shutdown ({})", result.how);
+    }
+}
+
+/// Reaps exited orphans (daemonized grandchildren reparented to the hub as
+/// subreaper) while leaving our own workers to their waiter threads.
+pub fn reap_orphans(hub: &Hub) {
+    let _guard = SPAWN_LOCK.lock().unwrap_or_else(|p| p.into_inner());
+    let keep = hub.worker_pids();
+    let reaped = sys::reap_orphans(&keep);
+    if !reaped.is_empty() {
+        log::debug!("reaped orphaned processes {reaped:?}");
+    }
+}

@@ -1,0 +1,15 @@
+//! Worker process supervision: spawning, stopping, adoption, log capture.
+//!
+//! `sys` wraps the OS calls (pidfd, process groups, subreaper); `render`
+//! and `launch` build the worker's configuration and command line (pure);
+//! `process` is the record and its description (pure); `control` starts
+//! and stops workers; `capture` reads their pipes; `snapshot` reads their
+//! persisted state for the panel.
+
+pub mod capture;
+pub mod control;
+pub mod launch;
+pub mod process;
+pub mod render;
+pub mod snapshot;
+pub mod sys;

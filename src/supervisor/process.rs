@@ -1,0 +1,197 @@
+//! The process record of one session's worker: its state machine and the
+//! `process` object of the session description. Pure data, held in the
+//! session under the registry lock.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::sys::Pinned;
+
+/// Where a worker process is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcState {
+    Starting,
+    Running,
+    Stopping,
+    Exited,
+    Failed,
+}
+
+impl ProcState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProcState::Starting => "starting",
+            ProcState::Running => "running",
+            ProcState::Stopping => "stopping",
+            ProcState::Exited => "exited",
+            ProcState::Failed => "failed",
+        }
+    }
+
+    /// Starting, running or stopping: a second start is refused.
+    pub fn is_active(self) -> bool {
+        matches!(
+            self,
+            ProcState::Starting | ProcState::Running | ProcState::Stopping
+        )
+    }
+}
+
+/// Everything the hub knows about one worker process.
+#[derive(Debug, Clone)]
+pub struct ProcessInfo {
+    pub state: ProcState,
+    pub pid: Option<u32>,
+    pub start_time: Option<u64>,
+    pub started_at: Option<String>,
+    pub exited_at: Option<String>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub error: Option<String>,
+    pub stop_requested: bool,
+    pub command: String,
+    pub args: Vec<String>,
+    pub cwd: String,
+    pub process_group_killed: bool,
+    pub log_path: Option<String>,
+    /// Adopted from an earlier hub run: no pipes, no exit status.
+    pub adopted: bool,
+    /// The pinned incarnation; signals go only through it.
+    pub pinned: Option<Arc<Pinned>>,
+    /// Lifecycle id of the start that created this record.
+    pub lifecycle_id: String,
+}
+
+impl ProcessInfo {
+    /// A record for a start in progress.
+    pub fn starting(command: String, args: Vec<String>, cwd: String, lifecycle_id: String) -> Self {
+        ProcessInfo {
+            state: ProcState::Starting,
+            pid: None,
+            start_time: None,
+            started_at: None,
+            exited_at: None,
+            exit_code: None,
+            signal: None,
+            error: None,
+            stop_requested: false,
+            command,
+            args,
+            cwd,
+            process_group_killed: false,
+            log_path: None,
+            adopted: false,
+            pinned: None,
+            lifecycle_id,
+        }
+    }
+
+    /// Records the end of the process. A non-zero exit or a signal that was
+    /// not requested is `failed`; everything else is `exited`.
+    pub fn ended(&mut self, code: Option<i32>, signal: Option<i32>, now: String) {
+        self.exit_code = code;
+        self.signal = signal;
+        self.exited_at = Some(now);
+        let clean = code == Some(0) || (code.is_none() && signal.is_none());
+        self.state = if clean || self.stop_requested {
+            ProcState::Exited
+        } else {
+            ProcState::Failed
+        };
+        if self.state == ProcState::Failed && self.error.is_none() {
+            self.error = Some(match (code, signal) {
+                (Some(code), _) => format!("exited with status {code}"),
+                (None, Some(sig)) => format!("killed by signal {sig}"),
+                _ => "exited".to_string(),
+            });
+        }
+    }
+
+    /// The `process` object of the session description, with the log
+    /// counters the capture side keeps.
+    pub fn describe(&self, logs: &LogCounters) -> Value {
+        json!({
+            "state": self.state.as_str(),
+            "pid": self.pid,
+            "started_at": self.started_at,
+            "exited_at": self.exited_at,
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "error": self.error,
+            "stop_requested": self.stop_requested,
+            "command": self.command,
+            "args": self.args,
+            "cwd": self.cwd,
+            "process_group_killed": self.process_group_killed,
+            "log_path": self.log_path,
+            "log_lines": logs.lines,
+            "log_dropped": logs.dropped,
+            "log_truncated_bytes": logs.truncated_bytes,
+            "file_log_dropped": logs.file_dropped,
+            "file_log_failed": logs.file_failed,
+            "adopted": self.adopted,
+        })
+    }
+}
+
+/// Log statistics shown with the process.
+#[derive(Debug, Clone, Default)]
+pub struct LogCounters {
+    pub lines: usize,
+    pub dropped: u64,
+    pub truncated_bytes: u64,
+    pub file_dropped: u64,
+    pub file_failed: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_classification() {
+        let mut p = ProcessInfo::starting("w".into(), vec![], "/".into(), "l".into());
+        p.ended(Some(0), None, "t".into());
+        assert_eq!(p.state, ProcState::Exited);
+        let mut p = ProcessInfo::starting("w".into(), vec![], "/".into(), "l".into());
+        p.ended(Some(3), None, "t".into());
+        assert_eq!(p.state, ProcState::Failed);
+        assert!(p.error.as_deref().unwrap().contains('3'));
+        let mut p = ProcessInfo::starting("w".into(), vec![], "/".into(), "l".into());
+        p.stop_requested = true;
+        p.ended(None, Some(15), "t".into());
+        assert_eq!(p.state, ProcState::Exited);
+        let mut p = ProcessInfo::starting("w".into(), vec![], "/".into(), "l".into());
+        p.ended(None, Some(9), "t".into());
+        assert_eq!(p.state, ProcState::Failed);
+    }
+
+    #[test]
+    fn description_fields() {
+        let p = ProcessInfo::starting("w".into(), vec!["a".into()], "/".into(), "l".into());
+        let d = p.describe(&LogCounters::default());
+        for key in [
+            "state",
+            "pid",
+            "started_at",
+            "exited_at",
+            "exit_code",
+            "signal",
+            "error",
+            "stop_requested",
+            "command",
+            "args",
+            "cwd",
+            "process_group_killed",
+            "log_path",
+            "log_lines",
+            "log_dropped",
+            "log_truncated_bytes",
+            "file_log_dropped",
+            "file_log_failed",
+        ] {
+            assert!(d.get(key).is_some(), "{key}");
+        }
+    }
+}

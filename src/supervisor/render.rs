@@ -1,0 +1,785 @@
+//! The worker configuration file, `<session dir>/config/config.yaml`.
+//!
+//! The hub writes it as JSON, which is valid YAML, so it can edit the file
+//! again without a YAML library. The first start of a session renders the
+//! whole document from the hub configuration and the session spec; later
+//! starts refresh only the hub-owned fields (endpoints with the token and
+//! ports, the persistence root) and keep every operator edit. Secrets in
+//! provider profiles (`${DEEPSEEK_API_KEY}`) are copied literally, never
+//! expanded, and no error message repeats the file's content.
+//!
+//! Pure: no disk, no clock. The supervisor reads and writes the file.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::path::{Component, Path, PathBuf};
+
+use serde_json::{json, Map, Value};
+
+use crate::config::Config;
+use crate::http::url::percent_encode;
+
+/// The three WebSocket URLs a worker dials, each carrying the session
+/// token in its query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoints {
+    /// `client.endpoint`: the event and input socket.
+    pub events: String,
+    /// `security.confirmation.endpoint`: one socket per confirmation.
+    pub confirm: String,
+    /// `hub_remote_call.endpoint`: the remote tools base URL on the tools
+    /// listener; the worker appends `/<route>` to its path.
+    pub tools: String,
+}
+
+/// Builds the endpoints of `session`:
+/// `ws://<host>:<main_port>/agent/<id>/events?token=<token>`, the same with
+/// `/confirm`, and `ws://<host>:<tools_port>/agent/<id>/tools?token=<token>`.
+/// The id and token are percent-encoded; an IPv6 host is bracketed.
+pub fn endpoints(
+    host: &str,
+    main_port: u16,
+    tools_port: u16,
+    session: &str,
+    token: &str,
+) -> Endpoints {
+    let host = url_host(host);
+    let id = percent_encode(session);
+    let token = percent_encode(token);
+    let url =
+        |port: u16, route: &str| format!("ws://{host}:{port}/agent/{id}/{route}?token={token}");
+    Endpoints {
+        events: url(main_port, "events"),
+        confirm: url(main_port, "confirm"),
+        tools: url(tools_port, "tools"),
+    }
+}
+
+/// A host as it appears in a URL authority: IPv6 literals in brackets.
+fn url_host(host: &str) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    }
+}
+
+/// The host workers dial: `worker.connectHost` when set, else the address
+/// the listener is bound to, with the unspecified addresses (`0.0.0.0`,
+/// `::`) mapped to `127.0.0.1`. IPv6 addresses come back unbracketed;
+/// [`endpoints`] adds the brackets.
+pub fn connect_host(config_connect_host: &str, bound: IpAddr) -> String {
+    if !config_connect_host.is_empty() {
+        config_connect_host.to_owned()
+    } else if bound.is_unspecified() {
+        "127.0.0.1".to_owned()
+    } else {
+        bound.to_string()
+    }
+}
+
+/// Why an existing worker configuration cannot be refreshed. No variant
+/// carries any of the file's text, since it may hold credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RenderError {
+    /// The file is not JSON, e.g. an operator rewrote it as block YAML.
+    /// `line` and `column` are 1-based, as serde_json reports them.
+    NotJson { line: usize, column: usize },
+    /// A mapping the hub must write into holds something else. `key` is the
+    /// dotted path, `(top level)` for the document itself.
+    NotAnObject { key: String, found: &'static str },
+    /// `persistence.state` or `persistence.memory` is empty, absolute, not
+    /// a string, or contains a `..` segment.
+    BadRelativePath { key: &'static str },
+}
+
+impl fmt::Display for RenderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RenderError::NotJson { line, column } => write!(
+                f,
+                "the worker configuration is not valid JSON (line {line}, column {column}); \
+                 the hub writes it as JSON and cannot edit other YAML"
+            ),
+            RenderError::NotAnObject { key, found } => write!(
+                f,
+                "worker configuration key {key} must be a mapping, found {found}"
+            ),
+            RenderError::BadRelativePath { key } => write!(
+                f,
+                "worker configuration key {key} must be a nonempty relative path without '..'"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RenderError {}
+
+/// The first-time worker document for a session. `config` gives the
+/// defaults and the provider profile; `spec` (normalized, see
+/// `session::normalize_spec`) overrides model, exchanges, prompt file,
+/// environment, persistence switches and restore.
+pub fn render(config: &Config, spec: &Value, session_dir: &Path, endpoints: &Endpoints) -> Value {
+    let w = &config.worker;
+    let provider = spec_str(spec, "provider")
+        .map(str::to_owned)
+        .unwrap_or_else(|| default_provider(config));
+    let mut profile = match config.provider_profiles.get(&provider) {
+        Some(Value::Object(map)) => map.clone(),
+        _ => Map::new(),
+    };
+    if let Some(model) = spec_str(spec, "model").filter(|m| !m.is_empty()) {
+        profile.insert("model".into(), Value::String(model.to_owned()));
+    }
+    let mut providers = Map::new();
+    providers.insert(provider.clone(), Value::Object(profile));
+
+    let max_exchanges = spec_u64(spec, "maxExchanges").unwrap_or(w.max_exchanges);
+    let prompt = spec_str(spec, "systemPromptFile").unwrap_or(&w.system_prompt_file);
+    let workspace = spec_str(spec, "workspace").unwrap_or(&w.environment.workspace);
+    let platform = spec_str(spec, "platform").unwrap_or(&w.environment.platform);
+    let software = match spec.get("software") {
+        Some(Value::Array(items)) => Value::Array(items.clone()),
+        _ => json!(w.environment.software),
+    };
+    let persistence = spec.get("persistence");
+    let enabled = persistence
+        .and_then(|p| p.get("enabled"))
+        .and_then(Value::as_bool)
+        .unwrap_or(w.persistence.enabled);
+    let readable = persistence
+        .and_then(|p| p.get("readable"))
+        .and_then(Value::as_bool)
+        .unwrap_or(w.persistence.readable);
+    let restore = spec_str(spec, "restore").unwrap_or("if_present");
+
+    let mut doc = json!({
+        "plugins": {
+            "providers": {"directories": []},
+            "extensions": {
+                "tools": {"directories": [], "enable": []},
+                "loop_hooks": {"directories": [], "enable": []},
+            },
+        },
+        "providers": providers,
+        "driver_model": provider,
+        "client": {
+            "endpoint": endpoints.events,
+            "payload_capacity": w.payload_capacity,
+            "signal_capacity": w.signal_capacity,
+            "transport": {
+                "write_capacity": w.write_capacity,
+                "initial_backoff_ms": w.initial_backoff_ms,
+                "max_backoff_ms": w.max_backoff_ms,
+                "idle_timeout_seconds": w.idle_timeout_seconds,
+            },
+        },
+        "security": {
+            "confirmation": {
+                "endpoint": endpoints.confirm,
+                "timeout_ms": w.confirmation_timeout_ms,
+            },
+        },
+    });
+    let map = doc.as_object_mut().expect("a JSON object literal");
+    if w.hub_remote_call {
+        map.insert(
+            "hub_remote_call".into(),
+            json!({
+                "endpoint": endpoints.tools,
+                "timeout_ms": config.tool_requests.timeout_ms,
+            }),
+        );
+    }
+    map.insert(
+        "worker".into(),
+        json!({
+            "max_exchanges": max_exchanges,
+            "event_capacity": w.event_capacity,
+            "system_prompt_file": prompt,
+            "environment": {
+                "workspace": workspace,
+                "platform": platform,
+                "software": software,
+            },
+        }),
+    );
+    map.insert(
+        "persistence".into(),
+        json!({
+            "enabled": enabled,
+            "directory": path_string(session_dir),
+            "format": "json",
+            "readable": readable,
+            "state": "state",
+            "memory": "memory",
+            "restore": restore,
+            "memory_retention": {"max_archives": w.memory_retention.max_archives},
+            "save": {
+                "on_step_finished": true,
+                "on_run_finished": true,
+                "on_shutdown": true,
+            },
+        }),
+    );
+    doc
+}
+
+/// The provider a spec without one gets: the mock profile while the mock
+/// is enabled, else the first profile (as `Hub` fills spec defaults).
+fn default_provider(config: &Config) -> String {
+    if config.mock.enabled && config.provider_profiles.contains_key(&config.mock.profile) {
+        config.mock.profile.clone()
+    } else {
+        config
+            .provider_profiles
+            .keys()
+            .next()
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+/// Refreshes an existing worker document (`existing` is the file's text)
+/// for a new start: `persistence.directory` goes back to `session_dir`,
+/// the endpoints get the current ports and token, and
+/// `hub_remote_call.endpoint` is rewritten only when that section exists.
+/// Missing (or `null`) parent mappings are created; everything else keeps
+/// its value and key order.
+pub fn refresh(
+    existing: &str,
+    session_dir: &Path,
+    endpoints: &Endpoints,
+) -> Result<Value, RenderError> {
+    let mut doc: Value = serde_json::from_str(existing).map_err(|err| RenderError::NotJson {
+        line: err.line(),
+        column: err.column(),
+    })?;
+    let root = match &mut doc {
+        Value::Object(map) => map,
+        other => {
+            return Err(RenderError::NotAnObject {
+                key: "(top level)".into(),
+                found: type_name(other),
+            })
+        }
+    };
+
+    let persistence = mapping(root, &["persistence"])?;
+    for key in ["state", "memory"] {
+        if let Some(value) = persistence.get(key).filter(|v| !v.is_null()) {
+            if value.as_str().and_then(relative_path).is_none() {
+                return Err(RenderError::BadRelativePath {
+                    key: if key == "state" {
+                        "persistence.state"
+                    } else {
+                        "persistence.memory"
+                    },
+                });
+            }
+        }
+    }
+    persistence.insert("directory".into(), json!(path_string(session_dir)));
+    mapping(root, &["client"])?.insert("endpoint".into(), json!(endpoints.events));
+    mapping(root, &["security", "confirmation"])?
+        .insert("endpoint".into(), json!(endpoints.confirm));
+    if root.get("hub_remote_call").is_some_and(|v| !v.is_null()) {
+        mapping(root, &["hub_remote_call"])?.insert("endpoint".into(), json!(endpoints.tools));
+    }
+    Ok(doc)
+}
+
+/// The mapping at `path` under `root`, created (empty) where it is missing
+/// or `null`; an error where something else is in the way.
+fn mapping<'a>(
+    root: &'a mut Map<String, Value>,
+    path: &[&str],
+) -> Result<&'a mut Map<String, Value>, RenderError> {
+    let mut map = root;
+    for (depth, key) in path.iter().enumerate() {
+        let slot = map.entry(*key).or_insert(Value::Null);
+        if slot.is_null() {
+            *slot = Value::Object(Map::new());
+        }
+        map = match slot {
+            Value::Object(inner) => inner,
+            other => {
+                return Err(RenderError::NotAnObject {
+                    key: path[..=depth].join("."),
+                    found: type_name(other),
+                })
+            }
+        };
+    }
+    Ok(map)
+}
+
+/// The spec fields the worker document can change, refreshed from `doc`:
+/// provider (`driver_model`), model (`providers[driver_model].model`),
+/// `maxExchanges`, `systemPromptFile`, workspace, platform, software,
+/// `persistence.{enabled,readable}` and `restore`. A field the document
+/// lacks, or holds with the wrong type, keeps the spec's value.
+pub fn spec_from_document(spec: &Value, doc: &Value) -> Value {
+    let mut out = match spec {
+        Value::Object(map) => map.clone(),
+        _ => Map::new(),
+    };
+    let string = |path: &[&str]| lookup(doc, path).and_then(Value::as_str).map(Value::from);
+    let mut set = |key: &str, value: Option<Value>| {
+        if let Some(value) = value {
+            out.insert(key.to_owned(), value);
+        }
+    };
+    let driver = lookup(doc, &["driver_model"]).and_then(Value::as_str);
+    set("provider", driver.map(Value::from));
+    set(
+        "model",
+        driver.and_then(|d| string(&["providers", d, "model"])),
+    );
+    set(
+        "maxExchanges",
+        lookup(doc, &["worker", "max_exchanges"])
+            .and_then(Value::as_u64)
+            .map(Value::from),
+    );
+    set(
+        "systemPromptFile",
+        string(&["worker", "system_prompt_file"]),
+    );
+    set("workspace", string(&["worker", "environment", "workspace"]));
+    set("platform", string(&["worker", "environment", "platform"]));
+    set(
+        "software",
+        lookup(doc, &["worker", "environment", "software"])
+            .and_then(Value::as_array)
+            .filter(|items| items.iter().all(Value::is_string))
+            .map(|items| Value::Array(items.clone())),
+    );
+    set("restore", string(&["persistence", "restore"]));
+
+    let mut persistence = match out.get("persistence") {
+        Some(Value::Object(map)) => map.clone(),
+        _ => Map::new(),
+    };
+    for key in ["enabled", "readable"] {
+        if let Some(value) = lookup(doc, &["persistence", key]).filter(|v| v.is_boolean()) {
+            persistence.insert(key.into(), value.clone());
+        }
+    }
+    out.insert("persistence".into(), Value::Object(persistence));
+    Value::Object(out)
+}
+
+/// Where the worker keeps `state.json`:
+/// `<persistence.directory>/<persistence.state>` (`state` when unset).
+/// `None` unless the directory is an absolute path and the state entry a
+/// plain relative one.
+pub fn state_dir(doc: &Value) -> Option<PathBuf> {
+    let directory = Path::new(lookup(doc, &["persistence", "directory"])?.as_str()?);
+    if !directory.is_absolute() {
+        return None;
+    }
+    let state = match lookup(doc, &["persistence", "state"]) {
+        None => PathBuf::from("state"),
+        Some(value) => relative_path(value.as_str()?)?,
+    };
+    Some(directory.join(state))
+}
+
+/// `text` as a path when it is nonempty, relative and has no `..`.
+fn relative_path(text: &str) -> Option<PathBuf> {
+    let path = PathBuf::from(text);
+    let plain = path
+        .components()
+        .all(|c| matches!(c, Component::Normal(_) | Component::CurDir));
+    (!text.is_empty() && plain).then_some(path)
+}
+
+/// The value at `path`; `null` counts as absent.
+fn lookup<'a>(root: &'a Value, path: &[&str]) -> Option<&'a Value> {
+    let mut value = root;
+    for key in path {
+        value = value.get(key)?;
+    }
+    (!value.is_null()).then_some(value)
+}
+
+fn spec_str<'a>(spec: &'a Value, key: &str) -> Option<&'a str> {
+    spec.get(key).and_then(Value::as_str)
+}
+
+fn spec_u64(spec: &Value, key: &str) -> Option<u64> {
+    spec.get(key).and_then(Value::as_u64)
+}
+
+fn path_string(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "a mapping",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::test_config;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    fn eps() -> Endpoints {
+        endpoints("127.0.0.1", 8800, 8801, "demo", "tok")
+    }
+
+    fn spec() -> Value {
+        json!({
+            "provider": "deepseek", "model": "deepseek-pro", "threads": 2,
+            "maxExchanges": 7, "autoCompactThreshold": 0, "maxAutoCompactions": 5,
+            "systemPromptFile": "prompts/other.yaml", "workspace": "/srv/ws",
+            "platform": "linux", "software": ["git", "cargo"],
+            "persistence": {"enabled": false, "readable": true},
+            "restore": "never", "env": {}, "extraArgs": [],
+        })
+    }
+
+    const SESSION: &str = "/data/sessions/demo";
+
+    #[test]
+    fn endpoint_urls() {
+        let e = endpoints("127.0.0.1", 8800, 8801, "demo", "tok");
+        assert_eq!(e.events, "ws://127.0.0.1:8800/agent/demo/events?token=tok");
+        assert_eq!(
+            e.confirm,
+            "ws://127.0.0.1:8800/agent/demo/confirm?token=tok"
+        );
+        assert_eq!(e.tools, "ws://127.0.0.1:8801/agent/demo/tools?token=tok");
+
+        let e = endpoints("::1", 1, 2, "a_b-C", "x");
+        assert_eq!(e.events, "ws://[::1]:1/agent/a_b-C/events?token=x");
+        assert_eq!(e.tools, "ws://[::1]:2/agent/a_b-C/tools?token=x");
+        let e = endpoints("[::1]", 1, 2, "s", "x");
+        assert_eq!(e.confirm, "ws://[::1]:1/agent/s/confirm?token=x");
+
+        let e = endpoints("host.docker.internal", 8800, 8801, "s", "a b&c=d/e+f%~.");
+        assert_eq!(
+            e.events,
+            "ws://host.docker.internal:8800/agent/s/events?token=a%20b%26c%3Dd%2Fe%2Bf%25~."
+        );
+    }
+
+    #[test]
+    fn connect_host_matrix() {
+        let v4 = |a, b, c, d| IpAddr::V4(Ipv4Addr::new(a, b, c, d));
+        assert_eq!(connect_host("", v4(0, 0, 0, 0)), "127.0.0.1");
+        assert_eq!(
+            connect_host("", IpAddr::V6(Ipv6Addr::UNSPECIFIED)),
+            "127.0.0.1"
+        );
+        assert_eq!(connect_host("", v4(127, 0, 0, 1)), "127.0.0.1");
+        assert_eq!(connect_host("", v4(10, 1, 2, 3)), "10.1.2.3");
+        assert_eq!(connect_host("", IpAddr::V6(Ipv6Addr::LOCALHOST)), "::1");
+        assert_eq!(
+            connect_host("host.docker.internal", v4(0, 0, 0, 0)),
+            "host.docker.internal"
+        );
+        assert_eq!(connect_host("worker-gw", v4(127, 0, 0, 1)), "worker-gw");
+        // The IPv6 answer is bracketed only in the URL.
+        let host = connect_host("", IpAddr::V6(Ipv6Addr::LOCALHOST));
+        assert!(endpoints(&host, 1, 2, "s", "t")
+            .events
+            .starts_with("ws://[::1]:1/"));
+    }
+
+    #[test]
+    fn render_has_every_section_with_spec_overrides() {
+        let c = test_config(
+            r#"{"worker": {"hubRemoteCall": true, "eventCapacity": 33,
+            "payloadCapacity": 5, "signalCapacity": 6, "writeCapacity": 7,
+            "initialBackoffMs": 11, "maxBackoffMs": 12, "idleTimeoutSeconds": 13,
+            "confirmationTimeoutMs": 44444, "memoryRetention": {"maxArchives": 9}},
+            "toolRequests": {"timeoutMs": 5555}}"#,
+        );
+        let doc = render(&c, &spec(), Path::new(SESSION), &eps());
+        let keys: Vec<&str> = doc
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "plugins",
+                "providers",
+                "driver_model",
+                "client",
+                "security",
+                "hub_remote_call",
+                "worker",
+                "persistence"
+            ]
+        );
+        assert_eq!(
+            doc["plugins"],
+            json!({"providers": {"directories": []}, "extensions": {
+                "tools": {"directories": [], "enable": []},
+                "loop_hooks": {"directories": [], "enable": []}}})
+        );
+        // Only the chosen profile, deep-copied, model overridden, the
+        // secret reference copied literally.
+        let providers = doc["providers"].as_object().unwrap();
+        assert_eq!(providers.len(), 1);
+        let mut expected = c.provider_profiles["deepseek"].clone();
+        expected["model"] = json!("deepseek-pro");
+        assert_eq!(doc["providers"]["deepseek"], expected);
+        assert_eq!(
+            doc["providers"]["deepseek"]["endpoint"]["auth"]["api_key"],
+            "${DEEPSEEK_API_KEY}"
+        );
+        assert_eq!(doc["driver_model"], "deepseek");
+        assert_eq!(
+            doc["client"],
+            json!({"endpoint": eps().events, "payload_capacity": 5, "signal_capacity": 6,
+                   "transport": {"write_capacity": 7, "initial_backoff_ms": 11,
+                                 "max_backoff_ms": 12, "idle_timeout_seconds": 13}})
+        );
+        assert_eq!(
+            doc["security"],
+            json!({"confirmation": {"endpoint": eps().confirm, "timeout_ms": 44444}})
+        );
+        assert_eq!(
+            doc["hub_remote_call"],
+            json!({"endpoint": eps().tools, "timeout_ms": 5555})
+        );
+        assert_eq!(
+            doc["worker"],
+            json!({"max_exchanges": 7, "event_capacity": 33,
+                   "system_prompt_file": "prompts/other.yaml",
+                   "environment": {"workspace": "/srv/ws", "platform": "linux",
+                                   "software": ["git", "cargo"]}})
+        );
+        assert_eq!(
+            doc["persistence"],
+            json!({"enabled": false, "directory": SESSION, "format": "json",
+                   "readable": true, "state": "state", "memory": "memory",
+                   "restore": "never", "memory_retention": {"max_archives": 9},
+                   "save": {"on_step_finished": true, "on_run_finished": true,
+                            "on_shutdown": true}})
+        );
+        assert_eq!(state_dir(&doc).unwrap(), Path::new(SESSION).join("state"));
+        // The configuration's profile itself is untouched.
+        assert_eq!(c.provider_profiles["deepseek"]["model"], "deepseek-flash");
+    }
+
+    #[test]
+    fn render_keeps_the_profile_model_without_a_spec_model() {
+        let c = test_config(r#"{"worker": {"hubRemoteCall": false}}"#);
+        let mut s = spec();
+        s["model"] = json!("");
+        s["provider"] = json!("mock");
+        let doc = render(&c, &s, Path::new(SESSION), &eps());
+        assert_eq!(
+            doc["providers"],
+            json!({"mock": c.provider_profiles["mock"]})
+        );
+        assert_eq!(doc["driver_model"], "mock");
+        assert!(doc.get("hub_remote_call").is_none());
+    }
+
+    #[test]
+    fn render_falls_back_to_configuration_defaults() {
+        let c =
+            test_config(r#"{"worker": {"maxExchanges": 99, "environment": {"platform": "p"}}}"#);
+        let doc = render(&c, &json!({}), Path::new(SESSION), &eps());
+        assert_eq!(doc["driver_model"], "mock");
+        assert_eq!(doc["worker"]["max_exchanges"], 99);
+        assert_eq!(doc["worker"]["environment"]["platform"], "p");
+        assert_eq!(doc["persistence"]["restore"], "if_present");
+    }
+
+    /// A previously rendered document after operator edits: a changed
+    /// directory and exchanges, an unknown key, a literal credential, old
+    /// endpoints.
+    const EDITED: &str = r#"{
+        "zzz_first": {"b": 2, "a": 1},
+        "providers": {"deepseek": {"model": "x", "endpoint": {"auth": {"api_key": "sk-live-123"}}}},
+        "driver_model": "deepseek",
+        "client": {"payload_capacity": 3, "endpoint": "ws://old:1/agent/demo/events?token=old", "extra": true},
+        "security": {"confirmation": {"timeout_ms": 9, "endpoint": "ws://old:1/c"}},
+        "hub_remote_call": {"endpoint": "ws://old:2/t", "timeout_ms": 1},
+        "worker": {"max_exchanges": 3},
+        "persistence": {"directory": "/elsewhere", "state": "st", "memory": "mem/sub", "format": "json"}
+    }"#;
+
+    #[test]
+    fn refresh_rewrites_only_hub_owned_fields() {
+        let doc = refresh(EDITED, Path::new(SESSION), &eps()).unwrap();
+        let mut expected: Value = serde_json::from_str(EDITED).unwrap();
+        expected["client"]["endpoint"] = json!(eps().events);
+        expected["security"]["confirmation"]["endpoint"] = json!(eps().confirm);
+        expected["hub_remote_call"]["endpoint"] = json!(eps().tools);
+        expected["persistence"]["directory"] = json!(SESSION);
+        assert_eq!(doc, expected);
+        // Key order is the file's, at every level.
+        assert_eq!(doc.to_string(), expected.to_string());
+        let keys: Vec<&String> = doc.as_object().unwrap().keys().collect();
+        assert_eq!(keys[0], "zzz_first");
+        assert_eq!(doc["zzz_first"].to_string(), r#"{"b":2,"a":1}"#);
+        assert_eq!(state_dir(&doc).unwrap(), Path::new(SESSION).join("st"));
+        // Refreshing twice changes nothing more.
+        let again = refresh(&doc.to_string(), Path::new(SESSION), &eps()).unwrap();
+        assert_eq!(again.to_string(), doc.to_string());
+    }
+
+    #[test]
+    fn refresh_creates_missing_parents_and_leaves_omitted_sections_out() {
+        let doc = refresh(
+            r#"{"security": null, "keep": 1}"#,
+            Path::new(SESSION),
+            &eps(),
+        )
+        .unwrap();
+        assert_eq!(
+            doc,
+            json!({"security": {"confirmation": {"endpoint": eps().confirm}}, "keep": 1,
+                   "persistence": {"directory": SESSION},
+                   "client": {"endpoint": eps().events}})
+        );
+        assert!(doc.get("hub_remote_call").is_none());
+        let doc = refresh(r#"{"hub_remote_call": null}"#, Path::new(SESSION), &eps()).unwrap();
+        assert!(doc["hub_remote_call"].is_null());
+    }
+
+    #[test]
+    fn refresh_errors_never_echo_the_file() {
+        let session = Path::new(SESSION);
+        for (text, message) in [
+            (
+                r#"{"client": "sk-secret"}"#,
+                "worker configuration key client must be a mapping, found a string",
+            ),
+            (
+                r#"{"security": {"confirmation": ["sk-secret"]}}"#,
+                "worker configuration key security.confirmation must be a mapping, found an array",
+            ),
+            (
+                r#"{"hub_remote_call": "sk-secret"}"#,
+                "worker configuration key hub_remote_call must be a mapping, found a string",
+            ),
+            (
+                r#"{"persistence": 1}"#,
+                "worker configuration key persistence must be a mapping, found a number",
+            ),
+            (
+                r#"["sk-secret"]"#,
+                "worker configuration key (top level) must be a mapping, found an array",
+            ),
+            (
+                "client:\n  endpoint: ws://x\n  api_key: sk-secret\n",
+                "the worker configuration is not valid JSON (line 1, column 1); \
+                 the hub writes it as JSON and cannot edit other YAML",
+            ),
+            (
+                r#"{"persistence": {"state": "../sk-secret"}}"#,
+                "worker configuration key persistence.state must be a nonempty relative path \
+                 without '..'",
+            ),
+        ] {
+            let err = refresh(text, session, &eps()).unwrap_err();
+            assert_eq!(err.to_string(), message, "{text}");
+            assert!(!err.to_string().contains("sk-secret"));
+            assert!(!format!("{err:?}").contains("sk-secret"));
+        }
+        for bad in [
+            json!(""),
+            json!("/abs"),
+            json!("a/../b"),
+            json!(".."),
+            json!(3),
+        ] {
+            let text = json!({"persistence": {"memory": bad}}).to_string();
+            assert_eq!(
+                refresh(&text, session, &eps()).unwrap_err(),
+                RenderError::BadRelativePath {
+                    key: "persistence.memory"
+                },
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn spec_follows_the_document() {
+        let c = test_config("{}");
+        let base = crate::session::normalize_spec(
+            None,
+            &crate::session::SpecDefaults {
+                provider: "mock".into(),
+                profiles: vec!["deepseek".into(), "mock".into()],
+                threads: 1,
+                max_exchanges: 512,
+                system_prompt_file: "prompts/coding_agent.yaml".into(),
+                workspace: String::new(),
+                platform: String::new(),
+                software: vec![],
+                persistence_enabled: true,
+                persistence_readable: false,
+            },
+        )
+        .unwrap();
+        let doc = render(&c, &spec(), Path::new(SESSION), &eps());
+        let updated = spec_from_document(&base, &doc);
+        let mut expected = base.clone();
+        for key in [
+            "provider",
+            "model",
+            "maxExchanges",
+            "systemPromptFile",
+            "workspace",
+            "platform",
+            "software",
+            "persistence",
+            "restore",
+        ] {
+            expected[key] = spec()[key].clone();
+        }
+        assert_eq!(updated, expected);
+
+        // Operator edits win; a missing or mistyped field keeps the spec.
+        let doc = json!({"driver_model": "mock", "providers": {"mock": {"model": "mock-slow"}},
+                         "worker": {"max_exchanges": "many"},
+                         "persistence": {"readable": true}});
+        let updated = spec_from_document(&base, &doc);
+        assert_eq!(updated["provider"], "mock");
+        assert_eq!(updated["model"], "mock-slow");
+        assert_eq!(updated["maxExchanges"], 512);
+        assert_eq!(
+            updated["persistence"],
+            json!({"enabled": true, "readable": true})
+        );
+        assert_eq!(updated["threads"], base["threads"]);
+    }
+
+    #[test]
+    fn state_dir_needs_an_absolute_root_and_a_plain_state() {
+        let dir = |p: Value| state_dir(&json!({ "persistence": p }));
+        assert_eq!(
+            dir(json!({"directory": "/d"})).unwrap(),
+            Path::new("/d/state")
+        );
+        assert_eq!(
+            dir(json!({"directory": "/d", "state": "a/b"})).unwrap(),
+            Path::new("/d/a/b")
+        );
+        assert_eq!(dir(json!({"directory": "rel"})), None);
+        assert_eq!(dir(json!({"directory": "/d", "state": "../x"})), None);
+        assert_eq!(dir(json!({"state": "s"})), None);
+        assert_eq!(state_dir(&json!({})), None);
+    }
+}

@@ -1,0 +1,399 @@
+//! Confirmation sockets `GET /agent/<id>/confirm?token=`: exactly one
+//! request frame, one response, then the close. The socket's thread
+//! registers the prompt, judges the worker identity (hold, ask or deny),
+//! notices a second frame or the worker going away, and retires the prompt.
+//!
+//! Decisions come from operators through [`decide`] on any thread: it marks
+//! the prompt decided under the session lock, then writes the response
+//! after unlocking. The socket thread polls its deadlines every 250 ms.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use tungstenite::{Error as WsError, Message};
+
+use super::payload::{self, ConfirmationRequest};
+use crate::hub::{Hub, Note};
+use crate::session::{IdentityState, Prompt, PromptState, Session, PROMPT_PREVIEW_BYTES};
+use crate::util::time;
+use crate::ws::{close, Accepted, FrameWriter};
+
+/// Open prompts one session may hold; further requests are denied.
+pub const MAX_OPEN_PROMPTS: usize = 64;
+
+/// Largest confirmation request frame, whatever `limits.maxMessageBytes`.
+pub const MAX_FRAME_BYTES: usize = 1024 * 1024;
+
+/// How long the hub waits for the worker to close after answering.
+const CLOSE_GRACE: Duration = Duration::from_secs(3);
+
+/// How often the socket thread looks at its deadlines.
+const POLL: Duration = Duration::from_millis(250);
+
+/// Why an operator decision was refused.
+#[derive(Debug)]
+pub enum DecideError {
+    /// No open prompt has this id (never existed, or retired).
+    Unknown,
+    /// The prompt cannot take this decision now (already answered, or its
+    /// worker identity is not verified yet).
+    Rejected(&'static str),
+}
+
+impl std::fmt::Display for DecideError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecideError::Unknown => f.write_str("that confirmation is no longer open"),
+            DecideError::Rejected(why) => write!(f, "decision refused: {why}"),
+        }
+    }
+}
+
+impl std::error::Error for DecideError {}
+
+/// Records an operator's decision and sends it to the worker. The first
+/// decision wins; nothing is ever resent.
+pub fn decide(
+    hub: &Hub,
+    session_id: &str,
+    confirmation_id: &str,
+    approved: bool,
+    reason: Option<&str>,
+) -> Result<(), DecideError> {
+    let now = time::now_rfc3339();
+    let outcome = hub
+        .with_session(session_id, |s| {
+            let prompt = s
+                .prompts
+                .iter_mut()
+                .find(|p| p.request.confirmation_id == confirmation_id)
+                .ok_or(DecideError::Unknown)?;
+            match prompt.state {
+                PromptState::AwaitingDecision => {}
+                PromptState::AwaitingIdentity => {
+                    return Err(DecideError::Rejected(
+                        "the worker identity is not verified yet",
+                    ))
+                }
+                PromptState::Decided => return Err(DecideError::Rejected("already answered")),
+            }
+            settle(prompt, approved, reason.map(str::to_string), &now);
+            Ok((
+                prompt.writer.clone(),
+                response_text(&prompt.request, approved, reason),
+                prompt.describe(session_id, PROMPT_PREVIEW_BYTES),
+            ))
+        })
+        .ok_or(DecideError::Unknown)??;
+    let (writer, response, described) = outcome;
+    // Write the decision, then tell the panels; the close comes later.
+    if let Err(err) = writer.send_text(&response) {
+        log::warn!("session {session_id}: decision for {confirmation_id} not delivered: {err}");
+    }
+    hub.notify(Note::Confirmation {
+        session: session_id.to_string(),
+        open: true,
+        confirmation: described,
+        outcome: None,
+    });
+    Ok(())
+}
+
+fn settle(prompt: &mut Prompt, approved: bool, reason: Option<String>, now: &str) {
+    prompt.state = PromptState::Decided;
+    prompt.decision = Some(approved);
+    prompt.reason = reason;
+    prompt.settled_at = Some(now.to_string());
+}
+
+fn response_text(request: &ConfirmationRequest, approved: bool, reason: Option<&str>) -> String {
+    payload::confirmation_response(request, approved, reason).to_string()
+}
+
+/// What the socket thread must do after registering or polling.
+enum Step {
+    Wait,
+    /// Deny at once (written by the socket thread) with this reason.
+    Deny(&'static str),
+}
+
+/// Runs one accepted confirmation socket until the prompt is retired.
+pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
+    let Accepted { mut socket, writer } = accepted;
+    let conn_id = hub.register_socket(writer.clone());
+    let confirmation_timeout = Duration::from_millis(hub.config.worker.confirmation_timeout_ms);
+    let _ = socket
+        .get_ref()
+        .set_read_timeout(Some(confirmation_timeout));
+    let request = match read_request(&mut socket, &session_id) {
+        Ok(request) => request,
+        Err(reason) => {
+            log::warn!("session {session_id}: confirmation refused: {reason}");
+            writer.close_and_shutdown(close::POLICY, reason);
+            hub.unregister_socket(conn_id);
+            return;
+        }
+    };
+    let confirmation_id = request.confirmation_id.clone();
+    let hold = Duration::from_millis(hub.config.limits.confirm_identity_hold_ms);
+    let hold_until = Instant::now() + hold;
+    let deadline = Instant::now() + confirmation_timeout;
+    let registered = register(&hub, &session_id, conn_id, request, &writer);
+    let mut step = match registered {
+        Registered::Duplicate => {
+            log::warn!("session {session_id}: duplicate confirmation id {confirmation_id}");
+            writer.close_and_shutdown(close::POLICY, "duplicate confirmation_id");
+            hub.unregister_socket(conn_id);
+            return;
+        }
+        Registered::Gone => {
+            writer.close_and_shutdown(close::POLICY, "unknown session");
+            hub.unregister_socket(conn_id);
+            return;
+        }
+        Registered::Full(response) => {
+            log::warn!("session {session_id}: {MAX_OPEN_PROMPTS} confirmations open; denying {confirmation_id}");
+            let _ = writer.send_text(&response);
+            writer.close_and_shutdown(close::NORMAL, "denied");
+            hub.unregister_socket(conn_id);
+            return;
+        }
+        Registered::Open(step) => step,
+    };
+    let _ = socket.get_ref().set_read_timeout(Some(POLL));
+    let mut decided_at: Option<Instant> = None;
+    let mut outcome = "closed";
+    loop {
+        if let Step::Deny(reason) = std::mem::replace(&mut step, Step::Wait) {
+            deny_now(&hub, &session_id, &confirmation_id, reason);
+        }
+        match socket.read() {
+            Ok(Message::Text(_)) | Ok(Message::Binary(_)) => {
+                log::warn!("session {session_id}: second frame on confirmation {confirmation_id}");
+                writer.close_and_shutdown(close::POLICY, "one request per connection");
+                outcome = "aborted";
+                break;
+            }
+            Ok(_) => {}
+            Err(WsError::Io(err))
+                if matches!(
+                    err.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break,
+        }
+        let now = Instant::now();
+        let state = hub.with_session(&session_id, |s| {
+            poll(s, &confirmation_id, now >= hold_until)
+        });
+        match state {
+            None | Some(None) => break,
+            Some(Some((PromptState::Decided, next))) => {
+                step = next;
+                let since = *decided_at.get_or_insert(now);
+                if now.duration_since(since) >= CLOSE_GRACE {
+                    writer.terminate();
+                    break;
+                }
+            }
+            Some(Some((_, next))) => {
+                step = next;
+                if now >= deadline {
+                    outcome = "expired";
+                    writer.close_and_shutdown(close::NORMAL, "confirmation deadline passed");
+                    break;
+                }
+            }
+        }
+    }
+    writer.terminate();
+    hub.unregister_socket(conn_id);
+    retire(&hub, &session_id, &confirmation_id, conn_id, outcome);
+}
+
+fn read_request(
+    socket: &mut tungstenite::WebSocket<crate::ws::SplitStream>,
+    session_id: &str,
+) -> Result<ConfirmationRequest, &'static str> {
+    loop {
+        match socket.read() {
+            Ok(Message::Text(text)) => {
+                return payload::parse_confirmation_request(text.as_str(), session_id)
+                    .map_err(|_| "malformed confirmation request")
+            }
+            Ok(Message::Binary(_)) => return Err("binary frames are not accepted"),
+            Ok(Message::Close(_)) => return Err("closed before a request"),
+            Ok(_) => continue,
+            Err(WsError::Capacity(_)) => return Err("confirmation request too large"),
+            Err(_) => return Err("no confirmation request arrived"),
+        }
+    }
+}
+
+enum Registered {
+    Open(Step),
+    Duplicate,
+    Gone,
+    /// Capacity exhausted: the denial to send; the prompt is never listed.
+    Full(String),
+}
+
+/// Adds the prompt to its session and judges the worker identity.
+fn register(
+    hub: &Hub,
+    session_id: &str,
+    conn_id: u64,
+    request: ConfirmationRequest,
+    writer: &Arc<FrameWriter>,
+) -> Registered {
+    let now = time::now_rfc3339();
+    let deadline_at =
+        time::rfc3339_from_millis(time::now_millis() + hub.config.worker.confirmation_timeout_ms);
+    let result = hub.with_session(session_id, |s| {
+        if s.prompts
+            .iter()
+            .any(|p| p.request.confirmation_id == request.confirmation_id)
+        {
+            return (Registered::Duplicate, None);
+        }
+        if s.prompts.len() >= MAX_OPEN_PROMPTS {
+            let reason = "capacity exhausted: too many open confirmations";
+            return (
+                Registered::Full(response_text(&request, false, Some(reason))),
+                None,
+            );
+        }
+        let (state, step) = judge(s, &request.worker_id);
+        s.prompts.push(Prompt {
+            conn_id,
+            verified: state == PromptState::AwaitingDecision && matches!(step, Step::Wait),
+            identity_state: s.identity,
+            request,
+            state,
+            received_at: now.clone(),
+            deadline_at: deadline_at.clone(),
+            settled_at: None,
+            decision: None,
+            reason: None,
+            writer: writer.clone(),
+        });
+        let described = s
+            .prompts
+            .last()
+            .map(|p| p.describe(session_id, PROMPT_PREVIEW_BYTES));
+        (Registered::Open(step), described)
+    });
+    match result {
+        None => Registered::Gone,
+        Some((registered, described)) => {
+            if let Some(confirmation) = described {
+                hub.notify(Note::Confirmation {
+                    session: session_id.to_string(),
+                    open: true,
+                    confirmation,
+                    outcome: None,
+                });
+            }
+            registered
+        }
+    }
+}
+
+/// Identity judgement: live and equal asks the operator; live and
+/// different denies; unknown or stale holds.
+fn judge(s: &Session, worker_id: &str) -> (PromptState, Step) {
+    match s.identity {
+        IdentityState::Live if s.worker_id.as_deref() == Some(worker_id) => {
+            (PromptState::AwaitingDecision, Step::Wait)
+        }
+        IdentityState::Live => (
+            PromptState::AwaitingDecision,
+            Step::Deny("the request does not come from the connected worker"),
+        ),
+        IdentityState::Unknown | IdentityState::Stale => {
+            (PromptState::AwaitingIdentity, Step::Wait)
+        }
+    }
+}
+
+/// Re-judges a held prompt; returns its state and what to do, or `None`
+/// when the prompt is gone.
+fn poll(s: &mut Session, confirmation_id: &str, hold_expired: bool) -> Option<(PromptState, Step)> {
+    let identity = s.identity;
+    let live_worker = s.worker_id.clone();
+    let prompt = s
+        .prompts
+        .iter_mut()
+        .find(|p| p.request.confirmation_id == confirmation_id)?;
+    if prompt.state != PromptState::AwaitingIdentity {
+        return Some((prompt.state, Step::Wait));
+    }
+    prompt.identity_state = identity;
+    let step = match identity {
+        IdentityState::Live
+            if live_worker.as_deref() == Some(prompt.request.worker_id.as_str()) =>
+        {
+            prompt.state = PromptState::AwaitingDecision;
+            prompt.verified = true;
+            Step::Wait
+        }
+        IdentityState::Live => Step::Deny("the request does not come from the connected worker"),
+        _ if hold_expired => Step::Deny("the worker identity was not verified in time"),
+        _ => Step::Wait,
+    };
+    Some((prompt.state, step))
+}
+
+/// Denies a prompt on the hub's own authority (identity or capacity).
+fn deny_now(hub: &Hub, session_id: &str, confirmation_id: &str, reason: &'static str) {
+    let now = time::now_rfc3339();
+    let sent = hub.with_session(session_id, |s| {
+        let prompt = s
+            .prompts
+            .iter_mut()
+            .find(|p| p.request.confirmation_id == confirmation_id)?;
+        if prompt.state == PromptState::Decided {
+            return None;
+        }
+        settle(prompt, false, Some(reason.to_string()), &now);
+        Some((
+            prompt.writer.clone(),
+            response_text(&prompt.request, false, Some(reason)),
+            prompt.describe(session_id, PROMPT_PREVIEW_BYTES),
+        ))
+    });
+    if let Some(Some((writer, response, described))) = sent {
+        log::info!("session {session_id}: confirmation {confirmation_id} denied: {reason}");
+        let _ = writer.send_text(&response);
+        hub.notify(Note::Confirmation {
+            session: session_id.to_string(),
+            open: true,
+            confirmation: described,
+            outcome: None,
+        });
+    }
+}
+
+/// Removes the prompt; a retired prompt can no longer be answered.
+fn retire(hub: &Hub, session_id: &str, confirmation_id: &str, conn_id: u64, outcome: &str) {
+    let removed = hub.with_session(session_id, |s| {
+        let pos = s
+            .prompts
+            .iter()
+            .position(|p| p.request.confirmation_id == confirmation_id && p.conn_id == conn_id)?;
+        let prompt = s.prompts.remove(pos);
+        Some(prompt.describe(session_id, PROMPT_PREVIEW_BYTES))
+    });
+    if let Some(Some(mut described)) = removed {
+        let decided = described["decision"].as_str().map(str::to_string);
+        described["state"] = json!("retired");
+        let outcome = decided.unwrap_or_else(|| outcome.to_string());
+        hub.notify(Note::Confirmation {
+            session: session_id.to_string(),
+            open: false,
+            confirmation: described,
+            outcome: Some(Value::String(outcome)),
+        });
+    }
+}

@@ -1,0 +1,321 @@
+//! The worker event connection `GET /agent/<id>/events?token=`: one thread
+//! per socket reads frames, parses them (pure `envelope`), applies them to
+//! the session under one short lock, and hands the serialized transcript
+//! entry to the events file and the panel notifier after unlocking.
+//!
+//! The thread also pings the worker every `limits.pingIntervalMs` (using
+//! the read timeout as its clock) and terminates a socket that misses the
+//! pong. It is woken for shutdown by the socket being shut down.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tungstenite::protocol::frame::coding::CloseCode;
+use tungstenite::protocol::CloseFrame;
+use tungstenite::{Error as WsError, Message};
+
+use super::envelope::{self, Envelope};
+use crate::hub::{Hub, Note};
+use crate::session::{IdentityState, RequestState, Session, WorkerLink};
+use crate::util::time;
+use crate::ws::{close, Accepted};
+
+/// Protocol errors one connection may record before it is closed (1008).
+pub const MAX_PROTOCOL_ERRORS: u32 = 20;
+
+/// Events whose replies are forwarded live but never retained.
+const TRANSIENT: &[&str] = &["history", "history_error", "answer", "answer_error"];
+
+/// Runs one accepted event socket until it ends. Called on a thread of its
+/// own.
+pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
+    let Accepted { mut socket, writer } = accepted;
+    let conn_id = hub.register_socket(writer.clone());
+    let superseded = hub.with_session(&session_id, |s| {
+        let old = s.link.replace(WorkerLink {
+            conn_id,
+            writer: writer.clone(),
+        });
+        s.identity = IdentityState::Unknown;
+        s.capabilities = None;
+        s.status = None;
+        old
+    });
+    let Some(old) = superseded else {
+        // The session was deleted between the route check and here.
+        writer.close_and_shutdown(close::POLICY, "unknown session");
+        hub.unregister_socket(conn_id);
+        return;
+    };
+    let replaced = old.is_some();
+    if let Some(old) = old {
+        log::warn!("session {session_id}: a new worker event connection supersedes the old one");
+        old.writer
+            .close_and_shutdown(close::SUPERSEDED, "superseded by a new connection");
+    }
+    hub.notify(Note::Connection {
+        session: session_id.clone(),
+        connected: true,
+        replaced,
+    });
+    log::info!("session {session_id}: worker connected");
+    // `ready` comes once per worker process, so a reconnect asks for status.
+    let _ = writer.send_text(r#"{"type":"signal","data":{"operation":"status"}}"#);
+
+    let ping_every = hub.config.limits.ping_interval_ms;
+    let timeout = (ping_every > 0).then(|| Duration::from_millis(ping_every));
+    let _ = socket.get_ref().set_read_timeout(timeout);
+    let mut awaiting_pong = false;
+    let mut protocol_errors = 0u32;
+    loop {
+        let message = match socket.read() {
+            Ok(message) => message,
+            Err(WsError::Io(err))
+                if matches!(
+                    err.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                if awaiting_pong {
+                    log::warn!("session {session_id}: worker missed a pong; terminating");
+                    break;
+                }
+                awaiting_pong = writer.send_ping().is_ok();
+                continue;
+            }
+            Err(WsError::Capacity(err)) => {
+                record_protocol_error(&hub, &session_id, &format!("frame too large: {err}"));
+                writer.close_and_shutdown(close::TOO_BIG, "message too large");
+                break;
+            }
+            Err(WsError::Utf8(_)) => {
+                record_protocol_error(&hub, &session_id, "text frame is not UTF-8");
+                writer.close_and_shutdown(close::INVALID_PAYLOAD, "invalid UTF-8");
+                break;
+            }
+            Err(err) => {
+                log::debug!("session {session_id}: event socket ended: {err}");
+                break;
+            }
+        };
+        let problem = match message {
+            Message::Text(text) => {
+                let text = text.as_str();
+                match envelope::parse_event(text, &session_id) {
+                    Ok(env) => {
+                        ingest(&hub, &session_id, env, text.len());
+                        None
+                    }
+                    Err(err) => Some(err.to_string()),
+                }
+            }
+            Message::Binary(_) => Some("binary frames are not part of the protocol".to_string()),
+            Message::Pong(_) => {
+                awaiting_pong = false;
+                None
+            }
+            Message::Ping(_) | Message::Frame(_) | Message::Close(_) => None,
+        };
+        if let Some(problem) = problem {
+            record_protocol_error(&hub, &session_id, &problem);
+            protocol_errors += 1;
+            if protocol_errors >= MAX_PROTOCOL_ERRORS {
+                log::warn!("session {session_id}: {protocol_errors} protocol errors; closing 1008");
+                let _ = socket.close(Some(CloseFrame {
+                    code: CloseCode::from(close::POLICY),
+                    reason: "too many protocol errors".into(),
+                }));
+                let _ = socket.flush();
+                break;
+            }
+        }
+    }
+    writer.terminate();
+    hub.unregister_socket(conn_id);
+    disconnected(&hub, &session_id, conn_id);
+}
+
+fn record_protocol_error(hub: &Hub, session_id: &str, problem: &str) {
+    log::warn!("session {session_id}: worker protocol error: {problem}");
+    hub.with_session(session_id, |s| s.stats.protocol_errors += 1);
+}
+
+/// Applies one parsed envelope to its session and publishes it.
+fn ingest(hub: &Hub, session_id: &str, env: Envelope, frame_bytes: usize) {
+    let now = time::now_rfc3339();
+    let transient = TRANSIENT.contains(&env.event.as_str());
+    let raw = envelope::raw_metadata(&env, frame_bytes);
+    let published = hub.with_session(session_id, |s| {
+        let request_change = observe(s, &env, &now);
+        let mut entry = env.object.clone();
+        entry.insert("received_at".into(), json!(now));
+        entry.insert("known".into(), json!(env.known));
+        entry.insert("issues".into(), json!(env.issues));
+        entry.insert("raw".into(), raw);
+        let seq = if transient {
+            None
+        } else {
+            Some(s.transcript.next_sequence())
+        };
+        entry.insert("hub_sequence".into(), json!(seq));
+        let json: Arc<str> = Value::Object(entry).to_string().into();
+        if seq.is_some() {
+            let (event, worker) = (&env.event, &env.worker_id);
+            s.transcript.push(json.clone(), |seq, bytes| {
+                omission_record(seq, event, worker, bytes)
+            });
+        }
+        (seq, json, request_change, s.events_file.clone())
+    });
+    let Some((seq, json, request_change, file)) = published else {
+        return;
+    };
+    if let (Some(_), Some(file)) = (seq, file) {
+        file.write_record(&json);
+    }
+    if let Some(request) = request_change {
+        hub.notify(Note::Request {
+            session: session_id.to_string(),
+            request,
+        });
+    }
+    hub.notify(Note::Event {
+        session: session_id.to_string(),
+        hub_seq: seq,
+        json,
+    });
+}
+
+/// The record kept in place of an envelope larger than the whole ring.
+fn omission_record(seq: u64, event: &str, worker_id: &str, bytes: usize) -> Arc<str> {
+    json!({
+        "type": "event",
+        "event": event,
+        "worker_id": worker_id,
+        "hub_sequence": seq,
+        "display_omitted": true,
+        "bytes": bytes,
+    })
+    .to_string()
+    .into()
+}
+
+/// Updates identity, statistics, capabilities and request states from one
+/// envelope. Returns the changed request description, if any.
+fn observe(s: &mut Session, env: &Envelope, now: &str) -> Option<Value> {
+    s.stats.events += 1;
+    if s.worker_id.as_deref() != Some(env.worker_id.as_str()) {
+        if s.worker_id.is_some() {
+            s.stats.incarnations += 1;
+        }
+        s.worker_id = Some(env.worker_id.clone());
+        s.identity_since = Some(now.to_string());
+        s.last_sequence = None;
+    } else if s.identity != IdentityState::Live {
+        s.identity_since = Some(now.to_string());
+    }
+    s.identity = IdentityState::Live;
+    if let Some(seq) = env.sequence {
+        let last = s.last_sequence.as_ref().map(|(_, last)| *last);
+        match last {
+            Some(last) if seq <= last => s.stats.duplicates += 1,
+            Some(last) if seq > last + 1 => s.stats.gaps += 1,
+            _ => {}
+        }
+        let newest = last.map_or(seq, |last| last.max(seq));
+        s.last_sequence = Some((env.worker_id.clone(), newest));
+    }
+    if !env.run_id.is_empty() {
+        s.last_run_id = Some(env.run_id.clone());
+    }
+    s.last_event = Some(env.event.clone());
+    s.last_event_at = Some(now.to_string());
+    let data = env.data();
+    match env.event.as_str() {
+        "ready" | "status" => {
+            if let Some(caps) = data
+                .and_then(|d| d.get("capabilities"))
+                .and_then(Value::as_array)
+            {
+                s.capabilities = Some(
+                    caps.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect(),
+                );
+            }
+            if env.event == "status" {
+                s.status = data.cloned();
+            }
+            None
+        }
+        "input_admitted" => settle_request(s, &env.request_id, RequestState::Admitted, None, now),
+        "input_rejected" => {
+            let id = data
+                .and_then(|d| d.get("request_id"))
+                .and_then(Value::as_str)
+                .filter(|id| !id.is_empty())
+                .unwrap_or(&env.request_id)
+                .to_string();
+            settle_request(s, &id, RequestState::Rejected, data.cloned(), now)
+        }
+        _ => None,
+    }
+}
+
+fn settle_request(
+    s: &mut Session,
+    request_id: &str,
+    state: RequestState,
+    detail: Option<Value>,
+    now: &str,
+) -> Option<Value> {
+    let record = s.request_mut(request_id)?;
+    if record.state != RequestState::Sent {
+        return None;
+    }
+    record.state = state;
+    record.detail = detail;
+    record.updated_at = now.to_string();
+    Some(record.describe())
+}
+
+/// Clears the link if this connection is still the current one: identity
+/// becomes stale, capabilities unknown, unsettled requests `unknown`.
+fn disconnected(hub: &Hub, session_id: &str, conn_id: u64) {
+    let now = time::now_rfc3339();
+    let changed = hub.with_session(session_id, |s| {
+        if s.link.as_ref().map(|l| l.conn_id) != Some(conn_id) {
+            return None;
+        }
+        s.link = None;
+        if s.worker_id.is_some() {
+            s.identity = IdentityState::Stale;
+        }
+        s.capabilities = None;
+        let mut changed = Vec::new();
+        for record in s.requests.iter_mut() {
+            if record.state == RequestState::Sent {
+                record.state = RequestState::Unknown;
+                record.updated_at = now.clone();
+                changed.push(record.describe());
+            }
+        }
+        Some(changed)
+    });
+    if let Some(Some(changed)) = changed {
+        log::info!("session {session_id}: worker disconnected");
+        for request in changed {
+            hub.notify(Note::Request {
+                session: session_id.to_string(),
+                request,
+            });
+        }
+        hub.notify(Note::Connection {
+            session: session_id.to_string(),
+            connected: false,
+            replaced: false,
+        });
+    }
+}

@@ -1,0 +1,267 @@
+//! WebSocket plumbing shared by every socket the hub accepts: the upgrade
+//! handshake, a split stream (tungstenite parses incoming frames on the
+//! reader thread) and a `FrameWriter` that any thread may use to send
+//! complete server frames.
+//!
+//! All writes to one socket, including tungstenite's automatic pong and
+//! close replies, go through that socket's `FrameWriter` mutex, so frames
+//! never interleave. That mutex guards only the socket; no hub state lock is
+//! ever held while taking it.
+
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tiny_http::{Header, Request, Response};
+use tungstenite::protocol::{Role, WebSocketConfig};
+use tungstenite::WebSocket;
+
+use crate::http::{header, ApiError};
+
+/// Close codes the hub sends.
+pub mod close {
+    pub const NORMAL: u16 = 1000;
+    pub const GOING_AWAY: u16 = 1001;
+    pub const INVALID_PAYLOAD: u16 = 1007;
+    pub const POLICY: u16 = 1008;
+    pub const TOO_BIG: u16 = 1009;
+    pub const SUPERSEDED: u16 = 4001;
+}
+
+/// Size of the header of an unmasked server frame carrying `len` payload
+/// bytes: 2, 4 or 10 bytes.
+pub fn frame_header_len(len: usize) -> usize {
+    match len {
+        0..=125 => 2,
+        126..=65535 => 4,
+        _ => 10,
+    }
+}
+
+/// Encodes one final, unmasked server frame.
+pub fn encode_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(frame_header_len(payload.len()) + payload.len());
+    out.push(0x80 | opcode);
+    match payload.len() {
+        len @ 0..=125 => out.push(len as u8),
+        len @ 126..=65535 => {
+            out.push(126);
+            out.extend_from_slice(&(len as u16).to_be_bytes());
+        }
+        len => {
+            out.push(127);
+            out.extend_from_slice(&(len as u64).to_be_bytes());
+        }
+    }
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Opcodes of the frames the hub writes itself.
+pub mod opcode {
+    pub const TEXT: u8 = 0x1;
+    pub const CLOSE: u8 = 0x8;
+    pub const PING: u8 = 0x9;
+}
+
+/// Writes complete frames to one socket; shared by every thread that sends
+/// on it. Once closed, further sends fail without touching the socket.
+#[derive(Debug)]
+pub struct FrameWriter {
+    stream: Mutex<TcpStream>,
+    /// A second handle used only to shut the socket down. It is never
+    /// locked, so ending a connection cannot wait behind a write that is
+    /// blocked on a peer that stopped reading.
+    ctl: TcpStream,
+    closed: AtomicBool,
+}
+
+impl FrameWriter {
+    fn new(stream: TcpStream) -> io::Result<FrameWriter> {
+        Ok(FrameWriter {
+            ctl: stream.try_clone()?,
+            stream: Mutex::new(stream),
+            closed: AtomicBool::new(false),
+        })
+    }
+
+    /// A writer over a plain stream, for unit tests of the layers above.
+    #[cfg(test)]
+    pub fn for_tests(stream: TcpStream) -> FrameWriter {
+        FrameWriter::new(stream).unwrap()
+    }
+
+    /// Writes already-encoded frame bytes as one unit.
+    pub fn write_raw(&self, bytes: &[u8]) -> io::Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(io::Error::new(io::ErrorKind::NotConnected, "socket closed"));
+        }
+        let mut stream = self.stream.lock().unwrap_or_else(|p| p.into_inner());
+        let result = stream.write_all(bytes).and_then(|()| stream.flush());
+        if result.is_err() {
+            self.closed.store(true, Ordering::Release);
+        }
+        result
+    }
+
+    pub fn send_text(&self, text: &str) -> io::Result<()> {
+        self.write_raw(&encode_frame(opcode::TEXT, text.as_bytes()))
+    }
+
+    pub fn send_ping(&self) -> io::Result<()> {
+        self.write_raw(&encode_frame(opcode::PING, b""))
+    }
+
+    /// Sends a close frame with `code` and a short reason, then shuts the
+    /// socket down so the reader thread wakes. Used when a thread other than
+    /// the reader ends the connection (superseded, shutdown).
+    pub fn close_and_shutdown(&self, code: u16, reason: &str) {
+        let mut payload = code.to_be_bytes().to_vec();
+        let mut cut = reason.len().min(120);
+        while !reason.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        payload.extend_from_slice(&reason.as_bytes()[..cut]);
+        // Only if no write is in progress: a blocked writer must not delay
+        // the shutdown below.
+        if let Ok(mut stream) = self.stream.try_lock() {
+            if !self.closed.load(Ordering::Acquire) {
+                let _ = stream.write_all(&encode_frame(opcode::CLOSE, &payload));
+            }
+        }
+        self.terminate();
+    }
+
+    /// Ends the connection at once, without a close handshake.
+    pub fn terminate(&self) {
+        self.closed.store(true, Ordering::Release);
+        let _ = self.ctl.shutdown(Shutdown::Both);
+    }
+}
+
+/// The reader's side of a socket: reads from its own handle, writes (pongs,
+/// close replies) through the shared [`FrameWriter`].
+#[derive(Debug)]
+pub struct SplitStream {
+    read: TcpStream,
+    writer: Arc<FrameWriter>,
+}
+
+impl SplitStream {
+    /// Sets the read timeout of the underlying socket.
+    pub fn set_read_timeout(&self, timeout: Option<std::time::Duration>) -> io::Result<()> {
+        self.read.set_read_timeout(timeout)
+    }
+}
+
+impl Read for SplitStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read.read(buf)
+    }
+}
+
+impl Write for SplitStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        // Each call carries whole frames from tungstenite's buffer.
+        self.writer.write_raw(buf).map(|()| buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// An accepted WebSocket: tungstenite on the reader side, and the writer.
+pub struct Accepted {
+    pub socket: WebSocket<SplitStream>,
+    pub writer: Arc<FrameWriter>,
+}
+
+/// Checks the upgrade headers and returns the `Sec-WebSocket-Accept` value.
+pub fn check_upgrade(rq: &Request) -> Result<String, ApiError> {
+    let bad = |msg: &str| ApiError::new(400, "bad_request", msg.to_string());
+    let upgrade = header(rq, "Upgrade").unwrap_or("");
+    if !upgrade.eq_ignore_ascii_case("websocket") {
+        return Err(bad("Upgrade must be websocket"));
+    }
+    let connection = header(rq, "Connection").unwrap_or("").to_ascii_lowercase();
+    if !connection.split(',').any(|t| t.trim() == "upgrade") {
+        return Err(bad("Connection must include upgrade"));
+    }
+    if header(rq, "Sec-WebSocket-Version") != Some("13") {
+        return Err(bad("Sec-WebSocket-Version must be 13"));
+    }
+    let key = header(rq, "Sec-WebSocket-Key").ok_or_else(|| bad("missing Sec-WebSocket-Key"))?;
+    Ok(tungstenite::handshake::derive_accept_key(
+        key.trim().as_bytes(),
+    ))
+}
+
+/// Answers 101 and wraps the socket. `max_message` bounds incoming
+/// messages and frames (tungstenite's defaults are far too large).
+pub fn accept(rq: Request, accept_key: &str, max_message: usize) -> io::Result<Accepted> {
+    let mut response = Response::empty(101);
+    if let Ok(h) = Header::from_bytes(&b"Sec-WebSocket-Accept"[..], accept_key.as_bytes()) {
+        response.add_header(h);
+    }
+    let stream = rq.upgrade_raw("websocket", response)?;
+    let read = stream.try_clone()?;
+    let writer = Arc::new(FrameWriter::new(stream)?);
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(max_message))
+        .max_frame_size(Some(max_message))
+        .max_write_buffer_size(max_message.saturating_mul(2).max(1 << 20));
+    let split = SplitStream {
+        read,
+        writer: writer.clone(),
+    };
+    Ok(Accepted {
+        socket: WebSocket::from_raw_socket(split, Role::Server, Some(config)),
+        writer,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_sizes_at_the_boundaries() {
+        assert_eq!(frame_header_len(0), 2);
+        assert_eq!(frame_header_len(125), 2);
+        assert_eq!(frame_header_len(126), 4);
+        assert_eq!(frame_header_len(65535), 4);
+        assert_eq!(frame_header_len(65536), 10);
+        for len in [0, 125, 126, 65535, 65536] {
+            let frame = encode_frame(opcode::TEXT, &vec![b'a'; len]);
+            assert_eq!(frame.len(), frame_header_len(len) + len);
+        }
+    }
+
+    #[test]
+    fn frames_parse_back_with_tungstenite() {
+        for len in [0usize, 5, 125, 126, 65535, 65536] {
+            let text = "x".repeat(len);
+            let bytes = encode_frame(opcode::TEXT, text.as_bytes());
+            let mut ctx = tungstenite::protocol::WebSocketContext::new(Role::Client, None);
+            let mut cursor = io::Cursor::new(bytes);
+            struct Rw<'a>(&'a mut io::Cursor<Vec<u8>>);
+            impl Read for Rw<'_> {
+                fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+                    self.0.read(b)
+                }
+            }
+            impl Write for Rw<'_> {
+                fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+                    Ok(b.len())
+                }
+                fn flush(&mut self) -> io::Result<()> {
+                    Ok(())
+                }
+            }
+            let msg = ctx.read(&mut Rw(&mut cursor)).unwrap();
+            assert_eq!(msg.into_text().unwrap().as_str(), text);
+        }
+    }
+}

@@ -1,0 +1,376 @@
+//! Confirmations over real sockets, and complete runs with the built-in
+//! worker: message round trip, tool call approved (the command really
+//! runs), denied, and an identity hold resolved after a worker restart.
+
+use std::process::Child;
+
+use serde_json::{json, Value};
+
+use crate::util::*;
+
+fn hub(dir: &TempDir) -> TestHub {
+    TestHub::start(dir.path(), &[])
+}
+
+fn create(hub: &TestHub, id: &str) {
+    assert_eq!(
+        post(hub, "/api/sessions", json!({"session": id})).status,
+        201
+    );
+}
+
+fn text(raw: &str) -> Value {
+    json!({"content": [{"type": "text", "modality": "text", "raw": raw}]})
+}
+
+struct Worker(Child);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn confirm_request(session: &str, worker: &str, cid: &str) -> String {
+    json!({"type": "confirmation_request", "data": {
+        "worker_id": worker, "session_id": session, "run_id": "run-1", "confirmation_id": cid,
+        "call": {"id": "call-1", "name": "run_command", "type": "serial_write",
+                 "security": "require_confirm", "arguments": {"command": "true"}},
+    }})
+    .to_string()
+}
+
+fn paths(hub: &TestHub, id: &str) -> (String, String) {
+    let token = worker_token(&hub.data_dir, id);
+    (
+        format!("/agent/{id}/events?token={token}"),
+        format!("/agent/{id}/confirm?token={token}"),
+    )
+}
+
+#[test]
+fn message_round_trip_with_the_built_in_worker() {
+    let dir = TempDir::new("roundtrip");
+    let hub = hub(&dir);
+    create(&hub, "chat");
+    let _worker = Worker(spawn_mock_worker(&hub, "chat", "mock-flash"));
+    let s = wait_session(&hub, "chat", |s| s["identity"]["state"] == "live");
+    assert!(s["worker_capabilities"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("session-history")));
+    let res = post(&hub, "/api/sessions/chat/input", text("hello there"));
+    assert_eq!(res.status, 202, "{}", res.text());
+    let request_id = res.json()["request_id"].as_str().unwrap().to_string();
+    let finished = wait_event(&hub, "chat", |e| e["event"] == "run_finished");
+    assert_eq!(finished["data"]["status"], "completed");
+    assert_eq!(finished["request_id"], request_id.as_str());
+    let reply = wait_event(&hub, "chat", |e| e["event"] == "model_response");
+    assert!(reply.to_string().contains("echo: hello there"), "{reply}");
+    let s = wait_session(&hub, "chat", |s| s["requests"][0]["state"] == "admitted");
+    assert_eq!(s["last_run_id"], finished["run_id"]);
+    // A duplicate request id is rejected by the worker, and surfaced.
+    let dup = post(
+        &hub,
+        "/api/sessions/chat/input",
+        json!({"request_id": request_id, "content": text("again")["content"]}),
+    );
+    assert_eq!(dup.status, 202);
+    let rejected = wait_event(&hub, "chat", |e| e["event"] == "input_rejected");
+    assert_eq!(rejected["run_id"], "");
+}
+
+fn open_prompt(hub: &TestHub, id: &str) -> Value {
+    let s = wait_session(hub, id, |s| {
+        s["confirmations"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|p| p["state"] == "awaiting-decision"))
+    });
+    s["confirmations"][0].clone()
+}
+
+#[test]
+fn approved_tool_call_really_runs() {
+    let dir = TempDir::new("approve");
+    let hub = hub(&dir);
+    create(&hub, "tool");
+    let _worker = Worker(spawn_mock_worker(&hub, "tool", "mock-flash"));
+    wait_session(&hub, "tool", |s| s["identity"]["state"] == "live");
+    let marker = hub.data_dir.join("sessions/tool/marker.txt");
+    post(
+        &hub,
+        "/api/sessions/tool/input",
+        text("/run echo ran > marker.txt && echo tool-output"),
+    );
+    let prompt = open_prompt(&hub, "tool");
+    assert_eq!(prompt["call"]["name"], "run_command");
+    assert_eq!(prompt["verified"], true);
+    assert!(!marker.exists(), "ran before approval");
+    let cid = prompt["confirmation_id"].as_str().unwrap();
+    let res = post(
+        &hub,
+        &format!("/api/sessions/tool/confirmations/{cid}"),
+        json!({"decision": "approved", "reason": "fine"}),
+    );
+    assert_eq!(res.status, 200, "{}", res.text());
+    let again = post(
+        &hub,
+        &format!("/api/sessions/tool/confirmations/{cid}"),
+        json!({"decision": "denied"}),
+    );
+    assert!(
+        again.status == 409 || again.status == 404,
+        "second decision accepted"
+    );
+    let results = wait_event(&hub, "tool", |e| e["event"] == "tool_results");
+    assert!(results.to_string().contains("tool-output"), "{results}");
+    let finished = wait_event(&hub, "tool", |e| e["event"] == "run_finished");
+    assert_eq!(finished["data"]["status"], "completed");
+    assert_eq!(std::fs::read_to_string(&marker).unwrap().trim(), "ran");
+    wait_session(&hub, "tool", |s| s["confirmations"] == json!([]));
+}
+
+#[test]
+fn denied_tool_call_does_not_run() {
+    let dir = TempDir::new("deny");
+    let hub = hub(&dir);
+    create(&hub, "tool");
+    let _worker = Worker(spawn_mock_worker(&hub, "tool", "mock-flash"));
+    wait_session(&hub, "tool", |s| s["identity"]["state"] == "live");
+    post(
+        &hub,
+        "/api/sessions/tool/input",
+        text("/run touch marker.txt"),
+    );
+    let prompt = open_prompt(&hub, "tool");
+    let cid = prompt["confirmation_id"].as_str().unwrap();
+    let res = post(
+        &hub,
+        &format!("/api/sessions/tool/confirmations/{cid}"),
+        json!({"decision": "denied", "reason": "no"}),
+    );
+    assert_eq!(res.status, 200);
+    let results = wait_event(&hub, "tool", |e| e["event"] == "tool_results");
+    assert!(results.to_string().contains("security_check"), "{results}");
+    wait_event(&hub, "tool", |e| e["event"] == "run_finished");
+    assert!(!hub.data_dir.join("sessions/tool/marker.txt").exists());
+    let missing = post(
+        &hub,
+        "/api/sessions/tool/confirmations/nope",
+        json!({"decision": "approved"}),
+    );
+    assert_eq!(
+        (missing.status, missing.json()["error"].clone()),
+        (404, json!("unknown_confirmation"))
+    );
+}
+
+#[test]
+fn identity_hold_then_approve_after_a_worker_restart() {
+    let dir = TempDir::new("hold");
+    let hub = hub(&dir);
+    create(&hub, "h");
+    let (events, confirm) = paths(&hub, "h");
+    // The first worker process identifies itself, then goes away.
+    let mut first = ws_connect(hub.addr, &events).unwrap();
+    send_text(
+        &mut first,
+        envelope("h", "old-worker", 1, "ready", json!({})),
+    );
+    wait_session(&hub, "h", |s| s["identity"]["state"] == "live");
+    drop(first);
+    wait_session(&hub, "h", |s| s["identity"]["state"] == "stale");
+    // The restarted worker asks for confirmation before its event socket
+    // has named it: the prompt is held, and cannot be decided yet.
+    let mut prompt = ws_connect(hub.addr, &confirm).unwrap();
+    send_text(&mut prompt, confirm_request("h", "new-worker", "c-1"));
+    let s = wait_session(&hub, "h", |s| {
+        s["confirmations"][0]["state"] == "awaiting-identity"
+    });
+    assert_eq!(s["confirmations"][0]["verified"], false);
+    let early = post(
+        &hub,
+        "/api/sessions/h/confirmations/c-1",
+        json!({"decision": "approved"}),
+    );
+    assert_eq!(
+        (early.status, early.json()["error"].clone()),
+        (409, json!("confirmation_rejected"))
+    );
+    // Its event connection names it: now the operator can approve.
+    let mut second = ws_connect(hub.addr, &events).unwrap();
+    send_text(
+        &mut second,
+        envelope("h", "new-worker", 1, "ready", json!({})),
+    );
+    wait_session(&hub, "h", |s| {
+        s["confirmations"][0]["state"] == "awaiting-decision"
+    });
+    let res = post(
+        &hub,
+        "/api/sessions/h/confirmations/c-1",
+        json!({"decision": "approved"}),
+    );
+    assert_eq!(res.status, 200);
+    let answer = ws_read_until(&mut prompt, |v| v["type"] == "confirmation_response");
+    assert_eq!(answer["data"]["decision"], "approved");
+    for key in ["worker_id", "session_id", "run_id", "confirmation_id"] {
+        assert!(answer["data"][key].is_string(), "{key} not echoed");
+    }
+    assert_eq!(answer["data"]["worker_id"], "new-worker");
+    assert_eq!(answer["data"]["confirmation_id"], "c-1");
+    assert!(answer["data"].get("call").is_none());
+    prompt.close(None).unwrap();
+    wait_session(&hub, "h", |s| s["confirmations"] == json!([]));
+}
+
+#[test]
+fn a_held_prompt_is_denied_when_the_hold_expires_or_the_worker_differs() {
+    let dir = TempDir::new("holdexpire");
+    let cfg = dir.path().join("c.jsonc");
+    std::fs::write(&cfg, r#"{"limits": {"confirmIdentityHoldMs": 300}}"#).unwrap();
+    let hub = TestHub::start(dir.path(), &["-c", cfg.to_str().unwrap()]);
+    create(&hub, "e");
+    let (events, confirm) = paths(&hub, "e");
+    let mut prompt = ws_connect(hub.addr, &confirm).unwrap();
+    send_text(&mut prompt, confirm_request("e", "w", "c-exp"));
+    let answer = ws_read_until(&mut prompt, |v| v["type"] == "confirmation_response");
+    assert_eq!(answer["data"]["decision"], "denied");
+    // A live worker with a different id: denied at once.
+    let mut ev = ws_connect(hub.addr, &events).unwrap();
+    send_text(&mut ev, envelope("e", "real-worker", 1, "ready", json!({})));
+    wait_session(&hub, "e", |s| s["identity"]["state"] == "live");
+    let mut impostor = ws_connect(hub.addr, &confirm).unwrap();
+    send_text(&mut impostor, confirm_request("e", "someone-else", "c-imp"));
+    let answer = ws_read_until(&mut impostor, |v| v["type"] == "confirmation_response");
+    assert_eq!(answer["data"]["decision"], "denied");
+}
+
+#[test]
+fn malformed_second_and_duplicate_confirmation_frames_close_1008() {
+    let dir = TempDir::new("confirm1008");
+    let hub = hub(&dir);
+    create(&hub, "m");
+    let (events, confirm) = paths(&hub, "m");
+    let mut ev = ws_connect(hub.addr, &events).unwrap();
+    send_text(&mut ev, envelope("m", "w", 1, "ready", json!({})));
+    wait_session(&hub, "m", |s| s["identity"]["state"] == "live");
+
+    let mut bad = ws_connect(hub.addr, &confirm).unwrap();
+    send_text(&mut bad, "{not json".to_string());
+    assert_eq!(ws_close_code(&mut bad), Some(1008));
+    let mut binary = ws_connect(hub.addr, &confirm).unwrap();
+    binary
+        .send(tungstenite::Message::Binary(vec![0u8; 4].into()))
+        .unwrap();
+    assert_eq!(ws_close_code(&mut binary), Some(1008));
+
+    let mut first = ws_connect(hub.addr, &confirm).unwrap();
+    send_text(&mut first, confirm_request("m", "w", "dup"));
+    wait_session(&hub, "m", |s| {
+        s["confirmations"][0]["state"] == "awaiting-decision"
+    });
+    let mut dup = ws_connect(hub.addr, &confirm).unwrap();
+    send_text(&mut dup, confirm_request("m", "w", "dup"));
+    assert_eq!(ws_close_code(&mut dup), Some(1008));
+    // The first exchange is undisturbed and still answerable.
+    let s = hub.get("/api/sessions/m").json()["session"].clone();
+    assert_eq!(s["confirmations"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        post(
+            &hub,
+            "/api/sessions/m/confirmations/dup",
+            json!({"decision": "approved"})
+        )
+        .status,
+        200
+    );
+    let answer = ws_read_until(&mut first, |v| v["type"] == "confirmation_response");
+    assert_eq!(answer["data"]["decision"], "approved");
+
+    let mut twice = ws_connect(hub.addr, &confirm).unwrap();
+    send_text(&mut twice, confirm_request("m", "w", "two"));
+    wait_session(&hub, "m", |s| {
+        s["confirmations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["confirmation_id"] == "two")
+    });
+    send_text(&mut twice, confirm_request("m", "w", "three"));
+    assert_eq!(ws_close_code(&mut twice), Some(1008));
+    wait_session(&hub, "m", |s| {
+        !s["confirmations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["confirmation_id"] == "two")
+    });
+}
+
+#[test]
+fn at_most_64_open_prompts_per_session() {
+    let dir = TempDir::new("cap64");
+    let hub = hub(&dir);
+    create(&hub, "cap");
+    let (events, confirm) = paths(&hub, "cap");
+    let mut ev = ws_connect(hub.addr, &events).unwrap();
+    send_text(&mut ev, envelope("cap", "w", 1, "ready", json!({})));
+    wait_session(&hub, "cap", |s| s["identity"]["state"] == "live");
+    let mut open = Vec::new();
+    for i in 0..64 {
+        let mut ws = ws_connect(hub.addr, &confirm).unwrap();
+        send_text(&mut ws, confirm_request("cap", "w", &format!("p{i}")));
+        open.push(ws);
+    }
+    wait_session(&hub, "cap", |s| {
+        s["confirmations"].as_array().unwrap().len() == 64
+    });
+    let mut extra = ws_connect(hub.addr, &confirm).unwrap();
+    send_text(&mut extra, confirm_request("cap", "w", "p64"));
+    let answer = ws_read_until(&mut extra, |v| v["type"] == "confirmation_response");
+    assert_eq!(answer["data"]["decision"], "denied");
+    let s = hub.get("/api/sessions/cap").json()["session"].clone();
+    assert_eq!(s["confirmations"].as_array().unwrap().len(), 64);
+    drop(open);
+    wait_session(&hub, "cap", |s| s["confirmations"] == json!([]));
+}
+
+#[test]
+fn large_arguments_are_previewed_but_the_decision_applies_to_the_original() {
+    let dir = TempDir::new("preview");
+    let hub = hub(&dir);
+    create(&hub, "pv");
+    let (events, confirm) = paths(&hub, "pv");
+    let mut ev = ws_connect(hub.addr, &events).unwrap();
+    send_text(&mut ev, envelope("pv", "w", 1, "ready", json!({})));
+    wait_session(&hub, "pv", |s| s["identity"]["state"] == "live");
+    let big = "q".repeat(200 * 1024);
+    let request = json!({"type": "confirmation_request", "data": {
+        "worker_id": "w", "session_id": "pv", "run_id": "r", "confirmation_id": "big",
+        "call": {"id": "c", "name": "write_file", "type": "serial_write", "security": "require_confirm",
+                 "arguments": {"path": "a.txt", "content": big}},
+    }});
+    let mut ws = ws_connect(hub.addr, &confirm).unwrap();
+    send_text(&mut ws, request.to_string());
+    let s = wait_session(&hub, "pv", |s| {
+        s["confirmations"][0]["state"] == "awaiting-decision"
+    });
+    let p = &s["confirmations"][0];
+    assert_eq!(p["arguments_truncated"], true);
+    assert!(p["arguments_bytes"].as_u64().unwrap() > 200 * 1024);
+    assert_eq!(p["call"]["arguments"]["path"], "a.txt");
+    assert!(p["call"].to_string().len() <= 64 * 1024 + 512);
+    assert_eq!(
+        post(
+            &hub,
+            "/api/sessions/pv/confirmations/big",
+            json!({"decision": "approved"})
+        )
+        .status,
+        200
+    );
+    let answer = ws_read_until(&mut ws, |v| v["type"] == "confirmation_response");
+    assert_eq!(answer["data"]["confirmation_id"], "big");
+}

@@ -7,7 +7,6 @@ pub const PROTOCOL_NAME: &str = "simplex-hub-panel";
 pub const PROTOCOL_VERSION: u64 = 1;
 
 /// Every capability protocol v1 defines, in the order of its table.
-#[cfg_attr(not(test), allow(dead_code))]
 pub const ALL: &[&str] = &[
     "worker-events",
     "confirmations",

@@ -3,24 +3,10 @@
 //! configuration, runs the chosen subcommand, and alone maps errors to exit
 //! statuses: 2 for usage errors, 1 for configuration and start failures.
 
-mod capabilities;
-mod cli;
-mod config;
-mod http;
-mod hub;
-mod mock_worker;
-mod panel;
-mod session;
-mod store;
-mod supervisor;
-mod transcript;
-mod util;
-mod worker;
-mod ws;
-
 use std::process::ExitCode;
 
-use cli::{Command, ServeArgs};
+use simplex_hub::cli::{self, Command, ServeArgs};
+use simplex_hub::{config, http, hub, mock_worker, util};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -457,7 +457,6 @@ pub struct Session {
     pub spec: Value,
     /// Per-session worker token; only worker routes accept it.
     pub token: String,
-    #[allow(dead_code)] // fences supervisor actions (supervisor issue)
     pub lifecycle_id: String,
     pub kind: String,
     /// Set while a delete is in progress; the session is busy meanwhile.

@@ -75,7 +75,6 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 const CHECK_MAX_ERRORS: u32 = 20;
 
 /// One supervised session as persisted.
-#[allow(dead_code)]
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionRecord {
     pub id: String,
@@ -90,7 +89,6 @@ pub struct SessionRecord {
 }
 
 /// The worker process currently belonging to a session.
-#[allow(dead_code)]
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProcessRecord {
     pub session_id: String,
@@ -108,7 +106,6 @@ pub struct ProcessRecord {
 }
 
 /// A session's plan. Revision 0 with empty markdown means "no plan yet".
-#[allow(dead_code)]
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct PlanRecord {
     pub markdown: String,
@@ -117,7 +114,6 @@ pub struct PlanRecord {
 }
 
 /// Why a store operation failed.
-#[allow(dead_code)]
 #[derive(Debug)]
 pub enum StoreError {
     /// A filesystem operation on the database file failed.
@@ -237,13 +233,11 @@ fn no_row(op: &'static str) -> StoreError {
 }
 
 /// The hub database. See the module documentation.
-#[allow(dead_code)]
 pub struct Store {
     conn: Connection,
     path: PathBuf,
 }
 
-#[allow(dead_code)]
 impl Store {
     /// Opens (creating if absent, mode 0600) and migrates the database at
     /// `path`. Refuses files that are not SQLite, not ours, too new or

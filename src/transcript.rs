@@ -165,38 +165,32 @@ impl Transcript {
     }
 
     /// Entries retained now.
-    #[allow(dead_code)] // session stats and replay pages
     pub fn len(&self) -> usize {
         self.entries.len()
     }
 
     /// Whether nothing is retained now.
-    #[allow(dead_code)] // session stats and replay pages
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 
     /// JSON bytes retained now (actual UTF-8 bytes).
-    #[allow(dead_code)] // session stats and replay pages
     pub fn bytes(&self) -> usize {
         self.bytes
     }
 
     /// Entries evicted over the transcript's lifetime (including those
     /// emptied by a retention gap).
-    #[allow(dead_code)] // session stats and replay pages
     pub fn evicted(&self) -> u64 {
         self.evicted
     }
 
     /// Pushes that became retention gaps.
-    #[allow(dead_code)] // session stats and replay pages
     pub fn gaps(&self) -> u64 {
         self.gaps
     }
 
     /// hub_sequence of the oldest retained entry.
-    #[allow(dead_code)] // session stats and replay pages
     pub fn first_retained(&self) -> Option<u64> {
         self.entries.front().map(|e| e.hub_sequence)
     }

@@ -37,7 +37,6 @@ const FILE_NAMES: [&str; 2] = ["hub.config.jsonc", "hub.config.json"];
 /// The validated configuration. Every field mirrors a JSON key (camelCase
 /// there, snake_case here); `docs/configuration.md` has the defaults and
 /// rules. Paths are absolute and normalized.
-#[allow(dead_code)]
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: Listen,
@@ -96,7 +95,6 @@ pub enum LauncherKind {
 
 impl LauncherKind {
     /// The JSON spelling.
-    #[allow(dead_code)]
     pub fn as_str(self) -> &'static str {
         match self {
             LauncherKind::SimplexWorker => "simplex-worker",
@@ -106,7 +104,6 @@ impl LauncherKind {
 }
 
 /// `launcher.*`: how a worker process is started.
-#[allow(dead_code)]
 #[derive(Debug, Clone)]
 pub struct Launcher {
     pub kind: LauncherKind,
@@ -119,7 +116,6 @@ pub struct Launcher {
 }
 
 /// `worker.*`.
-#[allow(dead_code)]
 #[derive(Debug, Clone)]
 pub struct Worker {
     /// Absolute when the configured value contains a `/`; otherwise a bare
@@ -158,7 +154,6 @@ pub struct Persistence {
 }
 
 /// `worker.memoryRetention.*`.
-#[allow(dead_code)]
 #[derive(Debug, Clone)]
 pub struct MemoryRetention {
     pub max_archives: u64,
@@ -185,7 +180,6 @@ pub struct Http {
 }
 
 /// `limits.*`.
-#[allow(dead_code)]
 #[derive(Debug, Clone)]
 pub struct Limits {
     pub transcript_events: usize,
@@ -202,7 +196,6 @@ pub struct Limits {
 }
 
 /// `toolRequests.*`: the second listener, for remote-tool sockets.
-#[allow(dead_code)]
 #[derive(Debug, Clone)]
 pub struct ToolRequests {
     /// Empty means the same host as `listen.host`.
@@ -213,7 +206,6 @@ pub struct ToolRequests {
 }
 
 /// `subagents.*`.
-#[allow(dead_code)]
 #[derive(Debug, Clone)]
 pub struct Subagents {
     pub max_live: usize,

@@ -31,7 +31,6 @@ pub enum Feature {
 
 impl Feature {
     /// Every feature, for validating as a complete build would.
-    #[allow(dead_code)]
     pub const ALL: &'static [Feature] = &[
         Feature::Core,
         Feature::WorkerSide,
@@ -41,7 +40,6 @@ impl Feature {
     ];
 
     /// Short lowercase name, as used in docs and messages.
-    #[allow(dead_code)]
     pub fn name(self) -> &'static str {
         match self {
             Feature::Core => "core",

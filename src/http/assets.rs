@@ -27,8 +27,8 @@ macro_rules! asset {
     };
 }
 
-/// Every file the panel consists of. `tests/` checks that this list and the
-/// `static/` directory agree, so a new file cannot be forgotten.
+/// Every file the panel consists of. A unit test checks that this list and
+/// the `static/` directory agree, so a new file cannot be forgotten.
 pub const ASSETS: &[Asset] = &[
     asset!("index.html", "text/html; charset=utf-8"),
     asset!("app.js", "text/javascript; charset=utf-8"),
@@ -156,6 +156,28 @@ mod tests {
     fn nul_and_bad_escapes_are_malformed() {
         assert_eq!(resolve_path("/a%00.js"), Err(PathError::Malformed));
         assert_eq!(resolve_path("/%ZZ"), Err(PathError::Malformed));
+    }
+
+    #[test]
+    fn the_embedded_list_matches_the_static_directory() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("static");
+        let mut on_disk = Vec::new();
+        let mut dirs = vec![root.clone()];
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else {
+                    let rel = path.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+                    on_disk.push(rel);
+                }
+            }
+        }
+        on_disk.sort();
+        let mut listed: Vec<String> = ASSETS.iter().map(|a| a.name.to_string()).collect();
+        listed.sort();
+        assert_eq!(listed, on_disk, "static/ and ASSETS disagree");
     }
 
     #[test]

@@ -56,7 +56,7 @@ pub(crate) struct WorkerConfig {
     pub confirmation: Option<WsUrl>,
     pub confirmation_timeout: Duration,
     /// `hub_remote_call.endpoint`: the remote tools base URL.
-    #[allow(dead_code)] // remote tool calls are a later feature
+    #[allow(dead_code)] // read by the plan and subagent triggers (remote tools issue)
     pub tools: Option<WsUrl>,
     /// `worker.max_exchanges`: model responses allowed per run.
     pub max_exchanges: u64,

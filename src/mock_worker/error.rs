@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 /// Why the built-in worker could not start, or had to stop.
 #[derive(Debug)]
-pub(crate) enum MockError {
+pub enum MockError {
     /// A file or directory operation failed.
     Io {
         path: PathBuf,

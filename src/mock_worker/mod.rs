@@ -17,7 +17,7 @@ mod confirm;
 mod connection;
 mod conversation;
 mod engine;
-mod error;
+pub mod error;
 mod logger;
 mod sha256;
 mod storage;
@@ -113,7 +113,7 @@ fn valid_session_id(id: &str) -> bool {
 /// Runs the worker until a protocol shutdown or SIGTERM (`Ok`), a startup
 /// failure or fatal framing error (`Err`, exit 1). `/crash` exits the
 /// process with status 3 from inside.
-pub(crate) fn run(args: &MockWorkerArgs) -> Result<(), MockError> {
+pub fn run(args: &MockWorkerArgs) -> Result<(), MockError> {
     if !valid_session_id(&args.session) {
         return Err(MockError::SessionId {
             value: args.session.clone(),

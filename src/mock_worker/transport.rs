@@ -86,7 +86,7 @@ impl WsUrl {
 
     /// The remote-tool URL for `route`: `/<route>` appended to the path,
     /// the query kept.
-    #[allow(dead_code)] // remote tool calls (hub_remote_call) are a later feature
+    #[allow(dead_code)] // used by the remote tools triggers (remote tools issue)
     pub(crate) fn with_route(&self, route: &str) -> WsUrl {
         let mut url = self.clone();
         url.path = format!("{}/{}", self.path.trim_end_matches('/'), route);

@@ -52,7 +52,6 @@ pub const MAX_REQUEST_ID_BYTES: usize = crate::worker::payload::MAX_REQUEST_ID_B
 
 /// The protocol's error codes (`error.error`). Codes are stable; messages
 /// are not.
-#[allow(dead_code)]
 pub mod code {
     pub const BAD_JSON: &str = "bad_json";
     pub const BAD_MESSAGE: &str = "bad_message";
@@ -117,7 +116,6 @@ pub enum Decision {
 }
 
 impl Decision {
-    #[allow(dead_code)]
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Approved => "approved",
@@ -208,7 +206,6 @@ pub enum ClientMsg {
     },
 }
 
-#[allow(dead_code)]
 impl ClientMsg {
     /// The message's wire `type`.
     pub fn kind(&self) -> &str {
@@ -825,7 +822,6 @@ pub fn pong(at: &str) -> Value {
 }
 
 /// The latest persisted session plan.
-#[allow(dead_code)]
 pub fn plan(session: &str, plan: Value) -> Value {
     message("plan", vec![("session", json!(session)), ("plan", plan)])
 }
@@ -968,7 +964,6 @@ pub fn allocate_previews(preview_sizes: &[usize], share: usize) -> Vec<usize> {
 /// contents (everything but the argument previews) take `other_len` bytes:
 /// [`APPROVALS_SHARE`], less whatever would push the frame past
 /// [`FRAME_CEILING`] (the largest frame header included).
-#[allow(dead_code)]
 pub fn approvals_allowance(other_len: usize) -> usize {
     APPROVALS_SHARE.min(FRAME_CEILING.saturating_sub(other_len.saturating_add(10)))
 }

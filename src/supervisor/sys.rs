@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 /// Field 22 (`starttime`, clock ticks since boot) of a `/proc/<pid>/stat`
 /// line. The comm field (2) may contain spaces and parentheses, so the
 /// fields are counted after the last `)`. `None` for anything malformed.
-#[allow(dead_code)]
 pub fn parse_stat_start_time(stat: &str) -> Option<u64> {
     parse_stat(stat.as_bytes()).map(|s| s.start_time)
 }
@@ -167,13 +166,11 @@ impl Pinned {
     }
 
     /// The pinned process id.
-    #[allow(dead_code)]
     pub fn pid(&self) -> u32 {
         self.pid
     }
 
     /// The start time the process was pinned with (clock ticks since boot).
-    #[allow(dead_code)]
     pub fn start_time(&self) -> u64 {
         self.start
     }
@@ -351,7 +348,6 @@ pub fn reap_orphans(keep: &[u32]) -> Vec<u32> {
 /// (an unreaped child keeps its pid, even as a zombie, so this cannot reach
 /// a stranger). Refuses pids 0 and 1 and pids beyond `pid_t`, which `kill`
 /// would read as "my group" or "everyone".
-#[allow(dead_code)]
 pub fn signal_child(pid: u32, sig: i32) -> io::Result<()> {
     let raw_pid = match to_pid(pid) {
         Some(p) if p > 1 => p,
@@ -371,7 +367,6 @@ pub fn signal_child(pid: u32, sig: i32) -> io::Result<()> {
 /// group leader and have not reaped (its unreaped pid pins the group id).
 /// `Ok(true)` if the group had a member (a zombie counts), `Ok(false)` if
 /// the group is empty (ESRCH). Refuses 0, 1, ids beyond `pid_t` and our own group.
-#[allow(dead_code)]
 pub fn signal_group_of_child(pgid: u32, sig: i32) -> io::Result<bool> {
     match raw_killpg(pgid, sig) {
         Ok(()) => Ok(true),

@@ -51,7 +51,6 @@ pub fn jsonl_omission_marker(records: u64, bytes: u64) -> String {
 }
 
 /// The worker log omission marker.
-#[allow(dead_code)] // worker log and hub wiring
 pub fn worker_log_omission_marker(records: u64, bytes: u64) -> String {
     format!("[hub: omitted {records} worker log records ({bytes} UTF-8 bytes)]")
 }
@@ -289,7 +288,6 @@ impl BoundedWriter {
     }
 
     /// The file this writer appends to.
-    #[allow(dead_code)] // worker log and hub wiring
     pub fn path(&self) -> &Path {
         &self.shared.path
     }

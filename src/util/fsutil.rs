@@ -16,7 +16,6 @@ pub fn create_private_dir(dir: &Path) -> io::Result<()> {
 
 /// Writes `bytes` to `path` atomically with mode 0600: a temporary file in
 /// the same directory, fsync, rename, then fsync of the directory.
-#[allow(dead_code)] // generated worker configs (supervisor issue)
 pub fn write_private_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     let dir = path.parent().unwrap_or_else(|| Path::new("."));
     let name = path

@@ -79,7 +79,6 @@ impl LineSplitter {
     /// Bytes held between calls: the allocated capacity of the current
     /// line plus the carried CR and partial UTF-8 sequence. At most
     /// `cap + 4`.
-    #[allow(dead_code)] // tests and fuzzing
     pub fn buffered_bytes(&self) -> usize {
         self.line.capacity() + self.pending_len + usize::from(self.cr_pending)
     }

@@ -141,13 +141,11 @@ impl LogRing {
         self.lines.len()
     }
 
-    #[allow(dead_code)] // clippy's len_without_is_empty; no caller yet
     pub fn is_empty(&self) -> bool {
         self.lines.is_empty()
     }
 
     /// Bytes of text held (sum of `text.len()`).
-    #[allow(dead_code)] // tests; panel wiring
     pub fn bytes(&self) -> usize {
         self.bytes
     }
@@ -170,7 +168,6 @@ impl LogRing {
 /// `budget` bytes of text, oldest first as `{stream, text, at}` objects,
 /// and the number of older ring lines left out. Evicted lines are not
 /// counted here (see [`LogRing::dropped`]).
-#[allow(dead_code)] // panel `logs` reply wiring
 pub fn panel_tail(
     ring: &LogRing,
     max_lines: usize,

@@ -24,6 +24,7 @@ impl Rng {
     }
 
     /// The next value; also the generator's new state.
+    #[allow(clippy::should_implement_trait)] // a generator, not an iterator
     pub fn next(&mut self) -> u64 {
         let mut x = self.0;
         x ^= x << 13;

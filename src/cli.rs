@@ -59,6 +59,7 @@ usage:
 options:
   -c, --config FILE            configuration file (default <data-dir>/hub.config.jsonc)
   -l, --listen HOST:PORT       main listener (default 127.0.0.1:8800; [::1]:PORT for IPv6; port 0 = any)
+      --tools-port PORT        remote-tools listener port (toolRequests.port, default 8801; 0 = any)
       --data-dir DIR           data directory (default ~/.simplex/hub)
       --worker-bin PATH        worker executable (worker.bin)
       --panel-token T          panel token (panel.token); required off loopback
@@ -97,6 +98,18 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
                 let parsed = config::parse_listen(&value)
                     .map_err(|err| UsageError(format!("--listen: {err}")))?;
                 out.overrides.listen = Some(parsed);
+            }
+            "--tools-port" => {
+                let value = it.value(&arg)?;
+                let port = Some(value.as_str())
+                    .filter(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()))
+                    .and_then(|v| v.parse::<u16>().ok())
+                    .ok_or_else(|| {
+                        UsageError(format!(
+                            "--tools-port: {value:?} is not a port from 0 to 65535"
+                        ))
+                    })?;
+                out.overrides.tools_port = Some(port);
             }
             "--data-dir" => {
                 out.overrides.data_dir = Some(PathBuf::from(non_empty(&arg, it.value(&arg)?)?))
@@ -254,14 +267,20 @@ mod tests {
     #[test]
     fn serve_is_the_default() {
         assert!(matches!(parse(&args(&[])), Ok(Command::Serve(_))));
-        let Ok(Command::Serve(s)) =
-            parse(&args(&["-l", "[::1]:0", "--no-mock", "--panel-token=t"]))
-        else {
+        let Ok(Command::Serve(s)) = parse(&args(&[
+            "-l",
+            "[::1]:0",
+            "--no-mock",
+            "--panel-token=t",
+            "--tools-port",
+            "0",
+        ])) else {
             panic!()
         };
         assert_eq!(s.overrides.listen.map(|(_, port)| port), Some(0));
         assert_eq!(s.overrides.mock, Some(false));
         assert_eq!(s.overrides.panel_token.as_deref(), Some("t"));
+        assert_eq!(s.overrides.tools_port, Some(0));
     }
 
     #[test]
@@ -270,6 +289,9 @@ mod tests {
             &["--nope"][..],
             &["--listen"],
             &["--listen", "nohost"],
+            &["--tools-port", "x"],
+            &["--tools-port", "70000"],
+            &["--tools-port", "-1"],
             &["--log-level", "loud"],
             &["--mock=yes"],
             &["serve", "extra"],

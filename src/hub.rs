@@ -1,15 +1,18 @@
 //! The hub: owns the configuration, the store, the session registry and
-//! the transcript epoch; starts the listeners and shuts everything down in
-//! a fixed order. HTTP and (later) panel handlers call its methods.
+//! the transcript epoch; starts the listeners (main and remote tools) and
+//! shuts everything down in a fixed order. HTTP, panel and worker socket
+//! handlers call its methods.
 //!
 //! Lock rule: `sessions` is locked once per unit of work and never across
-//! I/O; the store's mutex guards only the SQLite connection.
+//! I/O; the store's mutex guards only the SQLite connection. `plan_lock`
+//! serializes plan publication (store commit, `plan.json`, panel note) and
+//! is never taken while another hub lock is held.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use serde_json::{json, Value};
@@ -18,7 +21,7 @@ use crate::capabilities;
 use crate::config::Config;
 use crate::panel::conn::PanelConn;
 use crate::session::{self, Registry, RequestRecord, RequestState, Session, SpecDefaults};
-use crate::store::{ProcessRecord, SessionRecord, Store, StoreError};
+use crate::store::{PlanRecord, ProcessRecord, SessionRecord, Store, StoreError};
 use crate::transcript::Transcript;
 use crate::util::bounded_writer::{self, BoundedWriter};
 use crate::util::{fsutil, time};
@@ -62,6 +65,12 @@ pub enum Note {
         open: bool,
         confirmation: Value,
         outcome: Option<Value>,
+    },
+    /// The session plan was replaced; `plan` is `{markdown, revision,
+    /// updated_at}` as committed to the store.
+    Plan {
+        session: String,
+        plan: Value,
     },
 }
 
@@ -135,10 +144,23 @@ impl std::error::Error for HubError {}
 /// Failures that stop the hub from starting.
 #[derive(Debug)]
 pub enum StartError {
-    DataDir { path: PathBuf, err: std::io::Error },
+    DataDir {
+        path: PathBuf,
+        err: std::io::Error,
+    },
     Store(StoreError),
-    Bind { addr: String, err: std::io::Error },
+    /// A listener could not be bound or started; `listener` names which
+    /// (the main listener or the remote-tools listener).
+    Bind {
+        listener: &'static str,
+        addr: String,
+        err: std::io::Error,
+    },
 }
+
+/// Names of the two listeners, as start errors and logs spell them.
+pub const MAIN_LISTENER: &str = "main listener (listen)";
+pub const TOOLS_LISTENER: &str = "remote-tools listener (toolRequests)";
 
 impl fmt::Display for StartError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -147,7 +169,11 @@ impl fmt::Display for StartError {
                 write!(f, "cannot create data directory {}: {err}", path.display())
             }
             StartError::Store(err) => write!(f, "{err}"),
-            StartError::Bind { addr, err } => write!(f, "cannot listen on {addr}: {err}"),
+            StartError::Bind {
+                listener,
+                addr,
+                err,
+            } => write!(f, "cannot listen on {addr} for the {listener}: {err}"),
         }
     }
 }
@@ -177,6 +203,17 @@ pub struct Hub {
     store: Mutex<Store>,
     sessions: Mutex<Registry>,
     local_addr: OnceLock<SocketAddr>,
+    /// The bound remote-tools listener address.
+    tools_addr: OnceLock<SocketAddr>,
+    /// Open tool sockets, bounded by `toolRequests.maxConnections`.
+    tool_sockets: Arc<AtomicUsize>,
+    /// Serializes plan replacements so revisions, `plan.json` and panel
+    /// notes follow commit order. Never held with another hub lock.
+    plan_lock: Mutex<()>,
+    /// Serializes publishing: every notification is turned into frames and
+    /// queued to panels under this lock, reading the state it describes at
+    /// that moment, so panels see changes in the order they happened.
+    publish: Mutex<()>,
     /// Connected panels, for the notification fan-out.
     panels: Mutex<Vec<Arc<PanelConn>>>,
     /// Every accepted WebSocket, so shutdown can close them all.
@@ -204,6 +241,10 @@ impl Hub {
             store: Mutex::new(store),
             sessions: Mutex::new(Registry::default()),
             local_addr: OnceLock::new(),
+            tools_addr: OnceLock::new(),
+            tool_sockets: Arc::new(AtomicUsize::new(0)),
+            plan_lock: Mutex::new(()),
+            publish: Mutex::new(()),
             panels: Mutex::new(Vec::new()),
             sockets: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
@@ -222,35 +263,42 @@ impl Hub {
 
     /// Binds the main listener (resolving `localhost` and bracketed IPv6).
     pub fn bind(&self) -> Result<TcpListener, StartError> {
-        let host = self
-            .config
-            .listen
-            .host
-            .trim_start_matches('[')
-            .trim_end_matches(']');
-        let addr = format!("{}:{}", self.config.listen.host, self.config.listen.port);
-        let bind_err = |err| StartError::Bind {
-            addr: addr.clone(),
-            err,
-        };
-        let candidates: Vec<SocketAddr> = (host, self.config.listen.port)
-            .to_socket_addrs()
-            .map_err(bind_err)?
-            .collect();
-        let mut last = None;
-        for candidate in candidates {
-            match TcpListener::bind(candidate) {
-                Ok(listener) => {
-                    let local = listener.local_addr().map_err(bind_err)?;
-                    let _ = self.local_addr.set(local);
-                    return Ok(listener);
-                }
-                Err(err) => last = Some(err),
-            }
-        }
-        Err(bind_err(last.unwrap_or_else(|| {
-            std::io::Error::new(std::io::ErrorKind::AddrNotAvailable, "no address")
-        })))
+        let (listener, local) = bind_host(
+            &self.config.listen.host,
+            self.config.listen.port,
+            MAIN_LISTENER,
+        )?;
+        let _ = self.local_addr.set(local);
+        Ok(listener)
+    }
+
+    /// Binds the remote-tools listener on `toolRequests.host` (empty:
+    /// `listen.host`) and `toolRequests.port`.
+    pub fn bind_tools(&self) -> Result<TcpListener, StartError> {
+        let (listener, local) = bind_host(
+            self.config.tools_host(),
+            self.config.tool_requests.port,
+            TOOLS_LISTENER,
+        )?;
+        let _ = self.tools_addr.set(local);
+        Ok(listener)
+    }
+
+    /// The bound remote-tools listener address (after [`Hub::bind_tools`]).
+    pub fn tools_addr(&self) -> Option<SocketAddr> {
+        self.tools_addr.get().copied()
+    }
+
+    /// Reserves one of the `toolRequests.maxConnections` tool socket
+    /// slots; `None` when all are taken. The slot is freed when dropped.
+    pub fn try_tool_slot(&self) -> Option<ToolSlot> {
+        let max = self.config.tool_requests.max_connections;
+        self.tool_sockets
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
+                (open < max).then_some(open + 1)
+            })
+            .ok()
+            .map(|_| ToolSlot(self.tool_sockets.clone()))
     }
 
     /// The bound main listener address (after [`Hub::bind`]).
@@ -282,6 +330,13 @@ impl Hub {
             bounded_writer::jsonl_omission_marker,
             format!("session {} events.jsonl", s.id),
         )));
+        s.plan = match self.store().get_plan(&s.id) {
+            Ok(plan) => plan_json(&plan),
+            Err(err) => {
+                log::warn!("session {}: plan not readable: {err}", s.id);
+                plan_json(&PlanRecord::default())
+            }
+        };
         s
     }
 
@@ -306,9 +361,12 @@ impl Hub {
         }
     }
 
-    /// The port workers are told for remote tools.
+    /// The port workers are told for remote tools: the port the tools
+    /// listener is actually bound to (the configured one before binding).
     pub fn tools_port(&self) -> u16 {
-        self.config.tool_requests.port
+        self.tools_addr
+            .get()
+            .map_or(self.config.tool_requests.port, SocketAddr::port)
     }
 
     pub fn store_put_process(&self, rec: &ProcessRecord) -> Result<(), StoreError> {
@@ -406,6 +464,7 @@ impl Hub {
     /// Hands a notification to the panel layer. Never called with a lock
     /// held.
     pub fn notify(&self, note: Note) {
+        let _ordered = self.publish.lock().unwrap_or_else(|p| p.into_inner());
         crate::panel::service::fan_out(self, &note);
     }
 
@@ -438,12 +497,64 @@ impl Hub {
 
     /// The session plan as panels see it (`{markdown, revision, updated_at}`).
     pub fn plan_value(&self, id: &str) -> Value {
-        match self.store().get_plan(id) {
-            Ok(plan) => {
-                json!({"markdown": plan.markdown, "revision": plan.revision, "updated_at": plan.updated_at})
-            }
-            Err(_) => json!({"markdown": "", "revision": 0, "updated_at": null}),
+        self.with_session(id, |s| s.plan.clone())
+            .unwrap_or_else(|| plan_json(&PlanRecord::default()))
+    }
+
+    /// The stored plan of session `id` (revision 0, empty, no timestamp
+    /// when none was ever written).
+    pub fn read_plan(&self, id: &str) -> Result<PlanRecord, HubError> {
+        self.store()
+            .get_plan(id)
+            .map_err(|err| HubError::Storage(err.to_string()))
+    }
+
+    /// Replaces the plan of session `id` with `markdown` (already
+    /// validated and normalized by the caller). Identical text changes
+    /// nothing. Otherwise the revision is bumped and committed to the store
+    /// first; then `plan.json` is mirrored (best effort: the store is the
+    /// authority) and panels are notified. The caller answers the worker
+    /// after this returns, so the commit precedes the reply.
+    pub fn replace_plan(&self, id: &str, markdown: &str) -> Result<PlanChange, HubError> {
+        let _publishing = self.plan_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let current = self.read_plan(id)?;
+        if current.markdown == markdown {
+            return Ok(PlanChange {
+                plan: current,
+                changed: false,
+            });
         }
+        let next = PlanRecord {
+            markdown: markdown.to_string(),
+            revision: current.revision + 1,
+            updated_at: Some(time::now_rfc3339()),
+        };
+        self.store()
+            .put_plan(id, &next)
+            .map_err(|err| HubError::Storage(err.to_string()))?;
+        let value = plan_json(&next);
+        let path = self.session_dir(id).join("plan.json");
+        let text = serde_json::to_vec_pretty(&value).unwrap_or_default();
+        if let Err(err) = fsutil::write_private_atomic(&path, &text) {
+            log::warn!(
+                "session {id}: plan revision {} stored, but {} not written: {err}",
+                next.revision,
+                path.display()
+            );
+        }
+        log::info!("session {id}: plan revision {}", next.revision);
+        // Published to the cache before the broadcast, under the lock that
+        // subscriptions take: a subscriber sees this revision either in its
+        // `subscribed` frame or in the `plan` message after it.
+        self.with_session(id, |s| s.plan = value.clone());
+        self.notify(Note::Plan {
+            session: id.to_string(),
+            plan: value,
+        });
+        Ok(PlanChange {
+            plan: next,
+            changed: true,
+        })
     }
 
     /// Validates an input, sends it as a payload and records it as `sent`.
@@ -610,38 +721,30 @@ impl Hub {
     }
 
     /// Descriptions for an aggregate panel frame (`welcome`, `sessions`):
-    /// all approval previews together share 512 KiB, small ones kept whole
-    /// and the largest reduced first.
+    /// all approval previews together share 512 KiB (less when the rest of
+    /// the frame nears the 2 MiB ceiling), small ones kept whole and the
+    /// largest reduced first.
     pub fn describe_sessions_for_panel(&self) -> Vec<Value> {
         let sessions = self.sessions();
-        let list = sessions.list();
-        let sizes: Vec<Vec<usize>> = list.iter().map(|s| s.preview_sizes()).collect();
-        let flat: Vec<usize> = sizes.iter().flatten().copied().collect();
-        let caps = crate::panel::protocol::allocate_previews(
-            &flat,
-            crate::panel::protocol::APPROVALS_SHARE,
-        );
-        let mut next = 0;
-        list.iter()
-            .zip(&sizes)
-            .map(|(s, sz)| {
-                let base = next;
-                next += sz.len();
-                s.describe_with(&mut |i| caps.get(base + i).copied().unwrap_or(0))
-            })
-            .collect()
+        describe_under_share(&sessions.list())
     }
 
-    /// One description for a `session` frame, under the same aggregate
-    /// approval share.
+    /// One description for a `session` frame, under the same rules.
     pub fn describe_session_for_panel(&self, id: &str) -> Option<Value> {
         let sessions = self.sessions();
         let s = sessions.get(id)?;
-        let caps = crate::panel::protocol::allocate_previews(
-            &s.preview_sizes(),
-            crate::panel::protocol::APPROVALS_SHARE,
-        );
-        Some(s.describe_with(&mut |i| caps.get(i).copied().unwrap_or(0)))
+        describe_under_share(&[s]).pop()
+    }
+
+    /// The current description of one open prompt (64 KiB preview).
+    pub fn describe_prompt(&self, session: &str, confirmation_id: &str) -> Option<Value> {
+        self.with_session(session, |s| {
+            s.prompts
+                .iter()
+                .find(|p| p.request.confirmation_id == confirmation_id)
+                .map(|p| p.describe(&s.id, crate::session::PROMPT_PREVIEW_BYTES))
+        })
+        .flatten()
     }
 
     pub fn describe_session(&self, id: &str) -> Option<Value> {
@@ -748,6 +851,82 @@ impl Hub {
     }
 }
 
+/// Describes `list` with every approval preview bounded so that all of
+/// them together fit the frame's approval allowance.
+fn describe_under_share(list: &[&Session]) -> Vec<Value> {
+    use crate::panel::protocol;
+    let sizes: Vec<Vec<usize>> = list.iter().map(|s| s.preview_sizes()).collect();
+    let flat: Vec<usize> = sizes.iter().flatten().copied().collect();
+    // Everything but the previews: the descriptions with minimal previews.
+    let other: usize = list
+        .iter()
+        .map(|s| s.describe_with(&mut |_| 0).to_string().len())
+        .sum();
+    let caps = protocol::allocate_previews(&flat, protocol::approvals_allowance(other));
+    let mut next = 0;
+    list.iter()
+        .zip(&sizes)
+        .map(|(s, sz)| {
+            let base = next;
+            next += sz.len();
+            s.describe_with(&mut |i| caps.get(base + i).copied().unwrap_or(0))
+        })
+        .collect()
+}
+
+/// A plan as panels and `plan.json` carry it.
+pub fn plan_json(plan: &PlanRecord) -> Value {
+    crate::worker::plan::read_result(plan)
+}
+
+/// The outcome of [`Hub::replace_plan`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanChange {
+    pub plan: PlanRecord,
+    /// False when the text was identical (nothing was written).
+    pub changed: bool,
+}
+
+/// One reserved tool socket slot (see [`Hub::try_tool_slot`]).
+#[derive(Debug)]
+pub struct ToolSlot(Arc<AtomicUsize>);
+
+impl Drop for ToolSlot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Binds `host:port` (resolving `localhost` and bracketed IPv6); returns
+/// the listener and its bound address.
+fn bind_host(
+    host: &str,
+    port: u16,
+    listener: &'static str,
+) -> Result<(TcpListener, SocketAddr), StartError> {
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let addr = format!("{host}:{port}");
+    let bind_err = |err| StartError::Bind {
+        listener,
+        addr: addr.clone(),
+        err,
+    };
+    let candidates: Vec<SocketAddr> = (bare, port).to_socket_addrs().map_err(bind_err)?.collect();
+    let mut last = None;
+    for candidate in candidates {
+        match TcpListener::bind(candidate) {
+            Ok(bound) => {
+                let local = bound.local_addr().map_err(bind_err)?;
+                return Ok((bound, local));
+            }
+            Err(err) => last = Some(err),
+        }
+    }
+    Err(bind_err(last.unwrap_or_else(|| {
+        std::io::Error::new(std::io::ErrorKind::AddrNotAvailable, "no address")
+    })))
+}
+
 /// Removes a session directory without following a symlink in its place.
 fn remove_session_dir(dir: &Path) -> std::io::Result<()> {
     match std::fs::symlink_metadata(dir) {
@@ -770,33 +949,133 @@ fn new_token() -> String {
     )
 }
 
-/// A started hub: the shared state and the listener handle.
+/// A started hub: the shared state and the two listener handles.
 pub struct Running {
     pub hub: Arc<Hub>,
     server: tiny_http::ServerHandle,
+    tools: tiny_http::ServerHandle,
 }
 
 impl Running {
-    /// Opens, binds and starts serving.
+    /// Opens, binds both listeners (main, then remote tools) and starts
+    /// serving. If either bind or start fails, whatever was already bound
+    /// is released (dropping a listener or a server handle closes it) and
+    /// the start fails naming the listener.
     pub fn start(config: Config, options: RunOptions) -> Result<Running, StartError> {
         let hub = Arc::new(Hub::open(config, options)?);
         if let Err(err) = crate::supervisor::sys::set_child_subreaper() {
             log::warn!("cannot become a child subreaper: {err}");
         }
         let listener = hub.bind()?;
+        // On failure `listener` is dropped here, releasing the main port.
+        let tools_listener = hub.bind_tools()?;
         crate::supervisor::control::adopt(&hub, hub.stored_processes());
         let server = crate::http::start(hub.clone(), listener).map_err(|err| StartError::Bind {
+            listener: MAIN_LISTENER,
             addr: crate::http::display_addr(&hub.local_addr()),
             err,
         })?;
-        Ok(Running { hub, server })
+        let tools_addr = tools_listener.local_addr().ok();
+        let tools = match crate::http::tools::start(hub.clone(), tools_listener) {
+            Ok(tools) => tools,
+            Err(err) => {
+                server.shutdown();
+                return Err(StartError::Bind {
+                    listener: TOOLS_LISTENER,
+                    addr: tools_addr.map_or_else(String::new, |a| crate::http::display_addr(&a)),
+                    err,
+                });
+            }
+        };
+        if let Some(addr) = hub.tools_addr() {
+            log::info!("tools: ws://{}", crate::http::display_addr(&addr));
+        }
+        Ok(Running { hub, server, tools })
     }
 
-    /// The documented shutdown order: stop accepting, then (as later
-    /// features land) stop workers and close sockets, then close the store.
+    /// The documented shutdown order: stop accepting on both listeners,
+    /// stop workers, close every socket (tool sockets included), then close
+    /// the store when the hub is dropped.
     pub fn stop(self) {
         self.server.shutdown();
+        self.tools.shutdown();
         crate::supervisor::control::stop_all(&self.hub);
         self.hub.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::util::testkit::TempDir;
+
+    /// A hub on `tmp` with `toolRequests` as given (listen port 0).
+    fn open_hub(tmp: &TempDir, tool_requests: Value) -> Hub {
+        let text = json!({
+            "dataDir": tmp.path().display().to_string(),
+            "listen": {"port": 0},
+            "toolRequests": tool_requests,
+        })
+        .to_string();
+        Hub::open(crate::config::test_config(&text), RunOptions::default()).unwrap()
+    }
+
+    #[test]
+    fn plans_bump_only_on_change_and_are_mirrored() {
+        let tmp = TempDir::new("hub-plan");
+        let hub = open_hub(&tmp, json!({}));
+        hub.create_session("p", None).unwrap();
+        assert_eq!(hub.read_plan("p").unwrap(), PlanRecord::default());
+        let first = hub.replace_plan("p", "# one").unwrap();
+        assert!(first.changed);
+        assert_eq!(first.plan.revision, 1);
+        assert!(first.plan.updated_at.is_some());
+        let same = hub.replace_plan("p", "# one").unwrap();
+        assert_eq!(
+            same,
+            PlanChange {
+                plan: first.plan.clone(),
+                changed: false
+            }
+        );
+        let cleared = hub.replace_plan("p", "").unwrap();
+        assert_eq!((cleared.plan.revision, cleared.changed), (2, true));
+        assert_eq!(hub.plan_value("p"), plan_json(&cleared.plan));
+        let file = hub.session_dir("p").join("plan.json");
+        let mirrored: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+        assert_eq!(mirrored, plan_json(&cleared.plan));
+        // A session that does not exist cannot get a plan.
+        assert!(matches!(
+            hub.replace_plan("nope", "x"),
+            Err(HubError::Storage(_))
+        ));
+    }
+
+    #[test]
+    fn tool_slots_are_capped_and_freed_on_drop() {
+        let tmp = TempDir::new("hub-slots");
+        let hub = open_hub(&tmp, json!({"maxConnections": 2}));
+        let a = hub.try_tool_slot().unwrap();
+        let _b = hub.try_tool_slot().unwrap();
+        assert!(hub.try_tool_slot().is_none());
+        drop(a);
+        assert!(hub.try_tool_slot().is_some());
+    }
+
+    #[test]
+    fn the_tools_port_is_the_bound_one() {
+        let tmp = TempDir::new("hub-tools-port");
+        let hub = open_hub(&tmp, json!({"port": 0}));
+        assert_eq!(hub.tools_port(), 0);
+        let listener = hub.bind_tools().unwrap();
+        let bound = listener.local_addr().unwrap().port();
+        assert_ne!(bound, 0);
+        assert_eq!(hub.tools_port(), bound);
+        assert_eq!(hub.tools_addr().map(|a| a.port()), Some(bound));
+        // A port in use fails the bind and names the listener.
+        let other_dir = TempDir::new("hub-tools-port-2");
+        let other = open_hub(&other_dir, json!({ "port": bound }));
+        let err = other.bind_tools().unwrap_err().to_string();
+        assert!(err.contains("remote-tools listener"), "{err}");
     }
 }

@@ -473,6 +473,11 @@ pub struct Session {
     /// `(worker_id, sequence)` of the last envelope, for gap/duplicate counts.
     pub last_sequence: Option<(String, u64)>,
     pub last_run_id: Option<String>,
+    /// The run the worker is executing: set by `run_started` or
+    /// `input_admitted` with its run id, cleared by `run_finished` for it
+    /// (and by a new worker incarnation). Remote tools that change state
+    /// require the caller's run to be this one.
+    pub active_run: Option<String>,
     pub last_event_at: Option<String>,
     pub last_event: Option<String>,
     pub requests: VecDeque<RequestRecord>,
@@ -488,6 +493,10 @@ pub struct Session {
     pub log_caps: (usize, usize),
     /// `logs/worker.log` of the current process, best effort.
     pub log_file: Option<Arc<BoundedWriter>>,
+    /// The published plan `{markdown, revision, updated_at}`, cached from
+    /// the store so subscriptions read it under the same lock that orders
+    /// them against `plan` broadcasts.
+    pub plan: Value,
 }
 
 impl Session {
@@ -516,6 +525,7 @@ impl Session {
             stats: Stats::default(),
             last_sequence: None,
             last_run_id: None,
+            active_run: None,
             last_event_at: None,
             last_event: None,
             requests: VecDeque::new(),
@@ -526,6 +536,7 @@ impl Session {
             logs: LogRing::new(DEFAULT_LOG_CAPS.0, DEFAULT_LOG_CAPS.1),
             log_caps: DEFAULT_LOG_CAPS,
             log_file: None,
+            plan: json!({"markdown": "", "revision": 0, "updated_at": null}),
         }
     }
 

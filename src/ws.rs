@@ -23,6 +23,7 @@ use crate::http::{header, ApiError};
 pub mod close {
     pub const NORMAL: u16 = 1000;
     pub const GOING_AWAY: u16 = 1001;
+    pub const UNSUPPORTED: u16 = 1003;
     pub const INVALID_PAYLOAD: u16 = 1007;
     pub const POLICY: u16 = 1008;
     pub const TOO_BIG: u16 = 1009;
@@ -98,9 +99,17 @@ impl FrameWriter {
             return Err(io::Error::new(io::ErrorKind::NotConnected, "socket closed"));
         }
         let mut stream = self.stream.lock().unwrap_or_else(|p| p.into_inner());
+        // A writer that waited behind one that failed must not try again.
+        if self.closed.load(Ordering::Acquire) {
+            return Err(io::Error::new(io::ErrorKind::NotConnected, "socket closed"));
+        }
         let result = stream.write_all(bytes).and_then(|()| stream.flush());
         if result.is_err() {
-            self.closed.store(true, Ordering::Release);
+            // A failed or timed-out write may have left half a frame on
+            // the wire: the connection is unusable, so end it and wake its
+            // reader (otherwise a peer that never reads stays "connected"
+            // while every later send fails).
+            self.terminate();
         }
         result
     }
@@ -152,6 +161,12 @@ impl SplitStream {
     /// Sets the read timeout of the underlying socket.
     pub fn set_read_timeout(&self, timeout: Option<std::time::Duration>) -> io::Result<()> {
         self.read.set_read_timeout(timeout)
+    }
+
+    /// Sets the write timeout of the underlying socket (shared with the
+    /// [`FrameWriter`]'s handle: socket options belong to the socket).
+    pub fn set_write_timeout(&self, timeout: Option<std::time::Duration>) -> io::Result<()> {
+        self.read.set_write_timeout(timeout)
     }
 }
 

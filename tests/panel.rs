@@ -447,6 +447,7 @@ fn panel_threads_return_to_baseline_after_disconnects() {
     let dir = TempDir::new("panel-threads");
     let hub = TestHub::start(dir.path(), &[]);
     let baseline = hub.threads();
+    let fd_baseline = hub.fds();
     let mut sockets = Vec::new();
     for _ in 0..50 {
         let mut ws = panel(&hub);
@@ -462,6 +463,11 @@ fn panel_threads_return_to_baseline_after_disconnects() {
         wait_until(DEADLINE, || hub.threads() <= baseline),
         "threads {} > baseline {baseline}",
         hub.threads()
+    );
+    assert!(
+        wait_until(DEADLINE, || hub.fds() <= fd_baseline),
+        "fds {} > baseline {fd_baseline}",
+        hub.fds()
     );
 }
 
@@ -529,4 +535,87 @@ fn worker_actions_and_logs_over_the_socket() {
         v["type"] == "accepted" && v["action"] == "stop"
     });
     assert_eq!(stopped["result"]["how"], "shutdown-signal");
+}
+
+#[test]
+fn welcome_shares_512_kib_across_all_approval_previews() {
+    let dir = TempDir::new("panel-share");
+    let hub = TestHub::start(dir.path(), &[]);
+    create(&hub, "many");
+    let token = worker_token(&hub.data_dir, "many");
+    let mut worker = worker_events(&hub, "many");
+    send_text(&mut worker, envelope("many", "w", 1, "ready", json!({})));
+    wait_session(&hub, "many", |s| s["identity"]["state"] == "live");
+    let mut prompts = Vec::new();
+    for i in 0..12 {
+        let mut ws = ws_connect(hub.addr, &format!("/agent/many/confirm?token={token}")).unwrap();
+        let request = json!({"type": "confirmation_request", "data": {
+            "worker_id": "w", "session_id": "many", "run_id": "r", "confirmation_id": format!("p{i}"),
+            "call": {"id": "c", "name": "write", "type": "serial_write", "security": "require_confirm",
+                     "arguments": {"small": i, "content": "z".repeat(100 * 1024)}},
+        }});
+        send_text(&mut ws, request.to_string());
+        prompts.push(ws);
+    }
+    wait_session(&hub, "many", |s| {
+        s["confirmations"].as_array().unwrap().len() == 12
+    });
+    let mut ws = panel(&hub);
+    let welcome = next_of(&mut ws, "welcome");
+    let open = welcome["sessions"][0]["confirmations"].as_array().unwrap();
+    assert_eq!(open.len(), 12);
+    let total: usize = open
+        .iter()
+        .map(|p| p["call"]["arguments"].to_string().len())
+        .sum();
+    assert!(total <= 512 * 1024, "previews total {total} bytes");
+    for p in open {
+        assert_eq!(p["arguments_truncated"], true);
+        assert!(p["confirmation_id"].is_string() && p["state"] == "awaiting-decision");
+        assert!(
+            p["call"]["arguments"]["small"].as_u64().is_some(),
+            "small values kept"
+        );
+    }
+    // A single prompt's own description still gets up to 64 KiB.
+    let single = hub.get("/api/sessions/many").json()["session"]["confirmations"][0]["call"]
+        ["arguments"]
+        .to_string()
+        .len();
+    assert!(single > total / 12);
+    drop(prompts);
+}
+
+#[test]
+fn a_held_prompt_becoming_decidable_is_announced_to_panels() {
+    let dir = TempDir::new("panel-hold");
+    let hub = TestHub::start(dir.path(), &[]);
+    create(&hub, "h");
+    let token = worker_token(&hub.data_dir, "h");
+    let mut ws = panel(&hub);
+    next_of(&mut ws, "welcome");
+    // The confirmation arrives before any event connection names a worker.
+    let mut prompt = ws_connect(hub.addr, &format!("/agent/h/confirm?token={token}")).unwrap();
+    let request = json!({"type": "confirmation_request", "data": {
+        "worker_id": "w", "session_id": "h", "run_id": "r", "confirmation_id": "held",
+        "call": {"id": "c", "name": "x", "type": "read_only", "security": "require_confirm", "arguments": {}},
+    }});
+    send_text(&mut prompt, request.to_string());
+    let held = ws_read_until(&mut ws, |v| v["type"] == "confirmation");
+    assert_eq!(held["confirmation"]["state"], "awaiting-identity");
+    let mut worker = worker_events(&hub, "h");
+    send_text(&mut worker, envelope("h", "w", 1, "ready", json!({})));
+    let ready = ws_read_until(&mut ws, |v| {
+        v["type"] == "confirmation" && v["confirmation"]["state"] == "awaiting-decision"
+    });
+    assert_eq!(ready["confirmation"]["verified"], true);
+    // The session list entry follows, with the worker's capabilities.
+    ws_read_until(&mut ws, |v| {
+        v["type"] == "session" && v["session"]["identity"]["state"] == "live"
+    });
+    drop(prompt);
+    let closed = ws_read_until(&mut ws, |v| {
+        v["type"] == "confirmation" && v["open"] == false
+    });
+    assert_eq!(closed["confirmation"]["confirmation_id"], "held");
 }

@@ -319,6 +319,17 @@ fn a_killed_hub_is_replaced_and_the_new_one_adopts_and_stops_the_worker() {
     assert_eq!(p["adopted"], true);
     // The worker reconnects to the same address with its stored token.
     wait_session(&second, "a", |s| s["identity"]["state"] == "live");
+    // The adopted worker keeps working although the pipes of its first
+    // hub are gone: a run (which logs a line) completes.
+    let res = post(
+        &second,
+        "/api/sessions/a/input",
+        json!({"content": [{"type": "text", "modality": "text", "raw": "still here"}]}),
+    );
+    assert_eq!(res.status, 202, "{}", res.text());
+    let finished = wait_event(&second, "a", |e| e["event"] == "run_finished");
+    assert_eq!(finished["data"]["status"], "completed");
+    assert!(pid_alive(pid), "the adopted worker died");
     let stopped = action(&second, "a", "stop").json();
     assert_eq!(stopped["ok"], true, "{stopped}");
     assert!(wait_until(DEADLINE, || !pid_alive(pid)));

@@ -17,3 +17,7 @@ mod worker_runs;
 mod supervisor;
 // The panel WebSocket protocol.
 mod panel;
+// The remote-tools listener: exchange close codes, limits and session plans.
+mod tools;
+// Hostile HTTP, WebSocket, worker, process and storage input: bounded threads and memory.
+mod hostile;

@@ -223,6 +223,21 @@ impl Config {
     pub fn is_loopback(&self) -> bool {
         is_loopback_host(&self.listen.host)
     }
+
+    /// The host the tools listener binds: `toolRequests.host`, or
+    /// `listen.host` when that is empty.
+    pub fn tools_host(&self) -> &str {
+        if self.tool_requests.host.is_empty() {
+            &self.listen.host
+        } else {
+            &self.tool_requests.host
+        }
+    }
+
+    /// Like [`Config::is_loopback`], for the tools listener's host.
+    pub fn tools_is_loopback(&self) -> bool {
+        is_loopback_host(self.tools_host())
+    }
 }
 
 /// The loopback spellings the token rule accepts.
@@ -246,6 +261,8 @@ pub struct Overrides {
     pub mock: Option<bool>,
     /// `--force-kill-process-group`; `false` leaves the file's value.
     pub force_kill_process_group: bool,
+    /// `--tools-port PORT`: `toolRequests.port` (0 lets the system pick).
+    pub tools_port: Option<u16>,
 }
 
 impl Overrides {
@@ -274,6 +291,9 @@ impl Overrides {
         }
         if self.force_kill_process_group {
             layer.insert("forceKillProcessGroup".into(), Value::Bool(true));
+        }
+        if let Some(port) = self.tools_port {
+            layer.insert("toolRequests".into(), serde_json::json!({ "port": port }));
         }
         Ok(Value::Object(layer))
     }

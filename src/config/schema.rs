@@ -54,7 +54,12 @@ impl Feature {
 /// The features this build implements. Extend it as features land; keys of
 /// the others are refused in configuration files (but still get their
 /// defaults in [`super::Config`]).
-pub const BUILT_FEATURES: &[Feature] = &[Feature::Core, Feature::WorkerSide, Feature::Supervisor];
+pub const BUILT_FEATURES: &[Feature] = &[
+    Feature::Core,
+    Feature::WorkerSide,
+    Feature::Supervisor,
+    Feature::ToolRequests,
+];
 
 /// Every leaf key of the schema, in schema order, with its feature.
 pub(super) const KEYS: &[(&str, Feature)] = &[

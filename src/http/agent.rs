@@ -72,6 +72,18 @@ fn upgrade(
             ApiError::new(401, "unauthorized", "missing or wrong worker token"),
         ));
     }
+    // Workers send no Origin. A browser always does, and a page has no
+    // business on a worker socket: like every upgrade, an Origin that is
+    // present must name this hub (a same-origin client library passes).
+    if let Some(origin) = super::header(&rq, "Origin") {
+        let host = super::header(&rq, "Host").unwrap_or("");
+        if !crate::panel::service::origin_matches(origin, host) {
+            return Err((
+                rq,
+                ApiError::new(403, "forbidden_origin", "cross-origin upgrade refused"),
+            ));
+        }
+    }
     if hub.is_shutting_down() {
         return Err((
             rq,

@@ -198,7 +198,7 @@ fn worker_action(
     id: &str,
     action: &str,
 ) -> Result<Reply, ApiError> {
-    use crate::supervisor::control::{self, StopMode};
+    use crate::supervisor::control;
     if hub.describe_session(id).is_none() {
         return Err(unknown_session(id));
     }
@@ -207,33 +207,29 @@ fn worker_action(
     } else {
         read_json_body(hub, rq)?
     };
-    let spec = body.get("spec");
-    let result = match action {
-        "start" => control::start(hub, id, spec).to_json(),
-        "stop" => control::stop_and_wait(hub, id, StopMode::Graceful).to_json(),
-        "force-kill" => control::stop_and_wait(hub, id, StopMode::ForceKill).to_json(),
-        _ => {
-            let (stopped, started) = control::restart(hub, id, spec);
-            match started {
-                None => {
-                    let mut v = json!({"ok": false, "error": "the stop did not end the worker"});
-                    v["stop"] = stopped.to_json();
-                    v
-                }
-                Some(started) => {
-                    let mut v = started.to_json();
-                    v["stop"] = stopped.to_json();
-                    v
-                }
-            }
-        }
-    };
-    let status = if result["ok"] == json!(true) {
-        200
-    } else {
-        409
-    };
-    Ok(Reply::json(status, &result))
+    let action = control::Action::parse(action)
+        .ok_or_else(|| ApiError::new(404, "not_found", "no such action"))?;
+    let spec = body.get("spec").cloned();
+    let hub = hub.clone();
+    let id = id.to_string();
+    // Answered when the action ends (a stop: on its ladder thread); this
+    // connection thread does not wait for it.
+    Ok(Reply::later(Box::new(move |respond| {
+        control::act(
+            &hub,
+            &id,
+            action,
+            spec,
+            Box::new(move |result| {
+                let status = if result["ok"] == json!(true) {
+                    200
+                } else {
+                    409
+                };
+                respond(Reply::json(status, &result));
+            }),
+        );
+    })))
 }
 
 /// `GET /api/sessions/:id/logs?limit=`: `{session, lines, dropped, log_path}`.

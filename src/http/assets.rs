@@ -32,6 +32,12 @@ macro_rules! asset {
 pub const ASSETS: &[Asset] = &[
     asset!("index.html", "text/html; charset=utf-8"),
     asset!("app.js", "text/javascript; charset=utf-8"),
+    asset!("dom.js", "text/javascript; charset=utf-8"),
+    asset!("net.js", "text/javascript; charset=utf-8"),
+    asset!("views.js", "text/javascript; charset=utf-8"),
+    asset!("transcript.js", "text/javascript; charset=utf-8"),
+    asset!("approvals.js", "text/javascript; charset=utf-8"),
+    asset!("inspector.js", "text/javascript; charset=utf-8"),
     asset!("style.css", "text/css; charset=utf-8"),
     asset!("favicon.svg", "image/svg+xml"),
 ];
@@ -169,7 +175,11 @@ mod tests {
                 if path.is_dir() {
                     dirs.push(path);
                 } else {
-                    let rel = path.strip_prefix(&root).unwrap().to_string_lossy().into_owned();
+                    let rel = path
+                        .strip_prefix(&root)
+                        .unwrap()
+                        .to_string_lossy()
+                        .into_owned();
                     on_disk.push(rel);
                 }
             }

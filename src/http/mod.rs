@@ -1,4 +1,5 @@
-//! The main listener's front door. Each accepted connection runs on its own
+//! The main listener's front door (the remote-tools listener has its own,
+//! [`tools`]). Each accepted connection runs on its own
 //! thread (bounded by `http.maxConnections`, see the tiny_http fork); this
 //! module checks the `Host` header, splits API, WebSocket and static
 //! requests, and writes responses with the security headers.
@@ -10,6 +11,7 @@ pub mod agent;
 pub mod api;
 pub mod assets;
 pub mod auth;
+pub mod tools;
 pub mod url;
 
 use std::io::Read;
@@ -31,17 +33,22 @@ base-uri 'none'; form-action 'none'";
 /// Starts serving `listener` with the configured limits. Connection threads
 /// call [`handle`] for each request.
 pub fn start(hub: Arc<Hub>, listener: TcpListener) -> std::io::Result<ServerHandle> {
+    let limits = server_limits(&hub);
+    let handler: Arc<dyn Fn(Request) + Send + Sync> = Arc::new(move |rq| handle(&hub, rq));
+    tiny_http::Server::serve_with_limits(listener, limits, handler)
+}
+
+/// The connection bounds of both listeners, from `http.*`.
+pub(crate) fn server_limits(hub: &Hub) -> ServerLimits {
     let http = &hub.config.http;
-    let limits = ServerLimits {
+    ServerLimits {
         max_connections: http.max_connections,
         max_header_bytes: http.max_header_bytes,
         max_headers: http.max_headers,
         idle_timeout: Duration::from_millis(http.idle_timeout_ms),
         request_timeout: Duration::from_millis(http.request_timeout_ms),
         thread_stack_size: CONNECTION_STACK,
-    };
-    let handler: Arc<dyn Fn(Request) + Send + Sync> = Arc::new(move |rq| handle(&hub, rq));
-    tiny_http::Server::serve_with_limits(listener, limits, handler)
+    }
 }
 
 /// Stack of each connection thread: handlers are shallow (no recursion
@@ -76,7 +83,8 @@ fn handle(hub: &Arc<Hub>, mut rq: Request) {
         Err(err) => return respond_error(rq, &ApiError::new(400, "bad_request", err.to_string())),
     };
     log::debug!("{} {}", method, path);
-    if let Err(err) = check_host(hub, header(&rq, "Host")) {
+    let port = hub.local_addr().port();
+    if let Err(err) = check_host(hub, header(&rq, "Host"), port, hub.config.is_loopback()) {
         return respond_error(rq, &err);
     }
     if header(&rq, "Transfer-Encoding").is_some() {
@@ -90,6 +98,11 @@ fn handle(hub: &Arc<Hub>, mut rq: Request) {
                 "send a Content-Length body, not chunked",
             ),
         );
+    }
+    if !matches!(method, Method::Get | Method::Head) {
+        if let Err(err) = check_same_origin(&rq) {
+            return respond_error(rq, &err);
+        }
     }
     let is_upgrade = header(&rq, "Upgrade").is_some();
     if path == "/api" || path.starts_with("/api/") {
@@ -111,27 +124,35 @@ fn handle(hub: &Arc<Hub>, mut rq: Request) {
     serve_static(hub, rq, &method, path)
 }
 
-/// DNS-rebinding defence: while the listener is loopback, a request must
-/// name the hub by a loopback spelling (or a configured host) with the
-/// listener's port. A malformed Host is a bad request wherever we listen.
-fn check_host(hub: &Hub, host: Option<&str>) -> Result<(), ApiError> {
+/// DNS-rebinding defence: while a listener is loopback (`loopback`), a
+/// request must name the hub by a loopback spelling (or a configured host)
+/// with that listener's `port`. A malformed Host is a bad request wherever
+/// we listen. Both the main and the remote-tools listener use it.
+pub(crate) fn check_host(
+    hub: &Hub,
+    host: Option<&str>,
+    port: u16,
+    loopback: bool,
+) -> Result<(), ApiError> {
     let parsed = host
         .ok_or(url::UrlError::BadHost)
         .and_then(url::parse_host)
         .map_err(|err| ApiError::new(400, "bad_request", err.to_string()))?;
-    if !hub.config.is_loopback() {
+    if !loopback {
         return Ok(());
     }
-    let port = hub.local_addr().port();
+    // A configured name is what a reverse proxy in front forwards: it
+    // carries the port the browser used (or none), not ours. The defence
+    // against rebinding is the name itself, so any port is accepted there.
+    let configured = hub
+        .config
+        .listen
+        .allowed_hosts
+        .iter()
+        .any(|h| h.eq_ignore_ascii_case(&parsed.host));
+    let loopback_name = matches!(parsed.host.as_str(), "127.0.0.1" | "localhost" | "[::1]");
     let port_ok = parsed.port == Some(port) || (parsed.port.is_none() && port == 80);
-    let name_ok = matches!(parsed.host.as_str(), "127.0.0.1" | "localhost" | "[::1]")
-        || hub
-            .config
-            .listen
-            .allowed_hosts
-            .iter()
-            .any(|h| h.eq_ignore_ascii_case(&parsed.host));
-    if port_ok && name_ok {
+    if configured || (loopback_name && port_ok) {
         Ok(())
     } else {
         Err(ApiError::new(
@@ -139,6 +160,30 @@ fn check_host(hub: &Hub, host: Option<&str>) -> Result<(), ApiError> {
             "forbidden_host",
             "the Host header does not name this hub",
         ))
+    }
+}
+
+/// Cross-site request forgery defence for every state-changing request
+/// (any method but GET and HEAD). The Host check stops rebound names, but
+/// a page on any site can still send a simple POST to `127.0.0.1`; the
+/// browser marks where it came from. Refused with 403 `forbidden_origin`:
+/// `Sec-Fetch-Site` other than `same-origin` or `none`, or an `Origin`
+/// (the opaque `null` included) that does not name the request's `Host`.
+/// Clients that are not browsers send neither header.
+fn check_same_origin(rq: &Request) -> Result<(), ApiError> {
+    let refuse = || ApiError::new(403, "forbidden_origin", "cross-site request refused");
+    match header(rq, "Sec-Fetch-Site") {
+        Some(site) if site.eq_ignore_ascii_case("same-origin") => return Ok(()),
+        Some(site) if !site.eq_ignore_ascii_case("none") => return Err(refuse()),
+        _ => {}
+    }
+    match header(rq, "Origin") {
+        Some(origin)
+            if !crate::panel::service::origin_matches(origin, header(rq, "Host").unwrap_or("")) =>
+        {
+            Err(refuse())
+        }
+        _ => Ok(()),
     }
 }
 
@@ -174,13 +219,21 @@ pub fn read_body(rq: &mut Request, max: usize) -> Result<Vec<u8>, ApiError> {
     Ok(body)
 }
 
-/// A response ready to send: status, content type and bytes.
+/// Sends one reply; handed to deferred work, which may run on any thread.
+pub type Responder = Box<dyn FnOnce(Reply) + Send>;
+
+/// Work that produces its reply later and calls the responder then.
+pub type Deferred = Box<dyn FnOnce(Responder) + Send>;
+
+/// A response ready to send: status, content type and bytes, or deferred
+/// work that will produce it.
 pub struct Reply {
     pub status: u16,
     pub mime: &'static str,
     pub body: Vec<u8>,
     pub no_store: bool,
     pub extra: Vec<(&'static str, String)>,
+    pub later: Option<Deferred>,
 }
 
 impl Reply {
@@ -191,7 +244,16 @@ impl Reply {
             body: serde_json::to_vec(value).unwrap_or_default(),
             no_store: true,
             extra: Vec::new(),
+            later: None,
         }
+    }
+
+    /// A reply produced later by `work` (the request is answered from
+    /// whichever thread completes it).
+    pub fn later(work: Deferred) -> Reply {
+        let mut reply = Reply::json(202, &serde_json::Value::Null);
+        reply.later = Some(work);
+        reply
     }
 
     pub fn error(err: &ApiError) -> Reply {
@@ -210,8 +272,12 @@ pub(crate) fn respond_error(rq: Request, err: &ApiError) {
     respond(rq, Reply::error(err))
 }
 
-/// Writes `reply` with the security headers every response carries.
-fn respond(rq: Request, reply: Reply) {
+/// Writes `reply` with the security headers every response carries, or
+/// hands the request to the reply's deferred work.
+fn respond(rq: Request, mut reply: Reply) {
+    if let Some(work) = reply.later.take() {
+        return work(Box::new(move |reply| respond(rq, reply)));
+    }
     // Bodies are complete in memory: always send Content-Length, never chunks.
     let mut response = Response::from_data(reply.body)
         .with_status_code(reply.status)
@@ -271,6 +337,7 @@ fn serve_static(hub: &Hub, rq: Request, method: &Method, path: &str) {
                 body: found.bytes.into_owned(),
                 no_store: false,
                 extra: Vec::new(),
+                later: None,
             },
         ),
         None => respond_error(rq, &ApiError::new(404, "not_found", "no such file")),

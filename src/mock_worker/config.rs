@@ -55,9 +55,11 @@ pub(crate) struct WorkerConfig {
     /// `security.confirmation.endpoint`; without it `ask` denies.
     pub confirmation: Option<WsUrl>,
     pub confirmation_timeout: Duration,
-    /// `hub_remote_call.endpoint`: the remote tools base URL.
-    #[allow(dead_code)] // read by the plan and subagent triggers (remote tools issue)
+    /// `hub_remote_call.endpoint`: the remote tools base URL; the worker
+    /// appends `/<route>` to its path.
     pub tools: Option<WsUrl>,
+    /// `hub_remote_call.timeout_ms`: the deadline of one tool exchange.
+    pub tools_timeout: Duration,
     /// `worker.max_exchanges`: model responses allowed per run.
     pub max_exchanges: u64,
     /// `worker.event_capacity`: events kept while disconnected.
@@ -119,6 +121,7 @@ pub(crate) fn from_value(root: &Value, base: &Path) -> Result<WorkerConfig, Mock
         Some(text) if !text.is_empty() => Some(url(&text, "hub_remote_call.endpoint")?),
         _ => None,
     };
+    let tools_timeout = positive(root, "hub_remote_call.timeout_ms", 120_000)?;
     let max_exchanges = positive(root, "worker.max_exchanges", 512)?;
     let event_capacity = positive(root, "worker.event_capacity", 1024)? as usize;
 
@@ -162,6 +165,7 @@ pub(crate) fn from_value(root: &Value, base: &Path) -> Result<WorkerConfig, Mock
         confirmation,
         confirmation_timeout: Duration::from_millis(confirmation_timeout),
         tools,
+        tools_timeout: Duration::from_millis(tools_timeout),
         max_exchanges,
         event_capacity,
         workspace,
@@ -312,7 +316,8 @@ mod tests {
                                          "max_backoff_ms": 40, "idle_timeout_seconds": 0}},
                 "security": {"confirmation": {"endpoint": "ws://127.0.0.1:8800/agent/demo/confirm?token=t",
                                               "timeout_ms": 5000}},
-                "hub_remote_call": {"endpoint": "ws://127.0.0.1:8801/agent/demo/tools?token=t"},
+                "hub_remote_call": {"endpoint": "ws://127.0.0.1:8801/agent/demo/tools?token=t",
+                                    "timeout_ms": 7000},
                 "worker": {"max_exchanges": 3, "event_capacity": 8,
                            "environment": {"workspace": "work", "platform": "linux"}},
                 "persistence": {"enabled": true, "directory": "..", "format": "json",
@@ -329,6 +334,7 @@ mod tests {
         assert_eq!(cfg.confirmation.unwrap().path, "/agent/demo/confirm");
         assert_eq!(cfg.confirmation_timeout, Duration::from_millis(5000));
         assert_eq!(cfg.tools.unwrap().path, "/agent/demo/tools");
+        assert_eq!(cfg.tools_timeout, Duration::from_millis(7000));
         assert_eq!((cfg.max_exchanges, cfg.event_capacity), (3, 8));
         let p = &cfg.persistence;
         assert_eq!(p.directory, base().join(".."));

@@ -43,6 +43,9 @@ pub(crate) enum Action {
     /// Run `command` with `/bin/sh -c` and report with
     /// [`Engine::command_finished`].
     Execute { run_id: String, command: String },
+    /// Open a remote-tool socket for `call.route`, send `call.frame`, and
+    /// report the outcome text with [`Engine::remote_finished`].
+    Remote(RemoteCall),
     /// Call [`Engine::resume`] soon, after looking at other inputs.
     Resume { run_id: String },
     /// Stop the delay or confirmation working for this run; its report
@@ -61,6 +64,16 @@ pub(crate) struct ConfirmRequest {
     pub run_id: String,
     pub confirmation_id: String,
     /// The complete `confirmation_request` message.
+    pub frame: Value,
+}
+
+/// One remote-tool exchange for the shell to perform.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RemoteCall {
+    pub run_id: String,
+    /// `plan/replace`, `plan/read`: appended to `hub_remote_call.endpoint`.
+    pub route: String,
+    /// The complete `tool_request` message.
     pub frame: Value,
 }
 
@@ -113,6 +126,8 @@ pub(crate) struct Settings {
     pub max_archives: usize,
     /// A confirmation endpoint is configured.
     pub confirmation_endpoint: bool,
+    /// A remote-tools endpoint (`hub_remote_call.endpoint`) is configured.
+    pub tools_endpoint: bool,
     /// `mock-ignore-shutdown`: the shutdown signal is ignored.
     pub ignore_shutdown: bool,
 }
@@ -126,6 +141,10 @@ enum Script {
     Big(usize),
     Flood(u64, String),
     Crash,
+    /// `/plan <markdown>`: `plan/replace` through the hub's tools listener.
+    Plan(String),
+    /// `/plan-read`: `plan/read`.
+    PlanRead,
     Continue,
     Compact,
 }
@@ -163,6 +182,15 @@ impl Script {
                 None => Script::Echo(text.to_string()),
             },
             "/crash" => Script::Crash,
+            "/plan" => {
+                let rest = &text.trim_start()["/plan".len()..];
+                // One separating space or line break; the rest is verbatim.
+                let markdown = rest
+                    .strip_prefix(|c: char| c.is_whitespace())
+                    .unwrap_or(rest);
+                Script::Plan(markdown.to_string())
+            }
+            "/plan-read" => Script::PlanRead,
             _ => Script::Echo(text.to_string()),
         }
     }
@@ -177,6 +205,8 @@ enum Stage {
     Thinking,
     Confirming,
     Executing,
+    /// Waiting for [`Engine::remote_finished`].
+    Calling,
     Flooding {
         sent: u64,
         total: u64,
@@ -432,6 +462,19 @@ impl Engine {
                 "extras": extras,
             });
             self.tools_settled(result, &mut out);
+        }
+        self.pump(&mut out);
+        out
+    }
+
+    /// A [`Action::Remote`] exchange ended; `outcome` is the text the
+    /// scripted model answers with.
+    pub(crate) fn remote_finished(&mut self, run_id: &str, outcome: String) -> Vec<Action> {
+        let mut out = Vec::new();
+        if self.stage_of(run_id) == Some(Stage::Calling) {
+            self.run_mut().stage = Stage::Busy;
+            self.commit(vec![text_part(&outcome)], None, &mut out);
+            self.finish("completed", "", None, &mut out);
         }
         self.pump(&mut out);
         out
@@ -802,8 +845,39 @@ impl Engine {
                 self.commit(vec![text_part(&reply)], None, out);
                 self.finish("completed", "", None, out);
             }
+            (Script::Plan(markdown), _) => {
+                self.call_tool("plan/replace", json!({ "markdown": markdown }), out)
+            }
+            (Script::PlanRead, _) => self.call_tool("plan/read", json!({"operation": "read"}), out),
             (Script::Crash, _) => self.finish("completed", "", None, out),
         }
+    }
+
+    /// Asks the shell for one remote-tool exchange on behalf of the run;
+    /// without an endpoint the reply says so at once.
+    fn call_tool(&mut self, route: &str, arguments: Value, out: &mut Out) {
+        if !self.settings.tools_endpoint {
+            let text = format!("{route} failed: no hub_remote_call endpoint is configured");
+            self.commit(vec![text_part(&text)], None, out);
+            return self.finish("completed", "", None, out);
+        }
+        let frame = json!({
+            "type": "tool_request",
+            "data": {
+                "worker_id": self.settings.worker_id,
+                "session_id": self.settings.session_id,
+                "run_id": self.run().run_id,
+                "request_id": self.run().request_id,
+                "arguments": arguments,
+            },
+        });
+        let run = self.run_mut();
+        run.stage = Stage::Calling;
+        out.push(Action::Remote(RemoteCall {
+            run_id: run.run_id.clone(),
+            route: route.to_string(),
+            frame,
+        }));
     }
 
     /// Commits one model response to the conversation and emits it.
@@ -1075,7 +1149,7 @@ impl Engine {
                 let result = denied(self.run().call.as_ref(), reason);
                 self.tools_settled(result, out);
             }
-            Stage::Thinking | Stage::Flooding { .. } | Stage::Busy => {
+            Stage::Thinking | Stage::Calling | Stage::Flooding { .. } | Stage::Busy => {
                 out.push(Action::Abort { run_id });
                 self.finish("cancelled", "", None, out);
             }
@@ -1191,6 +1265,7 @@ mod tests {
             save_on_shutdown: true,
             max_archives: 5,
             confirmation_endpoint: true,
+            tools_endpoint: true,
             ignore_shutdown: false,
         }
     }
@@ -1636,6 +1711,85 @@ mod tests {
         assert_eq!(find(&done, "run_finished")["data"]["status"], "cancelled");
     }
 
+    fn remote(actions: &[Action]) -> RemoteCall {
+        actions
+            .iter()
+            .find_map(|a| match a {
+                Action::Remote(call) => Some(call.clone()),
+                _ => None,
+            })
+            .expect("a remote call")
+    }
+
+    #[test]
+    fn plan_triggers_call_the_tools_listener() {
+        let mut e = engine();
+        let actions = e.handle_payload(&message("p", "/plan # Steps\n- [ ] one"));
+        assert_eq!(
+            names(&actions),
+            ["input_admitted", "run_started", "input_committed"]
+        );
+        let call = remote(&actions);
+        assert_eq!(call.route, "plan/replace");
+        assert_eq!(
+            call.frame,
+            json!({"type": "tool_request", "data": {
+                "worker_id": "worker-1", "session_id": "demo", "run_id": "id-1",
+                "request_id": "p", "arguments": {"markdown": "# Steps\n- [ ] one"}}})
+        );
+        // Queued input waits behind the call.
+        assert!(e.handle_payload(&message("q", "later")).is_empty());
+        let done = e.remote_finished("id-1", "plan/replace succeeded: {}".into());
+        let response = find(&done, "model_response");
+        assert_eq!(
+            response["data"]["content"][0]["raw"],
+            "plan/replace succeeded: {}"
+        );
+        assert_eq!(find(&done, "run_finished")["data"]["status"], "completed");
+        assert!(names(&done).contains(&"input_admitted".to_string()));
+
+        let read = e.handle_payload(&message("r", "/plan-read please"));
+        let call = remote(&read);
+        assert_eq!(call.route, "plan/read");
+        assert_eq!(
+            call.frame["data"]["arguments"],
+            json!({"operation": "read"})
+        );
+    }
+
+    #[test]
+    fn plan_calls_can_be_cancelled_and_need_an_endpoint() {
+        let mut e = engine();
+        e.handle_payload(&message("p", "/plan x"));
+        let actions = e.handle_signal(&cancel("id-1"));
+        assert!(actions.contains(&Action::Abort {
+            run_id: "id-1".into()
+        }));
+        assert_eq!(
+            find(&actions, "run_finished")["data"]["status"],
+            "cancelled"
+        );
+        assert!(e.remote_finished("id-1", "late".into()).is_empty());
+
+        let mut none = engine_with(Settings {
+            tools_endpoint: false,
+            ..settings()
+        })
+        .0;
+        let actions = none.handle_payload(&message("p", "/plan x"));
+        assert!(!actions.iter().any(|a| matches!(a, Action::Remote(_))));
+        assert!(
+            find(&actions, "model_response")["data"]["content"][0]["raw"]
+                .as_str()
+                .unwrap()
+                .contains("no hub_remote_call endpoint")
+        );
+        assert_eq!(
+            find(&actions, "run_finished")["data"]["status"],
+            "completed"
+        );
+    }
+
     #[test]
     fn cancel_while_sleeping() {
         let mut e = engine();
@@ -1926,6 +2080,14 @@ mod tests {
             Script::Flood(3, "/flood 3".into())
         );
         assert_eq!(Script::parse("/crash"), Script::Crash);
+        assert_eq!(
+            Script::parse(" /plan  two\nlines "),
+            Script::Plan(" two\nlines ".into())
+        );
+        assert_eq!(Script::parse("/plan"), Script::Plan(String::new()));
+        assert_eq!(Script::parse("/plan\n# x"), Script::Plan("# x".into()));
+        assert_eq!(Script::parse("/plan-read"), Script::PlanRead);
+        assert_eq!(Script::parse("/planx"), Script::Echo("/planx".into()));
         assert_eq!(
             Script::parse("hello /run x"),
             Script::Echo("hello /run x".into())

@@ -8,7 +8,7 @@
 //! the pure [`engine::Engine`] and performs its actions; the event
 //! connection thread ([`connection`]) owns the socket; short-lived helper
 //! threads do one slow thing each (a delay, a confirmation exchange, a
-//! command) and report back on the inbound channel. Nothing is shared but
+//! command, a remote-tool call) and report back on the inbound channel. Nothing is shared but
 //! channels and the running command's process group id.
 
 mod command;
@@ -19,6 +19,7 @@ mod conversation;
 mod engine;
 pub mod error;
 mod logger;
+mod remote;
 mod sha256;
 mod storage;
 mod transport;
@@ -35,7 +36,7 @@ use serde_json::Value;
 use crate::cli::MockWorkerArgs;
 use config::WorkerConfig;
 use connection::{Link, Outbound};
-use engine::{Action, ConfirmRequest, Decision, Engine, Settings, ToolOutput};
+use engine::{Action, ConfirmRequest, Decision, Engine, RemoteCall, Settings, ToolOutput};
 pub(crate) use error::MockError;
 use storage::FileStorage;
 
@@ -50,6 +51,8 @@ pub(crate) enum Inbound {
     DelayElapsed(String),
     Decided(String, Decision),
     CommandDone(String, ToolOutput),
+    /// A remote-tool call ended: the run id and the reply text.
+    RemoteDone(String, String),
 }
 
 /// Per-process behaviour chosen by the configured model name.
@@ -124,18 +127,18 @@ pub fn run(args: &MockWorkerArgs) -> Result<(), MockError> {
     let knobs = Knobs::for_model(&config.model);
     install_sigterm(knobs.ignore_sigterm);
     let worker_id = uuid::Uuid::new_v4().to_string();
-    println!(
+    stdout_line(&format!(
         "mock-worker: session {} worker {worker_id} model {} threads {} (pid {})",
         args.session,
         config.model,
         args.threads,
         std::process::id()
-    );
-    eprintln!(
+    ));
+    stderr_line(&format!(
         "mock-worker: session {} starting; events {}",
         args.session,
         config.endpoint.redacted()
-    );
+    ));
     if knobs.grandchild {
         spawn_grandchild();
     }
@@ -160,6 +163,7 @@ pub fn run(args: &MockWorkerArgs) -> Result<(), MockError> {
         save_on_shutdown: config.persistence.on_shutdown,
         max_archives: config.persistence.max_archives,
         confirmation_endpoint: config.confirmation.is_some(),
+        tools_endpoint: config.tools.is_some(),
         ignore_shutdown: knobs.ignore_shutdown,
     };
     let engine = Engine::new(
@@ -272,6 +276,7 @@ impl Shell {
                     engine.confirmation_decided(&run_id, decision)
                 }
                 Inbound::CommandDone(run_id, output) => engine.command_finished(&run_id, output),
+                Inbound::RemoteDone(run_id, outcome) => engine.remote_finished(&run_id, outcome),
             };
             if let Some(code) = self.perform(actions) {
                 return Ok(code);
@@ -320,6 +325,7 @@ impl Shell {
                     });
                 }
                 Action::Confirm(request) => self.confirm(request),
+                Action::Remote(call) => self.remote(call),
                 Action::Execute { run_id, command } => {
                     self.helper = None;
                     let report = self.inbound_tx.clone();
@@ -338,7 +344,7 @@ impl Shell {
                         self.helper = None;
                     }
                 }
-                Action::Note(line) => println!("mock-worker: {line}"),
+                Action::Note(line) => stdout_line(&format!("mock-worker: {line}")),
                 Action::Exit { code, close } => return Some(self.leave(code, close)),
             }
         }
@@ -399,6 +405,26 @@ impl Shell {
         });
     }
 
+    fn remote(&mut self, call: RemoteCall) {
+        let cancel = self.new_helper(&call.run_id);
+        let report = self.inbound_tx.clone();
+        let timeout = self.config.tools_timeout;
+        let Some(base) = self.config.tools.clone() else {
+            let text = format!(
+                "{} failed: no hub_remote_call endpoint is configured",
+                call.route
+            );
+            let _ = report.send(Inbound::RemoteDone(call.run_id, text));
+            return;
+        };
+        self.spawn_helper("mock-remote", move || {
+            let outcome = remote::call(&base, &call, timeout, &cancel);
+            let summary = outcome.split(':').next().unwrap_or_default();
+            log::info!("run {}: {summary}", call.run_id);
+            let _ = report.send(Inbound::RemoteDone(call.run_id, outcome));
+        });
+    }
+
     /// A fresh cancel token for the helper of `run_id`, replacing any older
     /// one (whose helper is then aborted).
     fn new_helper(&mut self, run_id: &str) -> Receiver<()> {
@@ -421,6 +447,20 @@ impl Shell {
             unsafe { libc::killpg(pgid, libc::SIGKILL) };
         }
     }
+}
+
+/// Writes one line to stdout, ignoring failures: after a hub is killed the
+/// pipe it held is gone (EPIPE), and an adopted worker must keep running
+/// for the next hub rather than die on its next log line.
+fn stdout_line(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stdout().lock(), "{line}");
+}
+
+/// Like [`stdout_line`], for stderr.
+fn stderr_line(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
-//! WebSocket client plumbing shared by the event connection and the
-//! confirmation client: `ws://` URL parsing (pure) and a blocking connect
-//! with deadlines. The worker is always the client; it sends no auth header,
-//! cookie or subprotocol, only the configured path and query.
+//! WebSocket client plumbing shared by the event connection, the
+//! confirmation client and the remote-tool client: `ws://` URL parsing
+//! (pure) and a blocking connect with deadlines. The worker is always the
+//! client; it sends no auth header, cookie or subprotocol, only the
+//! configured path and query.
 //!
 //! `wss://` parses (so the configuration error names the real problem) but
 //! cannot connect: the build has no TLS.
@@ -86,7 +87,6 @@ impl WsUrl {
 
     /// The remote-tool URL for `route`: `/<route>` appended to the path,
     /// the query kept.
-    #[allow(dead_code)] // used by the remote tools triggers (remote tools issue)
     pub(crate) fn with_route(&self, route: &str) -> WsUrl {
         let mut url = self.clone();
         url.path = format!("{}/{}", self.path.trim_end_matches('/'), route);

@@ -16,7 +16,7 @@ use super::conn::{self, Encoded, PanelConn, Subscription};
 use super::protocol::{self, ClientMsg, Paging};
 use crate::http::{self, auth, url, ApiError};
 use crate::hub::{Hub, Note};
-use crate::supervisor::control::{self, StopMode};
+use crate::supervisor::control;
 use crate::ws;
 
 /// Largest client message (panel input is bounded by the payload rules; a
@@ -444,8 +444,8 @@ fn send_code(err: &crate::hub::SendError, code: &'static str) -> &'static str {
     }
 }
 
-/// Worker actions run on their own thread: a stop may take the whole
-/// ladder, and the reader must keep serving meanwhile.
+/// Worker actions answer through a callback: a start at once, a stop when
+/// its ladder ends (on the ladder's thread), so the reader keeps serving.
 fn worker_action(
     hub: &Arc<Hub>,
     panel: &Arc<PanelConn>,
@@ -453,62 +453,34 @@ fn worker_action(
     action: protocol::WorkerAction,
     spec: Option<Value>,
 ) {
-    let hub = hub.clone();
-    let reply_to = panel.clone();
+    let Some(action) = control::Action::parse(action.as_str()) else {
+        return;
+    };
     let panel = panel.clone();
-    let spawned = std::thread::Builder::new()
-        .name("panel-action".into())
-        .stack_size(128 * 1024)
-        .spawn(move || {
+    let sid = session.clone();
+    control::act(
+        hub,
+        &session,
+        action,
+        spec,
+        Box::new(move |result| {
             let name = action.as_str();
-            let result = match action {
-                protocol::WorkerAction::Start => {
-                    control::start(&hub, &session, spec.as_ref()).to_json()
-                }
-                protocol::WorkerAction::Stop => {
-                    control::stop_and_wait(&hub, &session, StopMode::Graceful).to_json()
-                }
-                protocol::WorkerAction::ForceKill => {
-                    control::stop_and_wait(&hub, &session, StopMode::ForceKill).to_json()
-                }
-                protocol::WorkerAction::Restart => {
-                    let (stopped, started) = control::restart(&hub, &session, spec.as_ref());
-                    let mut v = started.map_or(
-                        json!({"ok": false, "error": "the stop did not end the worker"}),
-                        |s| s.to_json(),
-                    );
-                    v["stop"] = stopped.to_json();
-                    v
-                }
-            };
             if result["ok"] == json!(true) {
-                send(
-                    &panel,
-                    &protocol::accepted(name, Some(&session), json!({"result": result}), None),
-                );
+                let reply = protocol::accepted(name, Some(&sid), json!({"result": result}), None);
+                send(&panel, &reply);
             } else {
                 let message = result["error"]
                     .as_str()
                     .unwrap_or("the action failed")
                     .to_string();
+                let request = json!({"action": name, "session": sid, "result": result});
                 send(
                     &panel,
-                    &protocol::error(
-                        "worker_action_failed",
-                        &message,
-                        Some(json!({"action": name, "session": session, "result": result})),
-                    ),
+                    &protocol::error("worker_action_failed", &message, Some(request)),
                 );
             }
-        });
-    if let Err(err) = spawned {
-        reply_error(
-            &reply_to,
-            "worker_action_failed",
-            &format!("cannot start the action: {err}"),
-            None,
-        );
-    }
+        }),
+    );
 }
 
 /// Starts a subscription: legacy (one frame) or paged replay.
@@ -554,8 +526,6 @@ fn legacy_subscribe(
     since: u64,
     request_id: Option<String>,
 ) {
-    // The plan comes from the store, read before taking the session lock.
-    let plan = hub.plan_value(session);
     // Under the session lock: the entries after `since`, and the cursor
     // moves to the end so later live events continue from there.
     let built = hub.with_session(session, |s| {
@@ -573,7 +543,7 @@ fn legacy_subscribe(
             logs,
             latest,
             &hub.epoch,
-            plan,
+            s.plan.clone(),
             None,
             request_id.as_deref(),
             s.describe(),
@@ -622,7 +592,6 @@ fn replay_step(
     if panel.is_dead() {
         return;
     }
-    let plan = hub.plan_value(&session);
     let step = hub.with_session(&session, |s| {
         let mut subs = panel.subs();
         let sub = subs
@@ -643,7 +612,7 @@ fn replay_step(
                 logs_value(s),
                 sub.cursor,
                 &hub.epoch,
-                plan,
+                s.plan.clone(),
                 Some(Paging {
                     replay_more: false,
                     replay_reset: first,
@@ -740,9 +709,20 @@ pub fn fan_out(hub: &Hub, note: &Note) {
             confirmation,
             outcome,
         } => {
+            // An open prompt is described as it is now (the note may have
+            // been queued behind a later change); one already retired is
+            // not announced again. A closing note carries its final form.
+            let current = if *open {
+                let id = confirmation["confirmation_id"].as_str().unwrap_or("");
+                match hub.describe_prompt(session, id) {
+                    Some(current) => current,
+                    None => return broadcast_session(hub, &panels, session),
+                }
+            } else {
+                confirmation.clone()
+            };
             let frame = conn::encode(
-                &protocol::confirmation(session, *open, confirmation.clone(), outcome.clone())
-                    .to_string(),
+                &protocol::confirmation(session, *open, current, outcome.clone()).to_string(),
             );
             for panel in &panels {
                 panel.send_frame(frame.clone());
@@ -771,6 +751,10 @@ pub fn fan_out(hub: &Hub, note: &Note) {
         }
         Note::Request { session, request } => {
             let frame = conn::encode(&protocol::request(session, request.clone()).to_string());
+            to_subscribers(&panels, session, &frame);
+        }
+        Note::Plan { session, plan } => {
+            let frame = conn::encode(&protocol::plan(session, plan.clone()).to_string());
             to_subscribers(&panels, session, &frame);
         }
         Note::SessionChanged { session } => broadcast_session(hub, &panels, session),

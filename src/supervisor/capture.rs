@@ -192,3 +192,28 @@ fn deliver(
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::util::testkit::TempDir;
+
+    #[test]
+    fn rotation_keeps_the_configured_generations() {
+        let dir = TempDir::new("rotate");
+        let log = dir.join("worker.log");
+        let write = |text: &str| std::fs::write(&log, text).unwrap();
+        let read = |n: usize| std::fs::read_to_string(log.with_extension(format!("log.{n}"))).ok();
+        write("small");
+        rotate(&log, 100, 2);
+        assert!(log.exists(), "a file under the threshold is not rotated");
+        for generation in ["first", "second", "third"] {
+            write(&generation.repeat(40));
+            rotate(&log, 100, 2);
+            assert!(!log.exists());
+        }
+        assert_eq!(read(1).unwrap(), "third".repeat(40));
+        assert_eq!(read(2).unwrap(), "second".repeat(40));
+        assert_eq!(read(3), None, "only two generations are kept");
+    }
+}

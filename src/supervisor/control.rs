@@ -175,7 +175,12 @@ fn spawn(
     let addr = hub.local_addr();
     let host = render::connect_host(&config.worker.connect_host, addr.ip());
     let tools_port = hub.tools_port();
-    let endpoints = render::endpoints(&host, addr.port(), tools_port, id, token);
+    let mut endpoints = render::endpoints(&host, addr.port(), tools_port, id, token);
+    // The tools listener may be bound elsewhere (`toolRequests.host`).
+    if let Some(tools_addr) = hub.tools_addr().filter(|t| t.ip() != addr.ip()) {
+        let tools_host = render::connect_host(&config.worker.connect_host, tools_addr.ip());
+        endpoints.tools = render::endpoints(&tools_host, addr.port(), tools_port, id, token).tools;
+    }
     let config_path = config_dir.join("config.yaml");
     let document = match std::fs::read_to_string(&config_path) {
         Ok(existing) => render::refresh(&existing, &session_dir, &endpoints)
@@ -450,37 +455,86 @@ fn ladder(hub: &Hub, id: &str, pinned: &Pinned, connected: bool, mode: StopMode)
     }
 }
 
-/// Runs a stop and waits for its result (for REST handlers, whose thread
-/// only waits on a channel while the ladder thread does the work).
-pub fn stop_and_wait(hub: &Arc<Hub>, id: &str, mode: StopMode) -> StopResult {
-    let (tx, rx) = crossbeam_channel::bounded(1);
-    stop(
-        hub,
-        id,
-        mode,
-        Box::new(move |r| {
-            let _ = tx.send(r);
-        }),
-    );
-    rx.recv().unwrap_or(StopResult {
-        ok: false,
-        how: "not-started",
-        forced: false,
-        error: Some("the stop was abandoned".into()),
-    })
+/// A worker action requested by an operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Start,
+    Stop,
+    Restart,
+    ForceKill,
 }
 
-/// Stop, then start; refused when the stop did not end the worker.
-pub fn restart(
+impl Action {
+    pub fn parse(name: &str) -> Option<Action> {
+        Some(match name {
+            "start" => Action::Start,
+            "stop" => Action::Stop,
+            "restart" => Action::Restart,
+            "force-kill" => Action::ForceKill,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Start => "start",
+            Action::Stop => "stop",
+            Action::Restart => "restart",
+            Action::ForceKill => "force-kill",
+        }
+    }
+}
+
+/// Runs a worker action and hands its result (`{ok, ...}`) to `done`. A
+/// start answers at once; stop, force-kill and restart answer from the
+/// ladder thread, so the caller's thread never waits through deadlines.
+pub fn act(
     hub: &Arc<Hub>,
     id: &str,
-    spec: Option<&Value>,
-) -> (StopResult, Option<StartResult>) {
-    let stopped = stop_and_wait(hub, id, StopMode::Graceful);
-    if !stopped.ok {
-        return (stopped, None);
+    action: Action,
+    spec: Option<Value>,
+    done: Box<dyn FnOnce(Value) + Send>,
+) {
+    match action {
+        Action::Start => done(start(hub, id, spec.as_ref()).to_json()),
+        Action::Stop | Action::ForceKill => {
+            let mode = if action == Action::Stop {
+                StopMode::Graceful
+            } else {
+                StopMode::ForceKill
+            };
+            stop(
+                hub,
+                id,
+                mode,
+                Box::new(move |result| done(result.to_json())),
+            );
+        }
+        Action::Restart => {
+            let hub2 = hub.clone();
+            let sid = id.to_string();
+            stop(
+                hub,
+                id,
+                StopMode::Graceful,
+                Box::new(move |stopped| {
+                    let mut result = if stopped.ok {
+                        wait_recorded_exit(&hub2, &sid);
+                        start(&hub2, &sid, spec.as_ref()).to_json()
+                    } else {
+                        json!({"ok": false, "error": "the stop did not end the worker"})
+                    };
+                    result["stop"] = stopped.to_json();
+                    done(result);
+                }),
+            );
+        }
     }
-    // The waiter thread records the exit right after the process ends.
+}
+
+/// Waits (briefly) until the waiter thread has recorded the exit that a
+/// successful stop observed through the pidfd.
+fn wait_recorded_exit(hub: &Hub, id: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
     while hub
         .with_session(id, |s| {
@@ -491,8 +545,6 @@ pub fn restart(
     {
         std::thread::sleep(Duration::from_millis(10));
     }
-    let started = start(hub, id, spec);
-    (stopped, Some(started))
 }
 
 /// After a hub restart: adopts every recorded worker whose pid and start

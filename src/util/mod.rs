@@ -6,6 +6,8 @@
 
 pub mod bounded_writer;
 pub mod fsutil;
+#[cfg(test)]
+mod fuzz_regressions;
 pub mod line_splitter;
 pub mod log_ring;
 #[cfg(test)]

@@ -185,7 +185,24 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
         }
         let now = Instant::now();
         let state = hub.with_session(&session_id, |s| {
-            poll(s, &confirmation_id, now >= hold_until)
+            let before = prompt_state(s, &confirmation_id);
+            let polled = poll(s, &confirmation_id, now >= hold_until);
+            let verified = before == Some(PromptState::AwaitingIdentity)
+                && matches!(polled, Some((PromptState::AwaitingDecision, _)));
+            (polled, verified)
+        });
+        let state = state.map(|(polled, verified)| {
+            if verified {
+                // The event socket named the worker: the prompt can now be
+                // decided, and every panel must hear that.
+                hub.notify(Note::Confirmation {
+                    session: session_id.clone(),
+                    open: true,
+                    confirmation: json!({"confirmation_id": confirmation_id}),
+                    outcome: None,
+                });
+            }
+            polled
         });
         match state {
             None | Some(None) => break,
@@ -319,6 +336,13 @@ fn judge(s: &Session, worker_id: &str) -> (PromptState, Step) {
 
 /// Re-judges a held prompt; returns its state and what to do, or `None`
 /// when the prompt is gone.
+fn prompt_state(s: &Session, confirmation_id: &str) -> Option<PromptState> {
+    s.prompts
+        .iter()
+        .find(|p| p.request.confirmation_id == confirmation_id)
+        .map(|p| p.state)
+}
+
 fn poll(s: &mut Session, confirmation_id: &str, hold_expired: bool) -> Option<(PromptState, Step)> {
     let identity = s.identity;
     let live_worker = s.worker_id.clone();

@@ -141,34 +141,60 @@ fn record_protocol_error(hub: &Hub, session_id: &str, problem: &str) {
     hub.with_session(session_id, |s| s.stats.protocol_errors += 1);
 }
 
-/// Applies one parsed envelope to its session and publishes it.
+/// Fields the hub adds to every transcript entry.
+const HUB_FIELDS: &[&str] = &["received_at", "known", "issues", "raw", "hub_sequence"];
+
+/// The entry's JSON without its closing brace and without `hub_sequence`,
+/// serialized outside any lock: the worker's object as received, then the
+/// hub's fields. A worker object that already uses one of the hub's names
+/// is rebuilt so the entry never carries a duplicate key.
+fn entry_prefix(env: &Envelope, raw: Value, now: &str) -> String {
+    let hub = json!({"received_at": now, "known": env.known, "issues": env.issues, "raw": raw});
+    let mut text = if HUB_FIELDS.iter().any(|k| env.object.contains_key(*k)) {
+        let mut object = env.object.clone();
+        for key in HUB_FIELDS {
+            object.remove(*key);
+        }
+        Value::Object(object).to_string()
+    } else {
+        serde_json::to_string(&env.object).unwrap_or_else(|_| "{}".to_string())
+    };
+    let hub_text = hub.to_string();
+    text.pop(); // the object's closing brace
+    if text.len() > 1 {
+        text.push(',');
+    }
+    text.push_str(&hub_text[1..hub_text.len() - 1]);
+    text
+}
+
+/// Applies one parsed envelope to its session and publishes it. The entry
+/// is serialized before the lock; under it only `hub_sequence` is spliced.
 fn ingest(hub: &Hub, session_id: &str, env: Envelope, frame_bytes: usize) {
     let now = time::now_rfc3339();
     let transient = TRANSIENT.contains(&env.event.as_str());
     let raw = envelope::raw_metadata(&env, frame_bytes);
+    let prefix = entry_prefix(&env, raw, &now);
     let published = hub.with_session(session_id, |s| {
+        let was_live = s.identity == IdentityState::Live;
         let request_change = observe(s, &env, &now);
-        let mut entry = env.object.clone();
-        entry.insert("received_at".into(), json!(now));
-        entry.insert("known".into(), json!(env.known));
-        entry.insert("issues".into(), json!(env.issues));
-        entry.insert("raw".into(), raw);
-        let seq = if transient {
-            None
-        } else {
-            Some(s.transcript.next_sequence())
+        // Capabilities, status and identity are part of the description
+        // every panel lists.
+        let describe = !was_live || matches!(env.event.as_str(), "ready" | "status");
+        let seq = (!transient).then(|| s.transcript.next_sequence());
+        let json: Arc<str> = match seq {
+            Some(seq) => format!("{prefix},\"hub_sequence\":{seq}}}").into(),
+            None => format!("{prefix},\"hub_sequence\":null}}").into(),
         };
-        entry.insert("hub_sequence".into(), json!(seq));
-        let json: Arc<str> = Value::Object(entry).to_string().into();
         if seq.is_some() {
             let (event, worker) = (&env.event, &env.worker_id);
             s.transcript.push(json.clone(), |seq, bytes| {
                 omission_record(seq, event, worker, bytes)
             });
         }
-        (seq, json, request_change, s.events_file.clone())
+        (seq, json, request_change, s.events_file.clone(), describe)
     });
-    let Some((seq, json, request_change, file)) = published else {
+    let Some((seq, json, request_change, file, describe)) = published else {
         return;
     };
     if let (Some(_), Some(file)) = (seq, file) {
@@ -185,6 +211,11 @@ fn ingest(hub: &Hub, session_id: &str, env: Envelope, frame_bytes: usize) {
         hub_seq: seq,
         json,
     });
+    if describe {
+        hub.notify(Note::SessionChanged {
+            session: session_id.to_string(),
+        });
+    }
 }
 
 /// The record kept in place of an envelope larger than the whole ring.
@@ -212,6 +243,8 @@ fn observe(s: &mut Session, env: &Envelope, now: &str) -> Option<Value> {
         s.worker_id = Some(env.worker_id.clone());
         s.identity_since = Some(now.to_string());
         s.last_sequence = None;
+        // A new worker process runs nothing of its predecessor's.
+        s.active_run = None;
     } else if s.identity != IdentityState::Live {
         s.identity_since = Some(now.to_string());
     }
@@ -228,6 +261,13 @@ fn observe(s: &mut Session, env: &Envelope, now: &str) -> Option<Value> {
     }
     if !env.run_id.is_empty() {
         s.last_run_id = Some(env.run_id.clone());
+        match env.event.as_str() {
+            "run_started" | "input_admitted" => s.active_run = Some(env.run_id.clone()),
+            "run_finished" if s.active_run.as_deref() == Some(env.run_id.as_str()) => {
+                s.active_run = None
+            }
+            _ => {}
+        }
     }
     s.last_event = Some(env.event.clone());
     s.last_event_at = Some(now.to_string());
@@ -317,5 +357,77 @@ fn disconnected(hub: &Hub, session_id: &str, conn_id: u64) {
             connected: false,
             replaced: false,
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed(object: Value) -> Envelope {
+        envelope::parse_event(&object.to_string(), "s").unwrap()
+    }
+
+    #[test]
+    fn entry_prefix_appends_hub_fields_without_duplicates() {
+        let env = parsed(
+            json!({"type": "event", "event": "status", "session_id": "s",
+            "worker_id": "w", "request_id": "", "run_id": "", "sequence": 1, "data": {"a": 1}}),
+        );
+        let text = format!(
+            "{},\"hub_sequence\":7}}",
+            entry_prefix(&env, json!({"bytes": 1}), "t")
+        );
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["data"], json!({"a": 1}));
+        assert_eq!(v["received_at"], "t");
+        assert_eq!(v["hub_sequence"], 7);
+        assert_eq!(v["raw"], json!({"bytes": 1}));
+
+        // A worker that sends a field with a hub name gets no duplicate key.
+        let env = parsed(
+            json!({"type": "event", "event": "status", "session_id": "s",
+            "worker_id": "w", "request_id": "", "run_id": "", "sequence": 1, "data": {},
+            "received_at": "forged", "hub_sequence": 999}),
+        );
+        let text = format!(
+            "{},\"hub_sequence\":8}}",
+            entry_prefix(&env, json!({}), "real")
+        );
+        assert_eq!(text.matches("received_at").count(), 1);
+        assert_eq!(text.matches("hub_sequence").count(), 1);
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            (v["received_at"].clone(), v["hub_sequence"].clone()),
+            (json!("real"), json!(8))
+        );
+    }
+
+    #[test]
+    fn the_active_run_follows_admission_and_finish() {
+        let mut s = Session::new(
+            "s".into(),
+            "t".into(),
+            json!({}),
+            "tok".into(),
+            "l".into(),
+            crate::transcript::Transcript::new(10, 10_000),
+        );
+        let event = |name: &str, worker: &str, run: &str| {
+            parsed(json!({"type": "event", "event": name, "session_id": "s",
+                "worker_id": worker, "request_id": "q", "run_id": run, "sequence": 1, "data": {}}))
+        };
+        observe(&mut s, &event("input_admitted", "w", "r1"), "t");
+        assert_eq!(s.active_run.as_deref(), Some("r1"));
+        observe(&mut s, &event("model_response", "w", "r1"), "t");
+        observe(&mut s, &event("run_finished", "w", "other"), "t");
+        assert_eq!(s.active_run.as_deref(), Some("r1"));
+        observe(&mut s, &event("run_finished", "w", "r1"), "t");
+        assert_eq!(s.active_run, None);
+        observe(&mut s, &event("run_started", "w", "r2"), "t");
+        assert_eq!(s.active_run.as_deref(), Some("r2"));
+        // A new worker process runs nothing of its predecessor's.
+        observe(&mut s, &event("status", "w2", ""), "t");
+        assert_eq!(s.active_run, None);
     }
 }

@@ -2,13 +2,17 @@
 //!
 //! `envelope` parses worker event frames, `payload` builds and validates what
 //! the hub sends (payloads, signals, confirmation responses), `display`
-//! bounds untrusted JSON for display. These submodules are pure: no I/O,
-//! clock or locks.
+//! bounds untrusted JSON for display, `tool_frames` parses remote-tool
+//! requests and builds their responses, `plan` validates the plan routes'
+//! arguments. These submodules are pure: no I/O, clock or locks.
 
 pub mod display;
 pub mod envelope;
 pub mod payload;
+pub mod plan;
+pub mod tool_frames;
 
 // Socket-owning parts (not pure): one thread per socket.
 pub mod confirm;
 pub mod events;
+pub mod tools;

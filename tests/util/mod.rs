@@ -60,18 +60,23 @@ pub fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
 pub struct TestHub {
     pub child: Child,
     pub addr: SocketAddr,
+    /// The remote-tools listener (from the `tools: ws://…` start line).
+    pub tools_addr: Option<SocketAddr>,
     pub data_dir: PathBuf,
     pub log: Arc<Mutex<Vec<String>>>,
 }
 
 impl TestHub {
-    /// Starts `simplex-hub serve --listen 127.0.0.1:0 --data-dir <dir>` plus
-    /// `extra` and waits for the readiness line.
+    /// Starts `simplex-hub serve --listen 127.0.0.1:0 --tools-port 0
+    /// --data-dir <dir>` plus `extra` and waits for the readiness line.
+    /// Both listeners take free ports, so hubs can run in parallel.
     pub fn start(data_dir: &Path, extra: &[&str]) -> TestHub {
         let mut args: Vec<String> = vec![
             "serve".into(),
             "--listen".into(),
             "127.0.0.1:0".into(),
+            "--tools-port".into(),
+            "0".into(),
             "--data-dir".into(),
             data_dir.display().to_string(),
         ];
@@ -108,9 +113,17 @@ impl TestHub {
                 panic!("hub did not become ready; log: {:#?}", log.lock().unwrap());
             }
         };
+        // The tools line is logged before the readiness line.
+        let tools_addr = log
+            .lock()
+            .unwrap()
+            .iter()
+            .find_map(|line| line.split("tools: ws://").nth(1))
+            .and_then(|addr| addr.trim().parse().ok());
         TestHub {
             child,
             addr,
+            tools_addr,
             data_dir: data_dir.to_path_buf(),
             log,
         }
@@ -145,6 +158,13 @@ impl TestHub {
     /// Thread count of the hub process.
     pub fn threads(&self) -> usize {
         proc_status_field(self.child.id(), "Threads:").unwrap_or(0) as usize
+    }
+
+    /// Open file descriptors of the hub process.
+    pub fn fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.child.id()))
+            .map(|d| d.count())
+            .unwrap_or(0)
     }
 
     /// Resident set size of the hub process in KiB.
@@ -391,6 +411,10 @@ pub fn spawn_mock_worker(hub: &TestHub, session: &str, model: &str) -> Child {
             "endpoint": format!("ws://{}/agent/{session}/confirm?token={token}", hub.addr),
             "timeout_ms": 60000,
         }},
+        "hub_remote_call": hub.tools_addr.map(|tools| serde_json::json!({
+            "endpoint": format!("ws://{tools}/agent/{session}/tools?token={token}"),
+            "timeout_ms": 60000,
+        })),
         "worker": {"max_exchanges": 16, "event_capacity": 1024, "environment": {"workspace": ""}},
         "persistence": {"enabled": true, "directory": root, "state": "state", "memory": "memory",
                         "restore": "if_present", "readable": false},

@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use crate::common::{HTTPVersion, Method, StatusCode};
+use crate::common::{HTTPVersion, Header, Method, StatusCode};
 use crate::limits::{ConnControl, ServerLimits};
 use crate::util::RefinedTcpStream;
 use crate::util::{SequentialReader, SequentialReaderBuilder, SequentialWriterBuilder};
@@ -54,6 +54,12 @@ enum ReadError {
     ExpectationFailed(HTTPVersion),
     /// Fork: the head exceeded `max_header_bytes` or `max_headers`
     HeadersTooLarge,
+    /// Fork: a head byte that no well-formed request contains (NUL or
+    /// another control character, a bare CR or LF, a non-ASCII byte), more
+    /// than one `Host`, or a `Content-Length` that is malformed or
+    /// contradicts another: answered `400` and the connection closed,
+    /// since where the next request starts is unknown.
+    MalformedHead,
     ReadIoError(IoError),
 }
 
@@ -145,12 +151,15 @@ impl ClientConnection {
 
             if byte == b'\n' && prev_byte_was_cr {
                 buf.pop(); // removing the '\r'
-                return AsciiString::from_ascii(buf).map_err(|_| {
-                    ReadError::ReadIoError(IoError::new(
-                        ErrorKind::InvalidInput,
-                        "Header is not in ASCII",
-                    ))
-                });
+                return AsciiString::from_ascii(buf).map_err(|_| ReadError::MalformedHead);
+            }
+
+            // Fork: a bare CR or LF, NUL and the other control characters
+            // (tab aside) never occur in a valid head; refusing them keeps a
+            // header from smuggling a line break or a NUL to the handler.
+            let control = (byte < 0x20 && byte != b'\t') || byte == 0x7f;
+            if prev_byte_was_cr || (control && byte != b'\r') {
+                return Err(ReadError::MalformedHead);
             }
 
             prev_byte_was_cr = byte == b'\r';
@@ -198,6 +207,9 @@ impl ClientConnection {
                     });
                 }
 
+                if !framing_headers_ok(&headers) {
+                    return Err(ReadError::MalformedHead);
+                }
                 headers
             };
 
@@ -302,6 +314,13 @@ impl Iterator for ClientConnection {
                     return None;
                 }
 
+                Err(ReadError::MalformedHead) => {
+                    // Fork: the stream position is unknown; answer and close
+                    let writer = self.sink.next().unwrap();
+                    write_closing_response(writer, StatusCode(400)).ok();
+                    return None;
+                }
+
                 Err(ReadError::ExpectationFailed(ver)) => {
                     let writer = self.sink.next().unwrap();
                     let response = Response::new_empty(StatusCode(417));
@@ -352,6 +371,29 @@ impl Iterator for ClientConnection {
             return Some(rq);
         }
     }
+}
+
+/// Fork: at most one `Host` (RFC 9112 §3.2), and every `Content-Length`
+/// made of digits only and all of them equal (RFC 9112 §6.3): anything else
+/// lets a proxy in front and this server disagree about which host is meant
+/// or where the body ends.
+fn framing_headers_ok(headers: &[Header]) -> bool {
+    let hosts = headers.iter().filter(|h| h.field.equiv("Host")).count();
+    let mut length: Option<u64> = None;
+    for h in headers.iter().filter(|h| h.field.equiv("Content-Length")) {
+        let value = h.value.as_str().trim();
+        if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+            return false;
+        }
+        let Ok(parsed) = value.parse::<u64>() else {
+            return false;
+        };
+        if length.is_some_and(|seen| seen != parsed) {
+            return false;
+        }
+        length = Some(parsed);
+    }
+    hosts <= 1
 }
 
 /// Fork: a body-less error response announcing that the connection closes

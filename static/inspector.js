@@ -1,0 +1,255 @@
+// The inspector column: worker status, identity and stats, the process
+// record, the log tail, the read-only snapshot and the session plan.
+
+import { h, jsonBlock, jsonDetails, textBlock, markdown, fmtBytes, fmtDateTime, fmtTime, setChildren } from './dom.js';
+import { requestChip } from './transcript.js';
+
+export const TABS = ['run', 'process', 'logs', 'snapshot', 'plan'];
+
+function dl(rows) {
+  const list = h('dl', { class: 'kv' });
+  for (const [k, v, cls] of rows) {
+    if (v === undefined) continue;
+    list.appendChild(h('dt', { text: k }));
+    const dd = h('dd', cls ? { class: cls } : null);
+    if (v instanceof Node) dd.appendChild(v);
+    else dd.textContent = v === null || v === '' ? '—' : String(v);
+    list.appendChild(dd);
+  }
+  return list;
+}
+
+function yesNo(v) {
+  if (v === undefined || v === null) return '—';
+  return v ? 'yes' : 'no';
+}
+
+function runTab(ctx) {
+  const { view, desc } = ctx;
+  const st = view ? view.status : null;
+  const loop = st && st.loop && typeof st.loop === 'object' ? st.loop : {};
+  const parts = [];
+  parts.push(
+    h(
+      'div',
+      { class: 'section-head' },
+      h('h3', { text: 'Worker status' }),
+      h('button', { type: 'button', class: 'secondary small', onclick: ctx.onStatus, disabled: !(desc && desc.connected), title: desc && desc.connected ? 'Ask the worker for a fresh status' : 'No worker connected', text: 'Request status' }),
+    ),
+  );
+  if (!st) {
+    parts.push(h('p', { class: 'muted', text: 'No status event in this panel’s copy yet.' }));
+  } else {
+    parts.push(
+      dl([
+        ['as of', fmtTime(view.statusAt)],
+        ['run active', yesNo(st.active)],
+        ['stopping', yesNo(st.stopping)],
+        ['loop status', loop.status ?? '—'],
+        ['phase', loop.phase ?? '—'],
+        ['completed exchanges', loop.completed_exchanges ?? '—'],
+        ['pending results', Array.isArray(loop.pending_results) ? loop.pending_results.length : '—'],
+        ['loop error', loop.error || '—', loop.error ? 'error-text' : null],
+        ['storage failed', yesNo(st.storage_failed), st.storage_failed ? 'error-text strong' : null],
+        ['rejected payloads', st.rejected_payloads ?? '—', st.rejected_payloads ? 'warn-text' : null],
+        ['dropped events', st.dropped_events ?? undefined],
+        ['capabilities', Array.isArray(st.capabilities) ? st.capabilities.join(', ') || '—' : '—'],
+        ['archives kept', st.memory_retention && st.memory_retention.max_archives !== undefined ? st.memory_retention.max_archives : undefined],
+      ]),
+      jsonDetails('Raw status', st),
+    );
+  }
+  const id = (desc && desc.identity) || {};
+  parts.push(
+    h('h3', { text: 'Worker identity' }),
+    dl([
+      ['event connection', desc ? (desc.connected ? 'connected' : 'not connected') : '—'],
+      ['identity', id.state ?? '—'],
+      ['worker id', id.worker_id ? h('code', { text: id.worker_id }) : '—'],
+      ['since', fmtDateTime(id.since)],
+      ['advertised', Array.isArray(desc && desc.worker_capabilities) ? desc.worker_capabilities.join(', ') : 'unknown (no worker connected)'],
+    ]),
+  );
+  const stats = (desc && desc.stats) || {};
+  parts.push(
+    h('h3', { text: 'Hub statistics' }),
+    dl([
+      ['events', stats.events ?? '—'],
+      ['sequence gaps', stats.gaps ?? '—', stats.gaps ? 'warn-text' : null],
+      ['duplicates', stats.duplicates ?? '—', stats.duplicates ? 'warn-text' : null],
+      ['protocol errors', stats.protocolErrors ?? '—', stats.protocolErrors ? 'error-text' : null],
+      ['incarnations', stats.incarnations ?? '—'],
+      ['last event', desc && desc.last_event ? `${desc.last_event} at ${fmtTime(desc.last_event_at)}` : '—'],
+    ]),
+  );
+  if (view) {
+    parts.push(
+      h('h3', { text: 'This panel’s copy' }),
+      dl([
+        ['transcript events', view.entries.length],
+        ['transcript bytes', `${fmtBytes(view.bytes)} of ${fmtBytes(8 * 1024 * 1024)}`],
+        ['replay cursor', view.cursor],
+        ['replay gaps seen', view.gaps, view.gaps ? 'warn-text' : null],
+        ['trimmed events', view.trimmed || 0],
+        ['history', `${view.history.state}${view.history.turns.length ? `, ${view.history.turns.length} turn(s), ${fmtBytes(view.history.bytes)}` : ''}`],
+      ]),
+    );
+  }
+  const reqs = (desc && Array.isArray(desc.requests) ? desc.requests : []).slice(-10).reverse();
+  parts.push(h('h3', { text: 'Recent requests' }));
+  if (!reqs.length) parts.push(h('p', { class: 'muted', text: 'None.' }));
+  else {
+    const ul = h('ul', { class: 'requests' });
+    for (const r of reqs) {
+      ul.appendChild(
+        h(
+          'li',
+          null,
+          requestChip(r.state),
+          ' ',
+          h('span', { text: r.operation || 'message' }),
+          ' ',
+          h('code', { class: 'small', text: String(r.request_id).slice(0, 8) }),
+          ' ',
+          h('span', { class: 'muted small', text: fmtTime(r.updated_at || r.sent_at) }),
+          r.detail && r.detail.message ? h('div', { class: 'small error-text', text: r.detail.message }) : null,
+        ),
+      );
+    }
+    parts.push(ul);
+  }
+  return parts;
+}
+
+function processTab(ctx) {
+  const p = ctx.desc && ctx.desc.process;
+  if (!p) return [h('p', { class: 'muted', text: 'No worker process recorded for this session.' })];
+  const cmd = [p.command, ...(Array.isArray(p.args) ? p.args : [])].filter((x) => x !== undefined && x !== null).join(' ');
+  return [
+    dl([
+      ['state', p.state],
+      ['pid', p.pid ?? '—'],
+      ['started', fmtDateTime(p.started_at)],
+      ['exited', fmtDateTime(p.exited_at)],
+      ['exit code', p.exit_code ?? '—'],
+      ['signal', p.signal ?? '—'],
+      ['error', p.error ?? '—', p.error ? 'error-text' : null],
+      ['stop requested', yesNo(p.stop_requested)],
+      ['group killed', yesNo(p.process_group_killed)],
+      ['adopted', p.adopted === undefined ? undefined : yesNo(p.adopted)],
+      ['command', h('code', { class: 'wrap', text: cmd || '—' })],
+      ['cwd', p.cwd ? h('code', { class: 'wrap', text: p.cwd }) : '—'],
+      ['log file', p.log_path ? h('code', { class: 'wrap', text: p.log_path }) : '—'],
+      ['log lines', p.log_lines ?? '—'],
+      ['lines dropped', p.log_dropped ?? '—'],
+      ['bytes truncated', p.log_truncated_bytes ?? '—'],
+      ['file records dropped', p.file_log_dropped ?? '—'],
+      ['file log failed', yesNo(p.file_log_failed), p.file_log_failed ? 'error-text' : null],
+    ]),
+    jsonDetails('Raw process record', p),
+  ];
+}
+
+function logsTab(ctx) {
+  const logs = ctx.view && ctx.view.logs;
+  const head = h(
+    'div',
+    { class: 'section-head' },
+    h('h3', { text: 'Worker log tail' }),
+    h('button', { type: 'button', class: 'secondary small', onclick: ctx.onRefreshLogs, text: 'Refresh' }),
+  );
+  if (!logs) return [head, h('p', { class: 'muted', text: 'Not loaded yet.' })];
+  const lines = Array.isArray(logs.lines) ? logs.lines : [];
+  const box = h('div', { class: 'logs', role: 'log', 'aria-label': 'Worker log lines', tabindex: '0' });
+  for (const line of lines) {
+    box.appendChild(
+      h(
+        'div',
+        { class: `log-line stream-${line.stream === 'stderr' ? 'stderr' : 'stdout'}` },
+        h('span', { class: 'log-time', text: fmtTime(line.at) }),
+        h('span', { class: 'log-stream', text: line.stream === 'stderr' ? 'err' : 'out' }),
+        h('span', { class: 'log-text', text: String(line.text ?? '') }),
+      ),
+    );
+  }
+  return [
+    head,
+    h('p', {
+      class: 'muted small',
+      text: `${lines.length} line(s)${logs.omitted ? `, ${logs.omitted} older retained line(s) not shown` : ''}${logs.dropped ? `, ${logs.dropped} evicted from the hub’s ring` : ''}${ctx.view.logsAt ? ` · fetched ${fmtTime(ctx.view.logsAt)}` : ''}`,
+    }),
+    lines.length ? box : h('p', { class: 'muted', text: 'No captured lines.' }),
+  ];
+}
+
+function snapshotTab(ctx) {
+  const snap = ctx.view && ctx.view.snapshot;
+  const head = h(
+    'div',
+    { class: 'section-head' },
+    h('h3', { text: 'Persisted snapshot (read-only)' }),
+    h('button', { type: 'button', class: 'secondary small', onclick: ctx.onLoadSnapshot, disabled: Boolean(snap && snap.loading), text: snap && snap.data ? 'Reload' : 'Load' }),
+  );
+  if (!snap) return [head, h('p', { class: 'muted', text: 'The worker’s saved state.json and readable.md, as files on disk. Nothing here can change them.' })];
+  if (snap.loading) return [head, h('p', { class: 'muted', text: 'Loading…' })];
+  if (snap.error) return [head, h('p', { class: 'error-text', text: snap.error })];
+  const d = snap.data || {};
+  const files = Array.isArray(d.files) ? d.files : [];
+  const parts = [
+    head,
+    h('p', { class: 'muted small', text: `Loaded ${fmtTime(snap.at)}` }),
+    h(
+      'ul',
+      { class: 'files' },
+      files.map((f) => h('li', null, h('code', { text: String(f.name) }), ' ', h('span', { class: `chip file-${f.status}`, text: String(f.status) }), f.bytes !== null && f.bytes !== undefined ? h('span', { class: 'muted small', text: ` ${fmtBytes(f.bytes)}` }) : null)),
+    ),
+  ];
+  if (d.state !== null && d.state !== undefined) parts.push(h('h4', { text: 'state.json' }), jsonBlock(d.state, { maxChars: 262144, cls: 'json snapshot' }));
+  if (typeof d.readable === 'string') parts.push(h('h4', { text: 'readable.md (as text)' }), textBlock(d.readable, { max: 262144 }));
+  return parts;
+}
+
+function planTab(ctx) {
+  const plan = ctx.view && ctx.view.plan;
+  if (!plan || typeof plan.markdown !== 'string' || plan.markdown.trim() === '') {
+    return [h('p', { class: 'muted', text: 'No plan. The worker sets one through the plan tool; the panel only reads it.' })];
+  }
+  return [
+    h('p', { class: 'muted small', text: `Revision ${plan.revision}${plan.updated_at ? ` · updated ${fmtDateTime(plan.updated_at)}` : ''} · read-only` }),
+    markdown(plan.markdown),
+  ];
+}
+
+function signature(tab, ctx) {
+  const { view, desc } = ctx;
+  switch (tab) {
+    case 'run':
+      return JSON.stringify([view && view.status, view && [view.entries.length, view.cursor, view.gaps, view.trimmed, view.history.state, view.history.turns.length], desc && [desc.connected, desc.identity, desc.stats, desc.worker_capabilities, desc.last_event_at, (desc.requests || []).slice(-10)]]);
+    case 'process':
+      return JSON.stringify(desc && desc.process);
+    case 'logs':
+      return `${view && view.logsV}`;
+    case 'snapshot':
+      return `${view && view.snapshotV}`;
+    case 'plan':
+      return JSON.stringify(view && view.plan);
+    default:
+      return '';
+  }
+}
+
+/** Renders the selected tab's panel when its data changed. */
+export function renderInspector(panel, tab, ctx, cache) {
+  const sig = `${ctx.desc ? ctx.desc.session_id : ''}|${tab}|${signature(tab, ctx)}`;
+  if (cache.sig === sig) return;
+  cache.sig = sig;
+  if (!ctx.desc) {
+    setChildren(panel, h('p', { class: 'muted', text: 'Select a session.' }));
+    return;
+  }
+  const build = { run: runTab, process: processTab, logs: logsTab, snapshot: snapshotTab, plan: planTab }[tab];
+  setChildren(panel, build(ctx));
+  // A log tail opens at its newest line.
+  const box = panel.querySelector('.logs');
+  if (box) box.scrollTop = box.scrollHeight;
+}

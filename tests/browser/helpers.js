@@ -1,0 +1,227 @@
+// Shared support for the browser tests: the REAL hub binary on a free
+// port with a temporary data directory, and headless Chromium driven by
+// playwright-core.
+
+import { spawn, execFileSync } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+/** Generous deadline for things that should happen soon. */
+export const SOON = 20000;
+
+export function hubBinary() {
+  const candidates = [process.env.SIMPLEX_HUB_BIN, path.join(ROOT, 'target/debug/simplex-hub'), path.join(ROOT, 'target/release/simplex-hub')].filter(Boolean);
+  for (const c of candidates) if (fs.existsSync(c)) return c;
+  throw new Error(`hub binary not found (tried ${candidates.join(', ')}); run cargo build first`);
+}
+
+let extraFlags = null;
+/** Flags every test hub gets: a free tools port when the build has one. */
+function defaultFlags(bin) {
+  if (extraFlags === null) {
+    let help = '';
+    try {
+      help = execFileSync(bin, ['--help'], { encoding: 'utf8' });
+    } catch (err) {
+      help = String(err.stdout || '');
+    }
+    extraFlags = help.includes('--tools-port') ? ['--tools-port', '0'] : [];
+  }
+  return extraFlags;
+}
+
+export function tempDir(tag) {
+  return fs.mkdtempSync(path.join(os.tmpdir(), `simplex-browser-${tag}-`));
+}
+
+export function removeDir(dir) {
+  try {
+    fs.rmSync(dir, { recursive: true, force: true });
+  } catch {
+    /* best effort */
+  }
+}
+
+/**
+ * Starts `simplex-hub serve --listen <listen> --data-dir <dataDir>` and
+ * waits for its `panel: http://…` line on stderr.
+ */
+export function startHub({ dataDir, listen = '127.0.0.1:0', args = [] }) {
+  const bin = hubBinary();
+  const argv = ['serve', '--listen', listen, '--data-dir', dataDir, ...defaultFlags(bin), ...args];
+  const proc = spawn(bin, argv, { stdio: ['ignore', 'ignore', 'pipe'] });
+  const log = [];
+  let buffer = '';
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      proc.kill('SIGKILL');
+      reject(new Error(`hub did not print its panel URL in time:\n${log.join('\n')}`));
+    }, SOON);
+    const exited = new Promise((r) => proc.once('exit', (code, signal) => r({ code, signal })));
+    proc.once('exit', (code, signal) => {
+      clearTimeout(timer);
+      reject(new Error(`hub exited early (${code ?? signal}):\n${log.join('\n')}`));
+    });
+    proc.stderr.setEncoding('utf8');
+    proc.stderr.on('data', (chunk) => {
+      buffer += chunk;
+      let nl;
+      while ((nl = buffer.indexOf('\n')) >= 0) {
+        const line = buffer.slice(0, nl);
+        buffer = buffer.slice(nl + 1);
+        if (log.length < 5000) log.push(line);
+        if (process.env.HUB_LOG) process.stderr.write(`[hub] ${line}\n`);
+        const m = /panel: (http:\/\/\S+)/.exec(line);
+        if (m) {
+          clearTimeout(timer);
+          const url = m[1].replace(/\/$/, '');
+          resolve({
+            url,
+            port: Number(new URL(url).port),
+            proc,
+            log,
+            dataDir,
+            exited,
+            /** SIGTERM, then SIGKILL after 15 s. */
+            async stop() {
+              if (proc.exitCode !== null || proc.signalCode !== null) return;
+              proc.kill('SIGTERM');
+              const t = setTimeout(() => proc.kill('SIGKILL'), 15000);
+              await exited;
+              clearTimeout(t);
+            },
+            /** SIGKILL: the hub dies without any cleanup. */
+            async kill9() {
+              if (proc.exitCode !== null || proc.signalCode !== null) return;
+              proc.kill('SIGKILL');
+              await exited;
+            },
+          });
+        }
+      }
+    });
+  });
+}
+
+/** A JSON API call against a test hub (Node's fetch). */
+export async function hubApi(hub, method, route, body, token) {
+  const headers = { Accept: 'application/json' };
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  if (token) headers.Authorization = `Bearer ${token}`;
+  const res = await fetch(`${hub.url}${route}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await res.text();
+  return { status: res.status, body: text ? JSON.parse(text) : null };
+}
+
+export const CHROMIUM_ARGS = [
+  '--headless',
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-quic',
+  '--no-first-run',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
+
+/**
+ * Headless Chromium with a new, empty profile directory. Returns the
+ * persistent context and a `close()` that removes the profile.
+ */
+export async function launchBrowser({ viewport = { width: 1280, height: 800 }, colorScheme = 'light' } = {}) {
+  const executablePath = process.env.CHROMIUM_PATH || '/usr/bin/chromium';
+  const profile = tempDir('profile');
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath,
+    headless: true,
+    args: CHROMIUM_ARGS,
+    viewport,
+    colorScheme,
+  });
+  return {
+    context,
+    async close() {
+      await context.close().catch(() => {});
+      removeDir(profile);
+    },
+  };
+}
+
+/**
+ * Records what must never happen on a panel page: uncaught errors,
+ * console errors, and JavaScript dialogs (a fired alert() would mean
+ * injected script ran). Dialogs are dismissed.
+ */
+export function watch(page) {
+  const seen = { errors: [], dialogs: [] };
+  page.on('pageerror', (err) => seen.errors.push(`pageerror: ${err.message}`));
+  page.on('console', (msg) => {
+    if (msg.type() === 'error' && !/Failed to load resource|WebSocket connection/.test(msg.text())) seen.errors.push(`console: ${msg.text()}`);
+  });
+  page.on('dialog', (dialog) => {
+    seen.dialogs.push(dialog.message());
+    dialog.dismiss().catch(() => {});
+  });
+  return seen;
+}
+
+/**
+ * Saves a screenshot to docs/screenshots when SCREENSHOTS=1 (the script's
+ * --screenshots flag); otherwise does nothing.
+ */
+export async function shot(page, name) {
+  if (process.env.SCREENSHOTS !== '1') return;
+  const dir = path.join(ROOT, 'docs', 'screenshots');
+  fs.mkdirSync(dir, { recursive: true });
+  // Transient toasts would cover the inspector in every picture.
+  await page.evaluate(() => document.getElementById('toasts')?.replaceChildren());
+  await page.waitForTimeout(100);
+  await page.screenshot({ path: path.join(dir, name) });
+}
+
+export async function waitFor(fn, { timeout = SOON, interval = 100, what = 'condition' } = {}) {
+  const end = Date.now() + timeout;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, interval));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Panel actions, as an operator performs them
+// ---------------------------------------------------------------------------
+
+export async function createSession(page, id) {
+  await page.getByRole('button', { name: 'New session' }).click();
+  await page.locator('#create-id').fill(id);
+  await page.locator('#create-ok').click();
+  await page.locator('#session-title', { hasText: id }).waitFor();
+}
+
+export async function selectSession(page, id) {
+  await page.locator(`.session-item[data-session="${id}"]`).click();
+  await page.locator('#session-title', { hasText: id }).waitFor();
+}
+
+/** Clicks a session header action and confirms its dialog. */
+export async function workerAction(page, name) {
+  await page.locator('#session-header .actions button', { hasText: new RegExp(`^${name}$`) }).click();
+  const dialog = page.locator('#dlg-confirm');
+  await dialog.waitFor({ state: 'visible' });
+  const body = await page.locator('#confirm-body').innerText();
+  await page.locator('#confirm-ok').click();
+  await dialog.waitFor({ state: 'hidden' });
+  return body;
+}
+
+export async function sendMessage(page, text) {
+  await page.locator('#message').fill(text);
+  await page.locator('#message').press('Enter');
+}

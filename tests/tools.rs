@@ -708,3 +708,33 @@ fn a_tools_port_in_use_fails_the_start_clearly() {
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn a_browser_origin_is_refused_on_the_tools_listener() {
+    let dir = TempDir::new("tools-origin");
+    let hub = hub_with(&dir, json!({}));
+    create(&hub, "o");
+    let addr = tools(&hub);
+    let path = tool_path(&hub, "o", "plan/read");
+    let upgrade = |origin: Option<&str>| -> u16 {
+        let origin = origin
+            .map(|o| format!("Origin: {o}\r\n"))
+            .unwrap_or_default();
+        let raw = format!(
+            "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{origin}Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        );
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(DEADLINE)).unwrap();
+        std::io::Write::write_all(&mut s, raw.as_bytes()).unwrap();
+        let mut buf = [0u8; 256];
+        let n = std::io::Read::read(&mut s, &mut buf).unwrap();
+        String::from_utf8_lossy(&buf[..n])
+            .split(' ')
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(upgrade(Some("http://evil.example")), 403);
+    assert_eq!(upgrade(None), 101, "workers send no Origin");
+}

@@ -35,6 +35,51 @@ pub fn parse_path(rest: &str) -> Option<(String, Kind)> {
     session::is_valid_id(&id).then_some((id, kind))
 }
 
+/// The checks every worker-facing upgrade passes, on either listener: the
+/// session exists (404), the worker token matches in constant time (401;
+/// the panel token never does), an `Origin` that is present names this hub
+/// (403: workers send none, and a page has no business on a worker socket),
+/// and the hub is not shutting down (503).
+pub fn check_worker_upgrade(
+    hub: &Hub,
+    rq: &Request,
+    id: &str,
+    query: &str,
+) -> Result<(), ApiError> {
+    let expected = hub
+        .session_token(id)
+        .ok_or_else(|| ApiError::new(404, "unknown_session", "no such session"))?;
+    let presented = match url::query_param(query, "token") {
+        Some(Ok(token)) => token,
+        _ => String::new(),
+    };
+    if !auth::constant_time_eq(presented.as_bytes(), expected.as_bytes()) {
+        return Err(ApiError::new(
+            401,
+            "unauthorized",
+            "missing or wrong worker token",
+        ));
+    }
+    if let Some(origin) = super::header(rq, "Origin") {
+        let host = super::header(rq, "Host").unwrap_or("");
+        if !crate::panel::service::origin_matches(origin, host) {
+            return Err(ApiError::new(
+                403,
+                "forbidden_origin",
+                "cross-origin upgrade refused",
+            ));
+        }
+    }
+    if hub.is_shutting_down() {
+        return Err(ApiError::new(
+            503,
+            "shutting_down",
+            "the hub is shutting down",
+        ));
+    }
+    Ok(())
+}
+
 /// Serves an `/agent/...` request: 404 unless it is an upgrade to a known
 /// session's socket, 401 for a missing or wrong worker token.
 pub fn handle(hub: &Arc<Hub>, rq: Request, rest: &str, query: &str, is_upgrade: bool) {
@@ -59,36 +104,8 @@ fn upgrade(
     if !is_upgrade {
         return Err((rq, not_found()));
     }
-    let Some(expected) = hub.session_token(&id) else {
-        return Err((rq, ApiError::new(404, "unknown_session", "no such session")));
-    };
-    let presented = match url::query_param(query, "token") {
-        Some(Ok(token)) => token,
-        _ => String::new(),
-    };
-    if !auth::constant_time_eq(presented.as_bytes(), expected.as_bytes()) {
-        return Err((
-            rq,
-            ApiError::new(401, "unauthorized", "missing or wrong worker token"),
-        ));
-    }
-    // Workers send no Origin. A browser always does, and a page has no
-    // business on a worker socket: like every upgrade, an Origin that is
-    // present must name this hub (a same-origin client library passes).
-    if let Some(origin) = super::header(&rq, "Origin") {
-        let host = super::header(&rq, "Host").unwrap_or("");
-        if !crate::panel::service::origin_matches(origin, host) {
-            return Err((
-                rq,
-                ApiError::new(403, "forbidden_origin", "cross-origin upgrade refused"),
-            ));
-        }
-    }
-    if hub.is_shutting_down() {
-        return Err((
-            rq,
-            ApiError::new(503, "shutting_down", "the hub is shutting down"),
-        ));
+    if let Err(err) = check_worker_upgrade(hub, &rq, &id, query) {
+        return Err((rq, err));
     }
     let accept_key = match ws::check_upgrade(&rq) {
         Ok(key) => key,

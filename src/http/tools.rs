@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use tiny_http::{Method, Request, ServerHandle};
 
-use super::{auth, header, url, ApiError};
+use super::{header, url, ApiError};
 use crate::hub::Hub;
 use crate::session;
 use crate::worker::tool_frames;
@@ -74,24 +74,8 @@ fn upgrade(hub: &Arc<Hub>, rq: Request) -> Result<(), (Request, ApiError)> {
     if *rq.method() != Method::Get || header(&rq, "Upgrade").is_none() {
         return Err((rq, not_found()));
     }
-    let Some(expected) = hub.session_token(&session_id) else {
-        return Err((rq, ApiError::new(404, "unknown_session", "no such session")));
-    };
-    let presented = match url::query_param(query, "token") {
-        Some(Ok(token)) => token,
-        _ => String::new(),
-    };
-    if !auth::constant_time_eq(presented.as_bytes(), expected.as_bytes()) {
-        return Err((
-            rq,
-            ApiError::new(401, "unauthorized", "missing or wrong worker token"),
-        ));
-    }
-    if hub.is_shutting_down() {
-        return Err((
-            rq,
-            ApiError::new(503, "shutting_down", "the hub is shutting down"),
-        ));
+    if let Err(err) = super::agent::check_worker_upgrade(hub, &rq, &session_id, query) {
+        return Err((rq, err));
     }
     let Some(slot) = hub.try_tool_slot() else {
         return Err((
@@ -126,7 +110,11 @@ fn upgrade(hub: &Arc<Hub>, rq: Request) -> Result<(), (Request, ApiError)> {
     let upgrade = Upgrade {
         session_id,
         route,
-        token: presented,
+        // Kept to re-check while the request waits for the worker identity.
+        token: match url::query_param(query, "token") {
+            Some(Ok(token)) => token,
+            _ => String::new(),
+        },
     };
     let spawned = std::thread::Builder::new()
         .name("worker-tools".into())

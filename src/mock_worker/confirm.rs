@@ -8,16 +8,15 @@
 //! cancel channel between short reads; a cancelled exchange closes the
 //! socket and is denied.
 
-use std::io;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, TryRecvError};
+use crossbeam_channel::Receiver;
 use serde_json::Value;
 use tungstenite::{Message, WebSocket};
 
 use super::engine::{ConfirmRequest, Decision};
-use super::transport::{self, WsUrl};
+use super::transport::{self, cancelled, timed_out, WsUrl};
 
 /// How long one read waits before the cancel channel is checked again.
 const POLL: Duration = Duration::from_millis(20);
@@ -60,16 +59,6 @@ pub(crate) fn judge(text: &str, request: &Value) -> Decision {
         Some("denied") => deny(reason),
         _ => deny("confirmation response decision is not approved or denied"),
     }
-}
-
-/// Whether the run thread gave up on this exchange (it drops the sender).
-fn cancelled(cancel: &Receiver<()>) -> bool {
-    matches!(cancel.try_recv(), Err(TryRecvError::Disconnected))
-}
-
-fn timed_out(err: &tungstenite::Error) -> bool {
-    matches!(err, tungstenite::Error::Io(e)
-        if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut))
 }
 
 /// Performs one exchange; never retries.

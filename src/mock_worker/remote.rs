@@ -10,16 +10,15 @@
 //! cancel channel between short reads; a cancelled call closes the socket
 //! (the hub then never commits it).
 
-use std::io;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{Receiver, TryRecvError};
+use crossbeam_channel::Receiver;
 use serde_json::Value;
 use tungstenite::{Message, WebSocket};
 
 use super::engine::RemoteCall;
-use super::transport::{self, WsUrl};
+use super::transport::{self, cancelled, timed_out, WsUrl};
 
 /// How long one read waits before the cancel channel is checked again.
 const POLL: Duration = Duration::from_millis(20);
@@ -46,15 +45,6 @@ pub(crate) fn judge(text: &str, route: &str, request: &Value) -> String {
         Some("rejected") => format!("{route} rejected: {}", data["error"]),
         _ => failed("the tool response status is not succeeded or rejected"),
     }
-}
-
-fn cancelled(cancel: &Receiver<()>) -> bool {
-    matches!(cancel.try_recv(), Err(TryRecvError::Disconnected))
-}
-
-fn timed_out(err: &tungstenite::Error) -> bool {
-    matches!(err, tungstenite::Error::Io(e)
-        if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut))
 }
 
 /// Performs one call; never retries.

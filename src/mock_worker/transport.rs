@@ -210,6 +210,20 @@ fn handshake_reason<S: tungstenite::handshake::HandshakeRole>(
     }
 }
 
+/// Whether the run thread gave up on an exchange (it drops the sender).
+pub(crate) fn cancelled(cancel: &crossbeam_channel::Receiver<()>) -> bool {
+    matches!(
+        cancel.try_recv(),
+        Err(crossbeam_channel::TryRecvError::Disconnected)
+    )
+}
+
+/// Whether a socket error is only a read timeout (the caller polls).
+pub(crate) fn timed_out(err: &tungstenite::Error) -> bool {
+    matches!(err, tungstenite::Error::Io(e)
+        if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut))
+}
+
 #[cfg(test)]
 mod tests {
     use super::WsUrl;

@@ -12,37 +12,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use simplex_hub::util::line_splitter::{truncation_annotation, Line, LineSplitter, MIN_CAP};
+use simplex_hub::util::line_splitter::{
+    reference_lines, truncation_annotation, Line, LineSplitter, MIN_CAP,
+};
 use simplex_hub_fuzz::Reader;
-
-fn model(input: &[u8], cap: usize) -> Vec<Line> {
-    let text = String::from_utf8_lossy(input);
-    let mut parts: Vec<&str> = text.split('\n').collect();
-    if parts.last() == Some(&"") {
-        parts.pop();
-    }
-    parts
-        .into_iter()
-        .map(|p| {
-            let p = p.strip_suffix('\r').unwrap_or(p);
-            if p.len() <= cap {
-                return Line {
-                    text: p.to_owned(),
-                    truncated_bytes: 0,
-                };
-            }
-            let mut cut = cap;
-            while !p.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            let n = (p.len() - cut) as u64;
-            Line {
-                text: format!("{}{}", &p[..cut], truncation_annotation(n)),
-                truncated_bytes: n,
-            }
-        })
-        .collect()
-}
 
 /// Feeds `stream` in `sizes` round-robin, checking the memory bound after
 /// every push.
@@ -91,7 +64,7 @@ fuzz_target!(|data: &[u8]| {
     let sizes: Vec<usize> = r.bytes(count).iter().map(|b| usize::from(b % 32)).collect();
     let stream = r.rest();
 
-    let expect = model(stream, cap);
+    let expect = reference_lines(stream, cap);
     let mut splitter = LineSplitter::with_cap(cap);
     let got = run(&mut splitter, stream, &sizes, cap);
     for line in &got {

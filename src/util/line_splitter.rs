@@ -333,41 +333,44 @@ fn incomplete_tail_start(bytes: &[u8]) -> usize {
     len
 }
 
+/// The reference model the splitter is checked against by its unit tests
+/// and the `line_splitter` fuzz target (not used by the hub): lossy-decode
+/// the whole stream, split on LF, strip one trailing CR per line, keep at
+/// most `cap` bytes cut at a char boundary plus the truncation annotation.
+#[doc(hidden)]
+pub fn reference_lines(input: &[u8], cap: usize) -> Vec<Line> {
+    let text = String::from_utf8_lossy(input);
+    let mut parts: Vec<&str> = text.split('\n').collect();
+    if parts.last() == Some(&"") {
+        parts.pop();
+    }
+    parts
+        .into_iter()
+        .map(|p| {
+            let p = p.strip_suffix('\r').unwrap_or(p);
+            if p.len() <= cap {
+                return Line {
+                    text: p.to_owned(),
+                    truncated_bytes: 0,
+                };
+            }
+            let mut cut = cap;
+            while !p.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            let n = (p.len() - cut) as u64;
+            Line {
+                text: format!("{}{}", &p[..cut], truncation_annotation(n)),
+                truncated_bytes: n,
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::util::testkit::Rng;
-
-    /// The reference: lossy-decode everything, split on LF, strip one
-    /// trailing CR per line, truncate at a char boundary.
-    fn model(input: &[u8], cap: usize) -> Vec<Line> {
-        let text = String::from_utf8_lossy(input);
-        let mut parts: Vec<&str> = text.split('\n').collect();
-        if parts.last() == Some(&"") {
-            parts.pop();
-        }
-        parts
-            .into_iter()
-            .map(|p| {
-                let p = p.strip_suffix('\r').unwrap_or(p);
-                if p.len() <= cap {
-                    return Line {
-                        text: p.to_owned(),
-                        truncated_bytes: 0,
-                    };
-                }
-                let mut cut = cap;
-                while !p.is_char_boundary(cut) {
-                    cut -= 1;
-                }
-                let n = (p.len() - cut) as u64;
-                Line {
-                    text: format!("{}{}", &p[..cut], truncation_annotation(n)),
-                    truncated_bytes: n,
-                }
-            })
-            .collect()
-    }
 
     fn run(chunks: &[&[u8]], cap: usize) -> Vec<Line> {
         let mut s = LineSplitter::with_cap(cap);
@@ -456,7 +459,7 @@ mod tests {
         for round in 0..600 {
             let cap = MIN_CAP + rng.below(13);
             let input = generate(&mut rng, 1 + round % 40, cap);
-            let expect = model(&input, cap);
+            let expect = reference_lines(&input, cap);
             assert_eq!(run(&[&input], cap), expect, "whole, cap {cap}: {input:?}");
             let ones: Vec<&[u8]> = input.chunks(1).collect();
             assert_eq!(run(&ones, cap), expect, "1-byte chunks: {input:?}");
@@ -489,7 +492,7 @@ mod tests {
         }
         for input in &inputs {
             for cap in [4, 5, 6] {
-                let expect = model(input, cap);
+                let expect = reference_lines(input, cap);
                 let n = input.len();
                 for mask in 0u32..(1 << n.saturating_sub(1)) {
                     let cuts: Vec<usize> = (1..n).filter(|i| mask & (1 << (i - 1)) != 0).collect();
@@ -516,7 +519,7 @@ mod tests {
                 })
                 .collect();
             let cap = MIN_CAP + rng.below(40);
-            let expect = model(&input, cap);
+            let expect = reference_lines(&input, cap);
             assert_eq!(run(&[&input], cap), expect);
             let cuts = random_cuts(&mut rng, input.len());
             assert_eq!(run_split(&input, &cuts, cap), expect);
@@ -633,7 +636,7 @@ mod tests {
         }
         s.finish(&mut out);
         assert_eq!(out.len(), 1);
-        assert_eq!(out, model(&data, cap));
+        assert_eq!(out, reference_lines(&data, cap));
         let kept = out[0].text.len() - truncation_annotation(out[0].truncated_bytes).len();
         assert!(kept <= cap && kept > cap - 4);
         // Decoded length: the trailing E2 82 (2 bytes) became U+FFFD (3).

@@ -47,7 +47,10 @@ describe('panel: replay gaps and queued input', { timeout: 120000 }, () => {
     await sendMessage(page, 'waiting in line');
     const queued = page.locator('.pending .msg.queued', { hasText: 'waiting in line' });
     await queued.waitFor();
-    assert.match(await queued.locator('.chip').first().innerText(), /queued until the worker admits it/);
+    // The chip reads "sending…" until the hub acknowledges the input, then
+    // "queued…" until the worker admits it: wait for that state, do not
+    // sample it once.
+    await queued.locator('.chip', { hasText: /queued until the worker admits it/ }).first().waitFor();
     // Once admitted it leaves the queue and runs as its own round.
     await page.locator('.round .msg.assistant', { hasText: 'echo: waiting in line' }).waitFor();
     await queued.waitFor({ state: 'detached' });

@@ -22,20 +22,25 @@ fi
 echo "== cargo fmt --check (fuzz crate)"
 cargo fmt --manifest-path fuzz/Cargo.toml -- --check
 
-echo "== cargo fuzz build -s none"
-cargo fuzz build -s none
+# 16 codegen units build the hub crate about 35 s faster on two cores than
+# cargo-fuzz's default of 1; the run rate measured the same.
+echo "== cargo fuzz build -s none --codegen-units 16"
+cargo fuzz build -s none --codegen-units 16
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 targets="$(cargo fuzz list)"
+# The binaries just built; running them directly (not `cargo fuzz run`)
+# skips a cargo invocation, and a rebuild, per target.
+bin="fuzz/target/$(rustc -vV | sed -n 's/^host: //p')/release"
 
 # One target: a throwaway corpus seeded from fuzz/seeds/<target>, so the
 # smoke run never writes into the repository except for crash artifacts.
 run_one() {
-    local target="$1" seconds="$2" work="$3"
+    local target="$1" seconds="$2" work="$3" bin="$4"
     mkdir -p "$work/$target" "$work/artifacts/$target"
     cp fuzz/seeds/"$target"/* "$work/$target/"
-    if cargo fuzz run -s none "$target" "$work/$target" -- \
+    if "$bin/$target" "$work/$target" \
         -max_total_time="$seconds" -timeout=10 -print_final_stats=1 \
         -artifact_prefix="$work/artifacts/$target/" \
         >"$work/$target.log" 2>&1; then
@@ -60,9 +65,9 @@ export -f run_one
 echo "== fuzz smoke: ${seconds}s per target, ${jobs} at a time"
 start=$SECONDS
 status=0
-printf '%s\n' $targets | xargs -P "$jobs" -I{} bash -c 'run_one "$@"' _ {} "$seconds" "$work" || status=1
+printf '%s\n' $targets | xargs -P "$jobs" -I{} bash -c 'run_one "$@"' _ {} "$seconds" "$work" "$bin" || status=1
 echo "== fuzz smoke took $((SECONDS - start))s"
 if [ "$status" -ne 0 ]; then
-    echo "fuzz smoke FAILED; reproduce with: cargo fuzz run -s none <target> fuzz/artifacts/<target>/<file>"
+    echo "fuzz smoke FAILED; reproduce with: cargo fuzz run -s none <target> fuzz/artifacts/<target>/<file>" >&2
 fi
 exit "$status"

@@ -81,9 +81,30 @@ pub const ONE_KIB: &[(EventKind, usize)] = &[
 
 fn filler(len: usize) -> String {
     const WORDS: &[&str] = &[
-        "the", "worker", "reads", "src/main.rs", "and", "finds", "a", "bounded", "queue", "of",
-        "events;", "cargo", "test", "passed", "in", "0.42s", "fn", "main()", "{", "}", "ok", "=>",
-        "result", "value",
+        "the",
+        "worker",
+        "reads",
+        "src/main.rs",
+        "and",
+        "finds",
+        "a",
+        "bounded",
+        "queue",
+        "of",
+        "events;",
+        "cargo",
+        "test",
+        "passed",
+        "in",
+        "0.42s",
+        "fn",
+        "main()",
+        "{",
+        "}",
+        "ok",
+        "=>",
+        "result",
+        "value",
     ];
     let mut s = String::with_capacity(len + 16);
     let mut i = 0usize;
@@ -265,7 +286,8 @@ pub fn panel_read(
                 if latency && seq > skip {
                     if let Some(t) = wire::number_after(m, b"\"bench_t\":") {
                         let at = (now - base).as_nanos() as u64;
-                        st.latencies_ns.push(at.saturating_sub(t).min(u32::MAX as u64) as u32);
+                        st.latencies_ns
+                            .push(at.saturating_sub(t).min(u32::MAX as u64) as u32);
                     }
                 }
                 st.events += 1;
@@ -462,10 +484,12 @@ pub fn run_on(server: &Server, spec: &RunSpec) -> RunResult {
     let slow = spec
         .slow_panel
         .then(|| panel_connect(server.addr, Some(4096)));
-    let mut worker = RawWs::connect(server.addr, &server.worker_path(SESSION, &token))
-        .expect("worker connect");
+    let mut worker =
+        RawWs::connect(server.addr, &server.worker_path(SESSION, &token)).expect("worker connect");
     let expect = spec.send.events as u64;
-    let counters: Vec<Arc<AtomicU64>> = (0..spec.panels).map(|_| Arc::new(AtomicU64::new(0))).collect();
+    let counters: Vec<Arc<AtomicU64>> = (0..spec.panels)
+        .map(|_| Arc::new(AtomicU64::new(0)))
+        .collect();
     let stop = AtomicBool::new(false);
     let profiler = attach_profiler(server.pid(), server.kind);
     let cpu0 = server.cpu();
@@ -480,7 +504,15 @@ pub fn run_on(server: &Server, spec: &RunSpec) -> RunResult {
                 scope.spawn(move || panel_read(ws, expect, &c, base, latency, skip, deadline))
             })
             .collect();
-        let sent = worker_send(&mut worker, spec.mix, &spec.send, &counters, base, deadline, &stop);
+        let sent = worker_send(
+            &mut worker,
+            spec.mix,
+            &spec.send,
+            &counters,
+            base,
+            deadline,
+            &stop,
+        );
         let stats: Vec<PanelStats> = handles.into_iter().map(|h| h.join().unwrap()).collect();
         (stats, sent)
     });
@@ -509,7 +541,9 @@ pub fn run_on(server: &Server, spec: &RunSpec) -> RunResult {
     r.secs = (end - first).as_secs_f64();
     if let Some(mut slow) = slow {
         // Was it cut? Drain what the kernel holds, then expect EOF/RST.
-        let _ = slow.stream.set_read_timeout(Some(Duration::from_millis(500)));
+        let _ = slow
+            .stream
+            .set_read_timeout(Some(Duration::from_millis(500)));
         let mut received = 0u64;
         let drain_end = Instant::now() + Duration::from_secs(10);
         let mut closed = false;
@@ -564,7 +598,8 @@ fn attach_profiler(pid: u32, kind: Kind) -> Option<std::process::Child> {
         .arg("-c")
         .arg(format!(
             "exec {}",
-            cmd.replace("{pid}", &pid.to_string()).replace("{kind}", kind.label())
+            cmd.replace("{pid}", &pid.to_string())
+                .replace("{kind}", kind.label())
         ))
         .process_group(0)
         .spawn()

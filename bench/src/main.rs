@@ -80,7 +80,10 @@ fn compilers() -> Vec<String> {
         for e in rd.flatten() {
             if let Ok(comm) = std::fs::read_to_string(e.path().join("comm")) {
                 let comm = comm.trim();
-                if matches!(comm, "rustc" | "cc1" | "cc1plus" | "ld" | "ld.lld" | "collect2" | "cargo") {
+                if matches!(
+                    comm,
+                    "rustc" | "cc1" | "cc1plus" | "ld" | "ld.lld" | "collect2"
+                ) {
                     out.push(comm.to_string());
                 }
             }
@@ -203,8 +206,10 @@ fn main() {
         }
         progress(&format!("{s} done in {:.1} s", t.elapsed().as_secs_f64()));
     }
-    rep.notes
-        .push(format!("total run time {:.0} s", started.elapsed().as_secs_f64()));
+    rep.notes.push(format!(
+        "total run time {:.0} s",
+        started.elapsed().as_secs_f64()
+    ));
     println!("{}", rep.markdown());
     if let Some(path) = args.json {
         std::fs::write(path, rep.json()).expect("write json");
@@ -230,7 +235,10 @@ fn fanout(env: &Env, args: &Args, rep: &mut Report, only: Option<usize>) {
         if only.is_some_and(|n| n != panels || mix.name != "small") {
             continue;
         }
-        progress(&format!("fanout: {panels} panels, {events} {} events", mix.name));
+        progress(&format!(
+            "fanout: {panels} panels, {events} {} events",
+            mix.name
+        ));
         let (a, b) = ab(args.reps, |kind, _| {
             let r = load::run(
                 env,
@@ -266,15 +274,23 @@ fn fanout(env: &Env, args: &Args, rep: &mut Report, only: Option<usize>) {
                 .collect()
         };
         let load_share = |v: &[load::RunResult]| -> Vec<f64> {
-            v.iter().map(|r| r.load_cpu.as_secs_f64() / r.secs * 100.0).collect()
+            v.iter()
+                .map(|r| r.load_cpu.as_secs_f64() / r.secs * 100.0)
+                .collect()
         };
         let server_share = |v: &[load::RunResult]| -> Vec<f64> {
-            v.iter().map(|r| r.server_cpu.as_secs_f64() / r.secs * 100.0).collect()
+            v.iter()
+                .map(|r| r.server_cpu.as_secs_f64() / r.secs * 100.0)
+                .collect()
         };
         let mbs = |v: &[load::RunResult]| -> Vec<f64> {
             v.iter().map(|r| r.bytes as f64 / r.secs / 1e6).collect()
         };
-        let group = format!("fan-out {panels} panel{} ({})", if panels > 1 { "s" } else { "" }, mix.name);
+        let group = format!(
+            "fan-out {panels} panel{} ({})",
+            if panels > 1 { "s" } else { "" },
+            mix.name
+        );
         let (rate_target, cpu_target) = if panels == 10 && mix.name == "small" {
             (
                 target("≥ 10× node and ≥ 0.7 M/s", |h, n| {
@@ -285,12 +301,57 @@ fn fanout(env: &Env, args: &Args, rep: &mut Report, only: Option<usize>) {
         } else {
             (None, None)
         };
-        rep.add(&group, "deliveries/s", "1/s", rate(&a), rate(&b), Better::Higher, rate_target, "");
-        rep.add(&group, "server CPU per delivery", "µs", cpu(&a), cpu(&b), Better::Lower, cpu_target, "");
-        rep.add(&group, "server CPU busy", "%", server_share(&a), server_share(&b), Better::None, None, "");
-        rep.add(&group, "load-generator CPU busy", "%", load_share(&a), load_share(&b), Better::None, None, "");
+        rep.add(
+            &group,
+            "deliveries/s",
+            "1/s",
+            rate(&a),
+            rate(&b),
+            Better::Higher,
+            rate_target,
+            "",
+        );
+        rep.add(
+            &group,
+            "server CPU per delivery",
+            "µs",
+            cpu(&a),
+            cpu(&b),
+            Better::Lower,
+            cpu_target,
+            "",
+        );
+        rep.add(
+            &group,
+            "server CPU busy",
+            "%",
+            server_share(&a),
+            server_share(&b),
+            Better::None,
+            None,
+            "",
+        );
+        rep.add(
+            &group,
+            "load-generator CPU busy",
+            "%",
+            load_share(&a),
+            load_share(&b),
+            Better::None,
+            None,
+            "",
+        );
         if mix.name != "small" {
-            rep.add(&group, "delivered payload", "MB/s", mbs(&a), mbs(&b), Better::Higher, None, "");
+            rep.add(
+                &group,
+                "delivered payload",
+                "MB/s",
+                mbs(&a),
+                mbs(&b),
+                Better::Higher,
+                None,
+                "",
+            );
         }
     }
     flush_notes(rep);
@@ -319,7 +380,15 @@ fn lat_quantiles(r: &load::RunResult) -> (f64, f64, f64) {
     )
 }
 
-fn paced(kind: Kind, env: &Env, panels: usize, mix: &Mix, secs: u64, slow: bool, skip: u64) -> load::RunResult {
+fn paced(
+    kind: Kind,
+    env: &Env,
+    panels: usize,
+    mix: &Mix,
+    secs: u64,
+    slow: bool,
+    skip: u64,
+) -> load::RunResult {
     let rate = 2000u64;
     load::run(
         env,
@@ -343,7 +412,9 @@ fn paced(kind: Kind, env: &Env, panels: usize, mix: &Mix, secs: u64, slow: bool,
 fn latency(env: &Env, args: &Args, rep: &mut Report) {
     let small = Mix::new("small", load::SMALL);
     let secs = if args.quick { 2 } else { 5 };
-    progress(&format!("latency: 2000 events/s × 10 panels, 1 s warm-up + {secs} s"));
+    progress(&format!(
+        "latency: 2000 events/s × 10 panels, 1 s warm-up + {secs} s"
+    ));
     let (a, b) = ab(args.reps, |kind, _| {
         let r = paced(kind, env, 10, &small, secs + 1, false, 2000);
         if r.deliveries < r.expected || r.order_errors > 0 {
@@ -369,16 +440,45 @@ fn latency(env: &Env, args: &Args, rep: &mut Report) {
     };
     let g = "latency 2000 ev/s × 10 panels (small, after 1 s warm-up)";
     rep.add(g, "p50", "µs", q(&a, 0), q(&b, 0), Better::Lower, None, "");
-    rep.add(g, "p99", "µs", q(&a, 1), q(&b, 1), Better::Lower, target("< 500 µs", |h, _| h < 500.0), "");
-    rep.add(g, "p99.9", "µs", q(&a, 2), q(&b, 2), Better::Lower, None, "");
-    rep.add(g, "server CPU busy", "%", cpu(&a), cpu(&b), Better::Lower, None, "");
+    rep.add(
+        g,
+        "p99",
+        "µs",
+        q(&a, 1),
+        q(&b, 1),
+        Better::Lower,
+        target("< 500 µs", |h, _| h < 500.0),
+        "",
+    );
+    rep.add(
+        g,
+        "p99.9",
+        "µs",
+        q(&a, 2),
+        q(&b, 2),
+        Better::Lower,
+        None,
+        "",
+    );
+    rep.add(
+        g,
+        "server CPU busy",
+        "%",
+        cpu(&a),
+        cpu(&b),
+        Better::Lower,
+        None,
+        "",
+    );
     flush_notes(rep);
 }
 
 fn slow(env: &Env, args: &Args, rep: &mut Report) {
     let mix = Mix::new("2k", load::TWO_KIB);
     let secs = if args.quick { 3 } else { 6 };
-    progress(&format!("slow panel: 2000 × 2 KiB events/s, 9 readers ± 1 stalled panel, {secs} s"));
+    progress(&format!(
+        "slow panel: 2000 × 2 KiB events/s, 9 readers ± 1 stalled panel, {secs} s"
+    ));
     let mut base = (vec![], vec![]);
     let mut with = (vec![], vec![]);
     for _ in 0..args.reps {
@@ -430,21 +530,88 @@ fn slow(env: &Env, args: &Args, rep: &mut Report) {
             .collect()
     };
     let g = "slow panel (2000 × 2 KiB ev/s, after 0.5 s warm-up)";
-    rep.add(g, "9 readers p50, no stalled panel", "µs", q(&base.0, 0), q(&base.1, 0), Better::Lower, None, "");
-    rep.add(g, "9 readers p99, no stalled panel", "µs", q(&base.0, 1), q(&base.1, 1), Better::Lower, None, "");
-    rep.add(g, "9 readers p50, 1 stalled panel", "µs", q(&with.0, 0), q(&with.1, 0), Better::Lower, None, "");
-    rep.add(g, "9 readers p99, 1 stalled panel", "µs", q(&with.0, 1), q(&with.1, 1), Better::Lower, None, "");
-    rep.add(g, "stalled panel cut after", "s", cut(&with.0), cut(&with.1), Better::None, None, "");
+    rep.add(
+        g,
+        "9 readers p50, no stalled panel",
+        "µs",
+        q(&base.0, 0),
+        q(&base.1, 0),
+        Better::Lower,
+        None,
+        "",
+    );
+    rep.add(
+        g,
+        "9 readers p99, no stalled panel",
+        "µs",
+        q(&base.0, 1),
+        q(&base.1, 1),
+        Better::Lower,
+        None,
+        "",
+    );
+    rep.add(
+        g,
+        "9 readers p50, 1 stalled panel",
+        "µs",
+        q(&with.0, 0),
+        q(&with.1, 0),
+        Better::Lower,
+        None,
+        "",
+    );
+    rep.add(
+        g,
+        "9 readers p99, 1 stalled panel",
+        "µs",
+        q(&with.0, 1),
+        q(&with.1, 1),
+        Better::Lower,
+        None,
+        "",
+    );
+    rep.add(
+        g,
+        "stalled panel cut after",
+        "s",
+        cut(&with.0),
+        cut(&with.1),
+        Better::None,
+        None,
+        "",
+    );
     flush_notes(rep);
 }
 
 fn memory(env: &Env, args: &Args, rep: &mut Report) {
     progress("memory: idle");
     let (a, b) = ab(args.reps, |kind, _| sys::idle(env, kind));
-    let rss = |v: &[sys::Counts]| v.iter().map(|c| c.rss_kib as f64 / 1024.0).collect::<Vec<_>>();
+    let rss = |v: &[sys::Counts]| {
+        v.iter()
+            .map(|c| c.rss_kib as f64 / 1024.0)
+            .collect::<Vec<_>>()
+    };
     let thr = |v: &[sys::Counts]| v.iter().map(|c| c.threads as f64).collect::<Vec<_>>();
-    rep.add("memory", "RSS idle", "MiB", rss(&a), rss(&b), Better::Lower, target("< 8 MiB", |h, _| h < 8.0), "");
-    rep.add("memory", "threads idle", "", thr(&a), thr(&b), Better::None, None, "");
+    rep.add(
+        "memory",
+        "RSS idle",
+        "MiB",
+        rss(&a),
+        rss(&b),
+        Better::Lower,
+        target("< 8 MiB", |h, _| h < 8.0),
+        "",
+    );
+    rep.add(
+        "memory",
+        "threads idle",
+        "",
+        thr(&a),
+        thr(&b),
+        Better::None,
+        None,
+        "",
+    );
     let n = if args.quick { 200 } else { 1000 };
     progress(&format!("memory: {n} panel sockets"));
     let (a, b) = ab(args.reps, |kind, _| {
@@ -459,40 +626,98 @@ fn memory(env: &Env, args: &Args, rep: &mut Report) {
         ));
         r
     });
-    let during = |v: &[sys::PanelsResult]| v.iter().map(|r| r.during.rss_kib as f64 / 1024.0).collect::<Vec<_>>();
+    let during = |v: &[sys::PanelsResult]| {
+        v.iter()
+            .map(|r| r.during.rss_kib as f64 / 1024.0)
+            .collect::<Vec<_>>()
+    };
     let per = |v: &[sys::PanelsResult]| {
         v.iter()
             .map(|r| (r.during.rss_kib as f64 - r.before.rss_kib as f64) / r.opened.max(1) as f64)
             .collect::<Vec<_>>()
     };
-    let thr_d = |v: &[sys::PanelsResult]| v.iter().map(|r| r.during.threads as f64).collect::<Vec<_>>();
+    let thr_d = |v: &[sys::PanelsResult]| {
+        v.iter()
+            .map(|r| r.during.threads as f64)
+            .collect::<Vec<_>>()
+    };
     let thr_a = |v: &[sys::PanelsResult]| {
         v.iter()
             .map(|r| r.after.threads as f64 - r.before.threads as f64)
             .collect::<Vec<_>>()
     };
     let fd_a = |v: &[sys::PanelsResult]| {
-        v.iter().map(|r| r.after.fds as f64 - r.before.fds as f64).collect::<Vec<_>>()
+        v.iter()
+            .map(|r| r.after.fds as f64 - r.before.fds as f64)
+            .collect::<Vec<_>>()
     };
     let (slot, kib) = sys::queue_cost_kib(200);
     rep_note_later(format!(
         "one panel outbound queue as the hub builds it, `crossbeam_channel::bounded(16384)` of `Outgoing` ({slot} B): {kib:.0} KiB resident each (this process's RSS growth over 200 of them)"
     ));
     let g = format!("{n} panel sockets");
-    rep.add(&g, "RSS with sockets open", "MiB", during(&a), during(&b), Better::Lower,
-        if n == 1000 { target("< 48 MiB", |h, _| h < 48.0) } else { None }, "");
-    rep.add(&g, "RSS per socket", "KiB", per(&a), per(&b), Better::Lower, None, "");
-    rep.add(&g, "threads with sockets open", "", thr_d(&a), thr_d(&b), Better::None, None, "");
-    rep.add(&g, "threads after close − before", "", thr_a(&a), thr_a(&b), Better::None,
-        target("0", |h, _| h <= 0.0), "");
-    rep.add(&g, "fds after close − before", "", fd_a(&a), fd_a(&b), Better::None,
-        target("0", |h, _| h <= 0.0), "");
+    rep.add(
+        &g,
+        "RSS with sockets open",
+        "MiB",
+        during(&a),
+        during(&b),
+        Better::Lower,
+        if n == 1000 {
+            target("< 48 MiB", |h, _| h < 48.0)
+        } else {
+            None
+        },
+        "",
+    );
+    rep.add(
+        &g,
+        "RSS per socket",
+        "KiB",
+        per(&a),
+        per(&b),
+        Better::Lower,
+        None,
+        "",
+    );
+    rep.add(
+        &g,
+        "threads with sockets open",
+        "",
+        thr_d(&a),
+        thr_d(&b),
+        Better::None,
+        None,
+        "",
+    );
+    rep.add(
+        &g,
+        "threads after close − before",
+        "",
+        thr_a(&a),
+        thr_a(&b),
+        Better::None,
+        target("0", |h, _| h <= 0.0),
+        "",
+    );
+    rep.add(
+        &g,
+        "fds after close − before",
+        "",
+        fd_a(&a),
+        fd_a(&b),
+        Better::None,
+        target("0", |h, _| h <= 0.0),
+        "",
+    );
     flush_notes(rep);
 }
 
 fn sessions(env: &Env, args: &Args, rep: &mut Report) {
     let n = if args.quick { 20 } else { 100 };
-    progress(&format!("memory: {n} sessions with a connected built-in worker each"));
+    progress(&format!(
+        "memory: {n} sessions with a connected built-in worker each"
+    ));
     let mut v = vec![];
     for _ in 0..args.reps {
         let r = sys::sessions(env, n);
@@ -508,24 +733,84 @@ fn sessions(env: &Env, args: &Args, rep: &mut Report) {
         v.push(r);
     }
     let g = format!("{n} sessions + workers");
-    rep.add(&g, "hub RSS, all workers connected", "MiB",
-        v.iter().map(|r| r.during.rss_kib as f64 / 1024.0).collect(), vec![], Better::Lower, None, "");
-    rep.add(&g, "hub threads, all connected", "",
-        v.iter().map(|r| r.during.threads as f64).collect(), vec![], Better::None, None, "");
-    rep.add(&g, "hub fds, all connected", "",
-        v.iter().map(|r| r.during.fds as f64).collect(), vec![], Better::None, None, "");
-    rep.add(&g, "threads after stop − before", "",
-        v.iter().map(|r| r.after.threads as f64 - r.before.threads as f64).collect(), vec![],
-        Better::None, None, "sessions kept");
-    rep.add(&g, "fds after stop − before", "",
-        v.iter().map(|r| r.after.fds as f64 - r.before.fds as f64).collect(), vec![],
-        Better::None, None, "sessions kept");
-    rep.add(&g, "threads after delete − before", "",
-        v.iter().map(|r| r.after_delete.threads as f64 - r.before.threads as f64).collect(), vec![],
-        Better::None, target("0", |h, _| h <= 0.0), "");
-    rep.add(&g, "fds after delete − before", "",
-        v.iter().map(|r| r.after_delete.fds as f64 - r.before.fds as f64).collect(), vec![],
-        Better::None, target("0", |h, _| h <= 0.0), "");
+    rep.add(
+        &g,
+        "hub RSS, all workers connected",
+        "MiB",
+        v.iter().map(|r| r.during.rss_kib as f64 / 1024.0).collect(),
+        vec![],
+        Better::Lower,
+        None,
+        "",
+    );
+    rep.add(
+        &g,
+        "hub threads, all connected",
+        "",
+        v.iter().map(|r| r.during.threads as f64).collect(),
+        vec![],
+        Better::None,
+        None,
+        "",
+    );
+    rep.add(
+        &g,
+        "hub fds, all connected",
+        "",
+        v.iter().map(|r| r.during.fds as f64).collect(),
+        vec![],
+        Better::None,
+        None,
+        "",
+    );
+    rep.add(
+        &g,
+        "threads after stop − before",
+        "",
+        v.iter()
+            .map(|r| r.after.threads as f64 - r.before.threads as f64)
+            .collect(),
+        vec![],
+        Better::None,
+        None,
+        "sessions kept",
+    );
+    rep.add(
+        &g,
+        "fds after stop − before",
+        "",
+        v.iter()
+            .map(|r| r.after.fds as f64 - r.before.fds as f64)
+            .collect(),
+        vec![],
+        Better::None,
+        None,
+        "sessions kept",
+    );
+    rep.add(
+        &g,
+        "threads after delete − before",
+        "",
+        v.iter()
+            .map(|r| r.after_delete.threads as f64 - r.before.threads as f64)
+            .collect(),
+        vec![],
+        Better::None,
+        target("0", |h, _| h <= 0.0),
+        "",
+    );
+    rep.add(
+        &g,
+        "fds after delete − before",
+        "",
+        v.iter()
+            .map(|r| r.after_delete.fds as f64 - r.before.fds as f64)
+            .collect(),
+        vec![],
+        Better::None,
+        target("0", |h, _| h <= 0.0),
+        "",
+    );
     flush_notes(rep);
 }
 
@@ -534,27 +819,75 @@ fn startup(env: &Env, args: &Args, rep: &mut Report) {
     progress(&format!("startup: {reps} starts each"));
     let a = sys::startup(env, Kind::Hub, reps);
     let b = sys::startup(env, Kind::Node, reps);
-    rep.add("startup", "spawn → readiness line", "ms", a.to_ready_ms.clone(), b.to_ready_ms.clone(),
-        Better::Lower, target("< 20 ms", |h, _| h < 20.0), &format!("{reps} starts"));
-    rep.add("startup", "spawn → first TCP connect", "ms", a.to_connect_ms, b.to_connect_ms,
-        Better::Lower, target("< 20 ms", |h, _| h < 20.0), &format!("{reps} starts"));
+    rep.add(
+        "startup",
+        "spawn → readiness line",
+        "ms",
+        a.to_ready_ms.clone(),
+        b.to_ready_ms.clone(),
+        Better::Lower,
+        target("< 20 ms", |h, _| h < 20.0),
+        &format!("{reps} starts"),
+    );
+    rep.add(
+        "startup",
+        "spawn → first TCP connect",
+        "ms",
+        a.to_connect_ms,
+        b.to_connect_ms,
+        Better::Lower,
+        target("< 20 ms", |h, _| h < 20.0),
+        &format!("{reps} starts"),
+    );
     let hub = env.hub_bin.display().to_string();
     let node = env.node_bin.display().to_string();
     let n = if args.quick { 20 } else { 100 };
     let ha = sys::exec_times(&[&hub, "--help"], n);
     let hb = sys::exec_times(&[&node, "-e", "0"], n);
-    rep.add("startup", "`--help` (node: `node -e 0`)", "ms", ha, hb, Better::Lower, None,
-        &format!("{n} runs"));
+    rep.add(
+        "startup",
+        "`--help` (node: `node -e 0`)",
+        "ms",
+        ha,
+        hb,
+        Better::Lower,
+        None,
+        &format!("{n} runs"),
+    );
 }
 
 fn size(env: &Env, rep: &mut Report) {
     let s = sys::size(env);
-    rep.add("size", "release binary", "MiB", vec![s.hub_bytes as f64 / MIB],
-        vec![s.node_bin_bytes as f64 / MIB], Better::Lower, None, "node: the node binary");
-    rep.add("size", "release binary, stripped", "MiB", vec![s.hub_stripped_bytes as f64 / MIB],
-        vec![], Better::Lower, target("< 6 MiB", |h, _| h < 6.0), "panel embedded");
-    rep.add("size", "relay node_modules", "KiB", vec![], vec![s.node_modules_bytes as f64 / 1024.0],
-        Better::None, None, "");
+    rep.add(
+        "size",
+        "release binary",
+        "MiB",
+        vec![s.hub_bytes as f64 / MIB],
+        vec![s.node_bin_bytes as f64 / MIB],
+        Better::Lower,
+        None,
+        "node: the node binary",
+    );
+    rep.add(
+        "size",
+        "release binary, stripped",
+        "MiB",
+        vec![s.hub_stripped_bytes as f64 / MIB],
+        vec![],
+        Better::Lower,
+        target("< 6 MiB", |h, _| h < 6.0),
+        "panel embedded",
+    );
+    rep.add(
+        "size",
+        "relay node_modules",
+        "KiB",
+        vec![],
+        vec![s.node_modules_bytes as f64 / 1024.0],
+        Better::None,
+        None,
+        "",
+    );
 }
 
 fn splitter(args: &Args, rep: &mut Report) {
@@ -568,11 +901,65 @@ fn splitter(args: &Args, rep: &mut Report) {
             .zip(&c.memchr_mbs)
             .map(|(s, m)| s / m * 100.0)
             .collect();
-        rep.add(&g, "splitter", "MB/s", c.splitter_mbs.clone(), vec![], Better::Higher, None,
-            &format!("{} lines, {:.2} allocations per line", c.lines, c.allocs_per_line));
-        rep.add(&g, "memchr newline count", "MB/s", c.memchr_mbs.clone(), vec![], Better::Higher, None, "");
-        rep.add(&g, "splitter ÷ memchr", "%", ratio, vec![], Better::Higher,
-            if c.name == "ascii" { target("≥ 20 %", |h, _| h >= 20.0) } else { None }, "");
+        rep.add(
+            &g,
+            "splitter",
+            "MB/s",
+            c.splitter_mbs.clone(),
+            vec![],
+            Better::Higher,
+            None,
+            &format!(
+                "{} lines, {:.2} allocations per line",
+                c.lines, c.allocs_per_line
+            ),
+        );
+        rep.add(
+            &g,
+            "memchr newline count",
+            "MB/s",
+            c.memchr_mbs.clone(),
+            vec![],
+            Better::Higher,
+            None,
+            "",
+        );
+        if matches!(c.name, "ascii" | "mixed") {
+            rep.add(
+                &g,
+                "floor: from_utf8 per 64 KiB chunk",
+                "MB/s",
+                c.validate_chunks_mbs.clone(),
+                vec![],
+                Better::Higher,
+                None,
+                "",
+            );
+            rep.add(
+                &g,
+                "floor: memchr + one String per line",
+                "MB/s",
+                c.alloc_lines_mbs.clone(),
+                vec![],
+                Better::Higher,
+                None,
+                "no validation",
+            );
+        }
+        rep.add(
+            &g,
+            "splitter ÷ memchr",
+            "%",
+            ratio,
+            vec![],
+            Better::Higher,
+            if c.name == "ascii" {
+                target("≥ 20 %", |h, _| h >= 20.0)
+            } else {
+                None
+            },
+            "",
+        );
         if !c.from_utf8_mbs.is_empty() {
             let r2: Vec<f64> = c
                 .splitter_mbs
@@ -580,16 +967,39 @@ fn splitter(args: &Args, rep: &mut Report) {
                 .zip(&c.from_utf8_mbs)
                 .map(|(s, u)| s / u * 100.0)
                 .collect();
-            rep.add(&g, "std::str::from_utf8", "MB/s", c.from_utf8_mbs.clone(), vec![], Better::Higher, None, "");
-            rep.add(&g, "splitter ÷ from_utf8", "%", r2, vec![], Better::Higher,
-                if c.name == "mixed" { target("≥ 100 %", |h, _| h >= 100.0) } else { None }, "");
+            rep.add(
+                &g,
+                "std::str::from_utf8",
+                "MB/s",
+                c.from_utf8_mbs.clone(),
+                vec![],
+                Better::Higher,
+                None,
+                "",
+            );
+            rep.add(
+                &g,
+                "splitter ÷ from_utf8",
+                "%",
+                r2,
+                vec![],
+                Better::Higher,
+                if c.name == "mixed" {
+                    target("≥ 100 %", |h, _| h >= 100.0)
+                } else {
+                    None
+                },
+                "",
+            );
         }
     }
 }
 
 fn replay_scenario(env: &Env, args: &Args, rep: &mut Report) {
     let events = if args.quick { 8_000 } else { 32_000 };
-    progress(&format!("replay: fill {events} ~1 KiB events, then one paged replay (cold, warm)"));
+    progress(&format!(
+        "replay: fill {events} ~1 KiB events, then one paged replay (cold, warm)"
+    ));
     let mut v = vec![];
     for _ in 0..args.reps {
         let r = replay::run(env, events);
@@ -603,31 +1013,101 @@ fn replay_scenario(env: &Env, args: &Args, rep: &mut Report) {
         v.push(r);
     }
     let g = "paged replay (~40 MiB transcript)";
-    rep.add(g, "transcript replayed", "MiB", v.iter().map(|r| r.cold.bytes as f64 / MIB).collect(),
-        vec![], Better::None, None, "");
-    rep.add(g, "time, cold (first replay)", "s", v.iter().map(|r| r.cold.secs).collect(), vec![],
-        Better::Lower, None, "");
-    rep.add(g, "time, warm (second replay)", "s", v.iter().map(|r| r.warm.secs).collect(), vec![],
-        Better::Lower, None, "");
-    rep.add(g, "pages/s, cold", "1/s", v.iter().map(|r| r.cold.pages as f64 / r.cold.secs).collect(),
-        vec![], Better::Higher, None, "");
-    rep.add(g, "peak RSS growth during replay, cold", "MiB",
-        v.iter().map(|r| (r.cold.rss_peak_kib as f64 - r.cold.rss_before_kib as f64) / 1024.0).collect(),
-        vec![], Better::Lower, target("≈ a page (≪ 40 MiB)", |h, _| h < 4.0), "");
-    rep.add(g, "peak RSS growth during replay, warm", "MiB",
-        v.iter().map(|r| (r.warm.rss_peak_kib as f64 - r.warm.rss_before_kib as f64) / 1024.0).collect(),
-        vec![], Better::Lower, target("≈ a page (≪ 40 MiB)", |h, _| h < 4.0), "");
+    rep.add(
+        g,
+        "transcript replayed",
+        "MiB",
+        v.iter().map(|r| r.cold.bytes as f64 / MIB).collect(),
+        vec![],
+        Better::None,
+        None,
+        "",
+    );
+    rep.add(
+        g,
+        "time, cold (first replay)",
+        "s",
+        v.iter().map(|r| r.cold.secs).collect(),
+        vec![],
+        Better::Lower,
+        None,
+        "",
+    );
+    rep.add(
+        g,
+        "time, warm (second replay)",
+        "s",
+        v.iter().map(|r| r.warm.secs).collect(),
+        vec![],
+        Better::Lower,
+        None,
+        "",
+    );
+    rep.add(
+        g,
+        "pages/s, cold",
+        "1/s",
+        v.iter()
+            .map(|r| r.cold.pages as f64 / r.cold.secs)
+            .collect(),
+        vec![],
+        Better::Higher,
+        None,
+        "",
+    );
+    rep.add(
+        g,
+        "peak RSS growth during replay, cold",
+        "MiB",
+        v.iter()
+            .map(|r| (r.cold.rss_peak_kib as f64 - r.cold.rss_before_kib as f64) / 1024.0)
+            .collect(),
+        vec![],
+        Better::Lower,
+        target("≈ a page (≪ 40 MiB)", |h, _| h < 4.0),
+        "",
+    );
+    rep.add(
+        g,
+        "peak RSS growth during replay, warm",
+        "MiB",
+        v.iter()
+            .map(|r| (r.warm.rss_peak_kib as f64 - r.warm.rss_before_kib as f64) / 1024.0)
+            .collect(),
+        vec![],
+        Better::Lower,
+        target("≈ a page (≪ 40 MiB)", |h, _| h < 4.0),
+        "",
+    );
     flush_notes(rep);
 }
 
 fn sqlite(env: &Env, args: &Args, rep: &mut Report) {
     let rows = if args.quick { 300 } else { 2000 };
-    progress(&format!("sqlite: {rows} session inserts and {rows} process upserts, one commit each"));
+    progress(&format!(
+        "sqlite: {rows} session inserts and {rows} process upserts, one commit each"
+    ));
     let dir = env.fresh_dir("sqlite");
     let r = micro::sqlite(&dir, args.reps, rows);
-    rep.add("SQLite (WAL, synchronous=FULL)", "session insert, 1 per transaction", "rows/s",
-        r.session_inserts_per_s, vec![], Better::Higher, None, "");
-    rep.add("SQLite (WAL, synchronous=FULL)", "process record upsert, 1 per transaction", "rows/s",
-        r.process_upserts_per_s, vec![], Better::Higher, None, "");
+    rep.add(
+        "SQLite (WAL, synchronous=FULL)",
+        "session insert, 1 per transaction",
+        "rows/s",
+        r.session_inserts_per_s,
+        vec![],
+        Better::Higher,
+        None,
+        "",
+    );
+    rep.add(
+        "SQLite (WAL, synchronous=FULL)",
+        "process record upsert, 1 per transaction",
+        "rows/s",
+        r.process_upserts_per_s,
+        vec![],
+        Better::Higher,
+        None,
+        "",
+    );
     let _ = median(&[]);
 }

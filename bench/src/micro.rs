@@ -51,8 +51,22 @@ fn ascii(crlf: bool) -> Vec<u8> {
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
     let mut v = Vec::with_capacity(BUF + 256);
     let words: &[&[u8]] = &[
-        b"INFO", b"compiling", b"simplex-hub", b"v0.1.0", b"(/work/main)", b"test", b"result:",
-        b"ok.", b"passed;", b"0", b"failed;", b"finished", b"in", b"1.23s", b"warning:", b"unused",
+        b"INFO",
+        b"compiling",
+        b"simplex-hub",
+        b"v0.1.0",
+        b"(/work/main)",
+        b"test",
+        b"result:",
+        b"ok.",
+        b"passed;",
+        b"0",
+        b"failed;",
+        b"finished",
+        b"in",
+        b"1.23s",
+        b"warning:",
+        b"unused",
     ];
     while v.len() < BUF {
         let len = 20 + rng.below(141) as usize;
@@ -129,6 +143,11 @@ fn long_lines() -> Vec<u8> {
 
 pub struct SplitterCase {
     pub name: &'static str,
+    /// Floors, to explain the splitter's figure: `from_utf8` of each 64 KiB
+    /// chunk alone, and memchr line finding plus one `String` per line
+    /// (the splitter's output type) without any validation.
+    pub validate_chunks_mbs: Vec<f64>,
+    pub alloc_lines_mbs: Vec<f64>,
     pub splitter_mbs: Vec<f64>,
     pub memchr_mbs: Vec<f64>,
     pub from_utf8_mbs: Vec<f64>,
@@ -154,6 +173,26 @@ fn split_once(buf: &[u8]) -> u64 {
     lines + out.len() as u64
 }
 
+/// memchr line finding and one `String` per line, no UTF-8 validation
+/// (lossy conversion stands in; the buffers here are mostly valid).
+fn alloc_lines(buf: &[u8]) -> u64 {
+    let mut out: Vec<String> = Vec::with_capacity(4096);
+    let mut lines = 0u64;
+    for chunk in buf.chunks(CHUNK) {
+        let mut at = 0;
+        for nl in memchr::memchr_iter(b'\n', chunk) {
+            let line = &chunk[at..nl];
+            // SAFETY: only measured on buffers that were checked valid.
+            out.push(unsafe { std::str::from_utf8_unchecked(line) }.to_owned());
+            at = nl + 1;
+        }
+        lines += out.len() as u64;
+        black_box(&out);
+        out.clear();
+    }
+    lines
+}
+
 pub fn splitter(reps: usize) -> Vec<SplitterCase> {
     let cases: Vec<(&'static str, Vec<u8>)> = vec![
         ("ascii", ascii(false)),
@@ -167,6 +206,8 @@ pub fn splitter(reps: usize) -> Vec<SplitterCase> {
         let mut c = SplitterCase {
             name,
             splitter_mbs: vec![],
+            validate_chunks_mbs: vec![],
+            alloc_lines_mbs: vec![],
             memchr_mbs: vec![],
             from_utf8_mbs: vec![],
             lines: 0,
@@ -174,6 +215,7 @@ pub fn splitter(reps: usize) -> Vec<SplitterCase> {
         };
         // Warm the buffer.
         black_box(memchr::memchr_iter(b'\n', &buf).count());
+        let valid = std::str::from_utf8(&buf).is_ok();
         for rep in 0..reps {
             let a0 = ALLOCS.load(Ordering::Relaxed);
             let t = Instant::now();
@@ -183,6 +225,20 @@ pub fn splitter(reps: usize) -> Vec<SplitterCase> {
                 c.lines = lines;
                 c.allocs_per_line =
                     (ALLOCS.load(Ordering::Relaxed) - a0) as f64 / lines.max(1) as f64;
+            }
+            let t = Instant::now();
+            for chunk in black_box(&buf).chunks(CHUNK) {
+                black_box(
+                    std::str::from_utf8(chunk)
+                        .map_err(|e| e.valid_up_to())
+                        .err(),
+                );
+            }
+            c.validate_chunks_mbs.push(mbs(buf.len(), t.elapsed()));
+            if valid {
+                let t = Instant::now();
+                black_box(alloc_lines(black_box(&buf)));
+                c.alloc_lines_mbs.push(mbs(buf.len(), t.elapsed()));
             }
             let t = Instant::now();
             black_box(memchr::memchr_iter(b'\n', black_box(&buf)).count());
@@ -229,7 +285,8 @@ pub fn sqlite(dir: &std::path::Path, reps: usize, rows: usize) -> SqliteResult {
                 })
                 .expect("insert");
         }
-        out.session_inserts_per_s.push(rows as f64 / t.elapsed().as_secs_f64());
+        out.session_inserts_per_s
+            .push(rows as f64 / t.elapsed().as_secs_f64());
         let t = Instant::now();
         for i in 0..rows {
             let sid = format!("session-{:06}", i % 100);
@@ -240,7 +297,11 @@ pub fn sqlite(dir: &std::path::Path, reps: usize, rows: usize) -> SqliteResult {
                     start_time: Some(123_456 + i as u64),
                     started_at: "2026-11-30T12:00:00.000Z".into(),
                     command: "/usr/local/bin/simplex-hub".into(),
-                    args: vec!["mock-worker".into(), "--config".into(), "config/config.yaml".into()],
+                    args: vec![
+                        "mock-worker".into(),
+                        "--config".into(),
+                        "config/config.yaml".into(),
+                    ],
                     cwd: "/root/.simplex/hub/sessions/x".into(),
                     log_path: Some("/root/.simplex/hub/sessions/x/worker.log".into()),
                     state: if i % 2 == 0 { "running" } else { "exited" }.into(),
@@ -248,7 +309,8 @@ pub fn sqlite(dir: &std::path::Path, reps: usize, rows: usize) -> SqliteResult {
                 })
                 .expect("upsert");
         }
-        out.process_upserts_per_s.push(rows as f64 / t.elapsed().as_secs_f64());
+        out.process_upserts_per_s
+            .push(rows as f64 / t.elapsed().as_secs_f64());
         drop(store);
         let _ = std::fs::remove_file(&path);
     }

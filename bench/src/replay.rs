@@ -69,7 +69,10 @@ pub fn run(env: &Env, events: usize) -> ReplayResult {
     // Ingested once `latest` reaches the count.
     let end = Instant::now() + Duration::from_secs(120);
     while Instant::now() < end {
-        let path = format!("/api/sessions/{SESSION}/events?since={}&limit=1", events - 1);
+        let path = format!(
+            "/api/sessions/{SESSION}/events?since={}&limit=1",
+            events - 1
+        );
         if let Ok((200, body)) = wire::http(s.addr, "GET", &path, "") {
             let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
             if v["latest"].as_u64() == Some(events as u64) {

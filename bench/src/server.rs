@@ -47,13 +47,20 @@ pub struct Env {
 
 impl Env {
     pub fn detect() -> Env {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .unwrap()
+            .to_path_buf();
         let hub_bin = std::env::var_os("BENCH_HUB_BIN")
             .map(PathBuf::from)
             .unwrap_or_else(|| root.join("target/release/simplex-hub"));
         let relay_js = root.join("bench/baselines/relay.js");
-        let node_bin = std::env::var_os("BENCH_NODE").map_or_else(|| PathBuf::from("node"), PathBuf::from);
-        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let node_bin =
+            std::env::var_os("BENCH_NODE").map_or_else(|| PathBuf::from("node"), PathBuf::from);
+        // Online CPUs, not this process's affinity (which a `taskset` in
+        // front of the harness would narrow).
+        // SAFETY: sysconf has no memory effects.
+        let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
         let pin = std::env::var("BENCH_NO_PIN").is_err() && cpus >= 2;
         let tmp = std::env::temp_dir().join(format!("simplex-bench-{}", std::process::id()));
         std::fs::create_dir_all(&tmp).unwrap();
@@ -124,7 +131,10 @@ pub struct Opts {
 
 impl Server {
     pub fn start(env: &Env, kind: Kind, opts: &Opts) -> Server {
-        let data_dir = opts.data_dir.clone().unwrap_or_else(|| env.fresh_dir(kind.label()));
+        let data_dir = opts
+            .data_dir
+            .clone()
+            .unwrap_or_else(|| env.fresh_dir(kind.label()));
         let listen = opts.listen.clone().unwrap_or_else(|| "127.0.0.1:0".into());
         let mut cmd = match kind {
             Kind::Hub => {
@@ -156,19 +166,26 @@ impl Server {
         cmd.stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        if let Some(cpu) = env.server_cpu {
-            // SAFETY: only async-signal-safe calls between fork and exec.
-            unsafe {
-                cmd.pre_exec(move || {
+        let cpu = env.server_cpu;
+        // SAFETY: only async-signal-safe calls between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                if let Some(cpu) = cpu {
                     let mut set: libc::cpu_set_t = std::mem::zeroed();
                     libc::CPU_SET(cpu, &mut set);
                     libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
-                    Ok(())
-                });
-            }
+                }
+                // An interrupted harness stops its servers too (servers are
+                // always started from the main thread, which lives until
+                // the end).
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
         }
         let spawned = Instant::now();
-        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {kind:?}: {e}"));
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {kind:?}: {e}"));
         let log = Arc::new(Mutex::new(Vec::new()));
         let (tx, rx) = mpsc::channel();
         let stderr = child.stderr.take().unwrap();
@@ -223,8 +240,10 @@ impl Server {
             Kind::Node => "bench".into(),
             Kind::Hub => {
                 let conn = rusqlite::Connection::open(self.data_dir.join("hub.db")).unwrap();
-                conn.query_row("SELECT token FROM sessions WHERE id = ?1", [id], |r| r.get(0))
-                    .unwrap()
+                conn.query_row("SELECT token FROM sessions WHERE id = ?1", [id], |r| {
+                    r.get(0)
+                })
+                .unwrap()
             }
         }
     }

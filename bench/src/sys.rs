@@ -176,7 +176,10 @@ fn children(pid: u32) -> Vec<u32> {
     if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
         for t in tasks.flatten() {
             if let Ok(text) = std::fs::read_to_string(t.path().join("children")) {
-                out.extend(text.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+                out.extend(
+                    text.split_whitespace()
+                        .filter_map(|p| p.parse::<u32>().ok()),
+                );
             }
         }
     }
@@ -290,7 +293,10 @@ pub fn size(env: &Env) -> Size {
         }
     }
     if let Ok(o) = Command::new("sh")
-        .args(["-c", &format!("readlink -f \"$(command -v {})\"", env.node_bin.display())])
+        .args([
+            "-c",
+            &format!("readlink -f \"$(command -v {})\"", env.node_bin.display()),
+        ])
         .output()
     {
         let path = String::from_utf8_lossy(&o.stdout).trim().to_string();

@@ -42,14 +42,11 @@ mkdir -p bench/results
   echo
 } | tee bench/results/machine.md
 
-pin=()
-if command -v taskset >/dev/null && [ "$(nproc)" -ge 2 ]; then
-  pin=(taskset -c 1)
-fi
-
+# The harness pins itself to CPU 1 and each server to CPU 0 (what
+# `taskset -c 1` / `taskset -c 0` would do) when the machine has 2+ CPUs.
 echo "## Results" | tee bench/results/latest.md
 echo | tee -a bench/results/latest.md
-"${pin[@]}" bench/target/release/bench "${scenarios[@]}" --reps "$reps" \
+bench/target/release/bench "${scenarios[@]}" --reps "$reps" \
   --json bench/results/latest.json | tee -a bench/results/latest.md
 
 if command -v hyperfine >/dev/null; then

@@ -33,8 +33,10 @@ pub const IMPLEMENTED: &[&str] = &[
     "snapshot-view",
     "transcript-epoch",
     "global-confirmations",
+    "answer-pages",
     "session-history",
     "context-compact",
+    "headless-subagents",
 ];
 
 #[cfg(test)]

@@ -220,13 +220,22 @@ pub struct Hub {
     sockets: Mutex<HashMap<u64, Arc<FrameWriter>>>,
     next_conn: AtomicU64,
     shutting_down: AtomicBool,
+    /// Headless subagent families: fork serialization, terminal records,
+    /// the recovery block.
+    pub family: crate::subagents::family::Family,
+    /// Pending read-only worker queries (`worker::query`).
+    pub queries: crate::worker::query::Queries,
 }
 
 impl Hub {
     /// Creates the data directory, opens the store and restores sessions.
     pub fn open(config: Config, options: RunOptions) -> Result<Hub, StartError> {
         let data_dir = config.data_dir.clone();
-        for dir in [data_dir.clone(), data_dir.join("sessions")] {
+        for dir in [
+            data_dir.clone(),
+            data_dir.join("sessions"),
+            data_dir.join("subagents"),
+        ] {
             fsutil::create_private_dir(&dir).map_err(|err| StartError::DataDir {
                 path: dir.clone(),
                 err,
@@ -249,6 +258,8 @@ impl Hub {
             sockets: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             shutting_down: AtomicBool::new(false),
+            family: crate::subagents::family::Family::default(),
+            queries: crate::worker::query::Queries::new(),
         };
         for rec in records {
             if !session::is_valid_id(&rec.id) {
@@ -258,6 +269,7 @@ impl Hub {
             let s = hub.new_session(rec);
             hub.sessions().insert(s);
         }
+        crate::subagents::family::load(&hub);
         Ok(hub)
     }
 
@@ -310,7 +322,7 @@ impl Hub {
     }
 
     /// A session object with its transcript and events file, from a record.
-    fn new_session(&self, rec: SessionRecord) -> Session {
+    pub(crate) fn new_session(&self, rec: SessionRecord) -> Session {
         let limits = &self.config.limits;
         let transcript = Transcript::new(limits.transcript_events, limits.transcript_bytes);
         let events_path = self.session_dir(&rec.id).join("events.jsonl");
@@ -324,12 +336,15 @@ impl Hub {
         );
         s.kind = rec.kind;
         s.set_log_caps(limits.log_lines, limits.log_ring_bytes);
-        s.events_file = Some(Arc::new(BoundedWriter::new(
-            events_path,
-            bounded_writer::DEFAULT_BUDGET,
-            bounded_writer::jsonl_omission_marker,
-            format!("session {} events.jsonl", s.id),
-        )));
+        // Headless events are consumed transiently: no events file.
+        s.events_file = (s.kind != crate::subagents::KIND).then(|| {
+            Arc::new(BoundedWriter::new(
+                events_path,
+                bounded_writer::DEFAULT_BUDGET,
+                bounded_writer::jsonl_omission_marker,
+                format!("session {} events.jsonl", s.id),
+            ))
+        });
         s.plan = match self.store().get_plan(&s.id) {
             Ok(plan) => plan_json(&plan),
             Err(err) => {
@@ -658,17 +673,23 @@ impl Hub {
         })
     }
 
-    fn sessions(&self) -> MutexGuard<'_, Registry> {
+    pub(crate) fn sessions(&self) -> MutexGuard<'_, Registry> {
         self.sessions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn store(&self) -> MutexGuard<'_, Store> {
+    pub(crate) fn store(&self) -> MutexGuard<'_, Store> {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// `<dataDir>/sessions/<id>`.
+    /// `<dataDir>/sessions/<id>`, or `<dataDir>/subagents/<id>` for a
+    /// headless child (the generated namespace).
     pub fn session_dir(&self, id: &str) -> PathBuf {
-        self.config.data_dir.join("sessions").join(id)
+        let root = if crate::subagents::child::is_child_id(id) {
+            "subagents"
+        } else {
+            "sessions"
+        };
+        self.config.data_dir.join(root).join(id)
     }
 
     /// `/api/meta`: what a client needs before it authenticates. No paths,
@@ -742,13 +763,23 @@ impl Hub {
             s.prompts
                 .iter()
                 .find(|p| p.request.confirmation_id == confirmation_id)
-                .map(|p| p.describe(&s.id, crate::session::PROMPT_PREVIEW_BYTES))
+                .map(|p| s.describe_prompt(p, crate::session::PROMPT_PREVIEW_BYTES))
         })
         .flatten()
     }
 
     pub fn describe_session(&self, id: &str) -> Option<Value> {
         self.sessions().get(id).map(Session::describe)
+    }
+
+    /// Whether `id` names a headless subagent session. Both APIs refuse
+    /// direct conversation and control of such a session
+    /// (`headless_restricted`) through this one check; a session's kind
+    /// never changes, so checking before acting is not a race.
+    pub fn is_headless(&self, id: &str) -> bool {
+        self.sessions()
+            .get(id)
+            .is_some_and(|s| s.subagent.is_some() || s.kind == crate::subagents::KIND)
     }
 
     /// Creates a session: validates, records it durably, creates its
@@ -928,7 +959,7 @@ fn bind_host(
 }
 
 /// Removes a session directory without following a symlink in its place.
-fn remove_session_dir(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn remove_session_dir(dir: &Path) -> std::io::Result<()> {
     match std::fs::symlink_metadata(dir) {
         Ok(meta) if meta.file_type().is_symlink() => Err(std::io::Error::new(
             std::io::ErrorKind::InvalidInput,
@@ -941,7 +972,7 @@ fn remove_session_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 /// A fresh per-session worker token: 256 random bits as hex.
-fn new_token() -> String {
+pub(crate) fn new_token() -> String {
     format!(
         "{}{}",
         uuid::Uuid::new_v4().simple(),
@@ -969,7 +1000,10 @@ impl Running {
         let listener = hub.bind()?;
         // On failure `listener` is dropped here, releasing the main port.
         let tools_listener = hub.bind_tools()?;
-        crate::supervisor::control::adopt(&hub, hub.stored_processes());
+        let recorded = hub.stored_processes();
+        let launched: Vec<String> = recorded.iter().map(|r| r.session_id.clone()).collect();
+        crate::supervisor::control::adopt(&hub, recorded);
+        crate::subagents::family::restore(&hub, &launched);
         let server = crate::http::start(hub.clone(), listener).map_err(|err| StartError::Bind {
             listener: MAIN_LISTENER,
             addr: crate::http::display_addr(&hub.local_addr()),
@@ -999,7 +1033,9 @@ impl Running {
     pub fn stop(self) {
         self.server.shutdown();
         self.tools.shutdown();
+        crate::subagents::family::freeze_all(&self.hub);
         crate::supervisor::control::stop_all(&self.hub);
+        crate::subagents::family::shutdown(&self.hub);
         self.hub.shutdown();
     }
 }

@@ -11,6 +11,7 @@ pub mod mock_worker;
 pub mod panel;
 pub mod session;
 pub mod store;
+pub mod subagents;
 pub mod supervisor;
 pub mod transcript;
 pub mod util;

@@ -497,6 +497,8 @@ pub struct Session {
     /// the store so subscriptions read it under the same lock that orders
     /// them against `plan` broadcasts.
     pub plan: Value,
+    /// Set for a headless child (`kind: "headless"`).
+    pub subagent: Option<Box<crate::subagents::child::Child>>,
 }
 
 impl Session {
@@ -537,6 +539,7 @@ impl Session {
             log_caps: DEFAULT_LOG_CAPS,
             log_file: None,
             plan: json!({"markdown": "", "revision": 0, "updated_at": null}),
+            subagent: None,
         }
     }
 
@@ -555,7 +558,20 @@ impl Session {
     }
 
     /// The `process` object of the description (null when none is known).
+    /// A headless child's invocation is redacted.
     pub fn describe_process(&self) -> Value {
+        let mut described = self.describe_process_full();
+        if self.subagent.is_some() {
+            if let Some(map) = described.as_object_mut() {
+                for key in ["command", "args", "cwd", "log_path"] {
+                    map.remove(key);
+                }
+            }
+        }
+        described
+    }
+
+    fn describe_process_full(&self) -> Value {
         match &self.process {
             None => Value::Null,
             Some(p) => p.describe(&LogCounters {
@@ -621,6 +637,29 @@ impl Session {
 
     /// The description with approval `i`'s preview bounded to `budget(i)`.
     pub fn describe_with(&self, budget: &mut dyn FnMut(usize) -> usize) -> Value {
+        let mut out = self.describe_common(budget);
+        if let Some(child) = &self.subagent {
+            out["spec"] = Value::Null;
+            out["subagent"] = crate::subagents::describe(self, child);
+        }
+        out
+    }
+
+    /// A prompt's panel description. A headless child's prompt is
+    /// labelled with the child and its parent (`subagent {session_id,
+    /// parent_session_id}`), so an operator sees whose request it is.
+    pub fn describe_prompt(&self, prompt: &Prompt, budget: usize) -> Value {
+        let mut out = prompt.describe(&self.id, budget);
+        if let Some(child) = &self.subagent {
+            out["subagent"] = json!({
+                "session_id": self.id,
+                "parent_session_id": child.parent.session_id,
+            });
+        }
+        out
+    }
+
+    fn describe_common(&self, budget: &mut dyn FnMut(usize) -> usize) -> Value {
         json!({
             "session_id": self.id,
             "kind": self.kind,
@@ -644,7 +683,7 @@ impl Session {
             "last_event_at": self.last_event_at,
             "last_event": self.last_event,
             "confirmations": self.prompts.iter().enumerate()
-                .map(|(i, p)| p.describe(&self.id, budget(i).max(MIN_PREVIEW_BYTES)))
+                .map(|(i, p)| self.describe_prompt(p, budget(i).max(MIN_PREVIEW_BYTES)))
                 .collect::<Vec<_>>(),
             "process": self.describe_process(),
             "requests": self.requests.iter().map(RequestRecord::describe).collect::<Vec<_>>(),

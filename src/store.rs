@@ -59,13 +59,37 @@ const MIGRATIONS: &[&str] = &[
          revision   INTEGER NOT NULL CHECK (revision >= 0),
          updated_at TEXT
      );",
+    // Version 2: headless subagents. Each child is also a `sessions` row
+    // (kind 'headless'); `meta` holds its ownership and lifecycle record
+    // and `outcomes` its request-outcome tail, both as JSON. Receipts of
+    // mutating subagent calls are keyed by the caller's lifecycle, worker,
+    // run and request ids.
+    "CREATE TABLE subagents (
+         id       TEXT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
+         meta     TEXT NOT NULL,
+         outcomes TEXT NOT NULL DEFAULT '[]'
+     );
+     CREATE TABLE subagent_receipts (
+         key        TEXT PRIMARY KEY,
+         hash       TEXT NOT NULL,
+         result     TEXT NOT NULL,
+         created_ms INTEGER NOT NULL CHECK (created_ms >= 0)
+     );
+     CREATE INDEX subagent_receipts_age ON subagent_receipts (created_ms);",
 ];
 
 /// The schema version this build creates and understands.
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
 /// Tables the current schema must contain after migration.
-const REQUIRED_TABLES: &[&str] = &["hub_meta", "sessions", "processes", "plans"];
+const REQUIRED_TABLES: &[&str] = &[
+    "hub_meta",
+    "sessions",
+    "processes",
+    "plans",
+    "subagents",
+    "subagent_receipts",
+];
 
 /// How long a statement waits for a lock held by another connection (only
 /// an operator's `sqlite3` shell or a backup tool can hold one).
@@ -111,6 +135,26 @@ pub struct PlanRecord {
     pub markdown: String,
     pub revision: u64,
     pub updated_at: Option<String>,
+}
+
+/// A headless child's stored records (see migration 2).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubagentRecord {
+    pub id: String,
+    pub meta: Value,
+    pub outcomes: Value,
+}
+
+/// The recorded result of one mutating subagent call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReceiptRecord {
+    /// Caller lifecycle, worker, run and request ids, joined unambiguously.
+    pub key: String,
+    /// Canonical hash of the route and its arguments.
+    pub hash: String,
+    pub result: Value,
+    /// Milliseconds since the Unix epoch.
+    pub created_ms: u64,
 }
 
 /// Why a store operation failed.
@@ -573,6 +617,136 @@ impl Store {
         Ok(())
     }
 
+    /// Creates a headless child: its session row, its subagent row and the
+    /// receipt of the call that created it, in one transaction.
+    pub fn insert_subagent(
+        &mut self,
+        session: &SessionRecord,
+        child: &SubagentRecord,
+        receipt: Option<&ReceiptRecord>,
+    ) -> Result<(), StoreError> {
+        const OP: &str = "insert subagent";
+        let tx = self.conn.transaction().map_err(sql(OP))?;
+        tx.execute(
+            "INSERT INTO sessions (id, created_at, spec, token, lifecycle_id, kind)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            params![
+                session.id,
+                session.created_at,
+                session.spec.to_string(),
+                session.token,
+                session.lifecycle_id,
+                session.kind
+            ],
+        )
+        .map_err(sql(OP))?;
+        tx.execute(
+            "INSERT INTO subagents (id, meta, outcomes) VALUES (?1, ?2, ?3)",
+            params![child.id, child.meta.to_string(), child.outcomes.to_string()],
+        )
+        .map_err(sql(OP))?;
+        if let Some(receipt) = receipt {
+            put_receipt_in(&tx, receipt).map_err(sql(OP))?;
+        }
+        tx.commit().map_err(sql(OP))
+    }
+
+    /// Replaces a child's ownership/lifecycle record.
+    pub fn put_subagent_meta(&self, id: &str, meta: &Value) -> Result<(), StoreError> {
+        const OP: &str = "update subagent metadata";
+        let n = self
+            .conn
+            .prepare_cached("UPDATE subagents SET meta = ?2 WHERE id = ?1")
+            .and_then(|mut s| s.execute(params![id, meta.to_string()]))
+            .map_err(sql(OP))?;
+        if n == 0 {
+            return Err(no_row(OP));
+        }
+        Ok(())
+    }
+
+    /// Replaces a child's request-outcome tail.
+    pub fn put_subagent_outcomes(&self, id: &str, outcomes: &Value) -> Result<(), StoreError> {
+        const OP: &str = "update subagent outcomes";
+        let n = self
+            .conn
+            .prepare_cached("UPDATE subagents SET outcomes = ?2 WHERE id = ?1")
+            .and_then(|mut s| s.execute(params![id, outcomes.to_string()]))
+            .map_err(sql(OP))?;
+        if n == 0 {
+            return Err(no_row(OP));
+        }
+        Ok(())
+    }
+
+    /// Every stored child. Rows whose JSON does not decode come back with
+    /// `Value::Null` in that field, for the caller to quarantine.
+    pub fn load_subagents(&self) -> Result<Vec<SubagentRecord>, StoreError> {
+        const OP: &str = "load subagents";
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT id, meta, outcomes FROM subagents ORDER BY id")
+            .map_err(sql(OP))?;
+        let rows = stmt
+            .query_map([], |row| {
+                let id: String = row.get(0)?;
+                let meta: String = row.get(1)?;
+                let outcomes: String = row.get(2)?;
+                Ok(SubagentRecord {
+                    id,
+                    meta: serde_json::from_str(&meta).unwrap_or(Value::Null),
+                    outcomes: serde_json::from_str(&outcomes).unwrap_or(Value::Null),
+                })
+            })
+            .map_err(sql(OP))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(sql(OP))
+    }
+
+    /// The receipt stored under `key`, if any.
+    pub fn get_receipt(&self, key: &str) -> Result<Option<ReceiptRecord>, StoreError> {
+        const OP: &str = "get receipt";
+        self.conn
+            .prepare_cached(
+                "SELECT key, hash, result, created_ms FROM subagent_receipts WHERE key = ?1",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![key], |r| {
+                    let result: String = r.get(2)?;
+                    Ok(ReceiptRecord {
+                        key: r.get(0)?,
+                        hash: r.get(1)?,
+                        result: serde_json::from_str(&result).unwrap_or(Value::Null),
+                        created_ms: r.get(3)?,
+                    })
+                })
+                .optional()
+            })
+            .map_err(sql(OP))
+    }
+
+    /// Stores (or replaces) a receipt.
+    pub fn put_receipt(&self, receipt: &ReceiptRecord) -> Result<(), StoreError> {
+        put_receipt_in(&self.conn, receipt).map_err(sql("put receipt"))?;
+        Ok(())
+    }
+
+    /// Drops receipts older than `oldest_ms` and all but the newest `keep`.
+    pub fn prune_receipts(&self, oldest_ms: u64, keep: usize) -> Result<(), StoreError> {
+        const OP: &str = "prune receipts";
+        self.conn
+            .prepare_cached("DELETE FROM subagent_receipts WHERE created_ms < ?1")
+            .and_then(|mut s| s.execute(params![oldest_ms]))
+            .map_err(sql(OP))?;
+        self.conn
+            .prepare_cached(
+                "DELETE FROM subagent_receipts WHERE key NOT IN
+                 (SELECT key FROM subagent_receipts ORDER BY created_ms DESC, key LIMIT ?1)",
+            )
+            .and_then(|mut s| s.execute(params![keep as i64]))
+            .map_err(sql(OP))?;
+        Ok(())
+    }
+
     /// Runs `PRAGMA integrity_check`: `"ok"`, or SQLite's findings (at most
     /// 20, one per line). Corruption severe enough to stop the check is
     /// returned as `StoreError::Corrupt`.
@@ -629,6 +803,20 @@ fn prepare_file(path: &Path) -> Result<(), StoreError> {
             .map_err(io_err("restrict permissions of database file"))?;
     }
     Ok(())
+}
+
+fn put_receipt_in(conn: &Connection, receipt: &ReceiptRecord) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "INSERT INTO subagent_receipts (key, hash, result, created_ms) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (key) DO UPDATE SET
+             hash = excluded.hash, result = excluded.result, created_ms = excluded.created_ms",
+    )?
+    .execute(params![
+        receipt.key,
+        receipt.hash,
+        receipt.result.to_string(),
+        receipt.created_ms
+    ])
 }
 
 /// Applies the migrations after `from`, one transaction per step, each
@@ -1133,6 +1321,55 @@ mod tests {
     }
 
     #[test]
+    fn subagent_records_and_receipts() {
+        let dir = TempDir::new("subagents");
+        let mut store = Store::open(&db(&dir)).unwrap();
+        let mut child = session("subagent-1", "2026-01-01T00:00:00.000Z");
+        child.kind = "headless".into();
+        let rec = SubagentRecord {
+            id: "subagent-1".into(),
+            meta: json!({"lifecycle": "preparing"}),
+            outcomes: json!([]),
+        };
+        let receipt = ReceiptRecord {
+            key: "k1".into(),
+            hash: "h1".into(),
+            result: json!({"subagent_id": "subagent-1"}),
+            created_ms: 10,
+        };
+        store.insert_subagent(&child, &rec, Some(&receipt)).unwrap();
+        // The same id again: nothing of the second attempt remains.
+        assert!(store.insert_subagent(&child, &rec, None).is_err());
+        assert_eq!(store.load_subagents().unwrap(), vec![rec.clone()]);
+        store
+            .put_subagent_meta("subagent-1", &json!({"lifecycle": "ready"}))
+            .unwrap();
+        store
+            .put_subagent_outcomes("subagent-1", &json!([{"request_id": "r"}]))
+            .unwrap();
+        let loaded = store.load_subagents().unwrap();
+        assert_eq!(loaded[0].meta["lifecycle"], "ready");
+        assert_eq!(loaded[0].outcomes[0]["request_id"], "r");
+        assert!(store.put_subagent_meta("nope", &json!({})).is_err());
+        assert_eq!(store.get_receipt("k1").unwrap(), Some(receipt.clone()));
+        for i in 0..5u64 {
+            let mut r = receipt.clone();
+            r.key = format!("n{i}");
+            r.created_ms = 100 + i;
+            store.put_receipt(&r).unwrap();
+        }
+        // Older than 50 ms goes; then only the newest 3 stay.
+        store.prune_receipts(50, 3).unwrap();
+        assert_eq!(store.get_receipt("k1").unwrap(), None);
+        assert!(store.get_receipt("n1").unwrap().is_none());
+        assert!(store.get_receipt("n2").unwrap().is_some());
+        assert!(store.get_receipt("n4").unwrap().is_some());
+        // Deleting the session deletes its subagent row.
+        assert!(store.delete_session("subagent-1").unwrap());
+        assert!(store.load_subagents().unwrap().is_empty());
+    }
+
+    #[test]
     fn migrates_from_version_0() {
         // Our application id, user_version 0, no tables.
         let dir = TempDir::new("v0");
@@ -1143,7 +1380,7 @@ mod tests {
             conn.pragma_update(None, "user_version", 0).unwrap();
         }
         let store = Store::open(&db(&dir)).unwrap();
-        assert_eq!(store.schema_version().unwrap(), 1);
+        assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
         store
             .insert_session(&session("x", "2026-01-01T00:00:00.000Z"))
             .unwrap();

@@ -8,7 +8,7 @@
 //! never interleave. That mutex guards only the socket; no hub state lock is
 //! ever held while taking it.
 
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,6 +18,7 @@ use tungstenite::protocol::{Role, WebSocketConfig};
 use tungstenite::WebSocket;
 
 use crate::http::{header, ApiError};
+use crate::panel::conn;
 
 /// Close codes the hub sends.
 pub mod close {
@@ -114,6 +115,43 @@ impl FrameWriter {
         result
     }
 
+    /// Writes several already-encoded frames, in order, as one unit:
+    /// one `writev` when the socket takes them all (the usual case),
+    /// more only after a partial write. `bufs` is consumed.
+    pub fn write_all_vectored(&self, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(io::Error::new(io::ErrorKind::NotConnected, "socket closed"));
+        }
+        let mut stream = self.stream.lock().unwrap_or_else(|p| p.into_inner());
+        if self.closed.load(Ordering::Acquire) {
+            return Err(io::Error::new(io::ErrorKind::NotConnected, "socket closed"));
+        }
+        let mut bufs = bufs;
+        let mut result = Ok(());
+        while !bufs.is_empty() {
+            match stream.write_vectored(bufs) {
+                Ok(0) => {
+                    result = Err(io::Error::new(
+                        io::ErrorKind::WriteZero,
+                        "failed to write whole buffer",
+                    ));
+                    break;
+                }
+                Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(err) => {
+                    result = Err(err);
+                    break;
+                }
+            }
+        }
+        if result.is_err() {
+            // As in `write_raw`: half a frame may be on the wire.
+            self.terminate();
+        }
+        result
+    }
+
     pub fn send_text(&self, text: &str) -> io::Result<()> {
         self.write_raw(&encode_frame(opcode::TEXT, text.as_bytes()))
     }
@@ -171,8 +209,24 @@ impl SplitStream {
 }
 
 impl Read for SplitStream {
+    /// Tungstenite reads only when the messages already buffered are used
+    /// up, so this is where one batch of input ends and the next begins:
+    /// panel writers this thread queued frames for are woken here, once,
+    /// and their wakes are held again while the new data is handled
+    /// (`panel::conn::hold_wakes`).
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        self.read.read(buf)
+        conn::release_wakes();
+        let n = self.read.read(buf)?;
+        if n > 0 {
+            conn::hold_wakes();
+        }
+        Ok(n)
+    }
+}
+
+impl Drop for SplitStream {
+    fn drop(&mut self) {
+        conn::release_wakes();
     }
 }
 
@@ -213,9 +267,29 @@ pub fn check_upgrade(rq: &Request) -> Result<String, ApiError> {
     ))
 }
 
+/// Tungstenite's read chunk for sockets that receive bulk data (worker
+/// event sockets): its default, 128 KiB.
+pub const READ_BUFFER: usize = 128 * 1024;
+
+/// The read chunk for sockets that receive a few small messages (panels):
+/// tungstenite zero-fills its whole read chunk before the first read, so
+/// this is resident memory per socket. A larger message still arrives,
+/// over more reads.
+pub const SMALL_READ_BUFFER: usize = 4 * 1024;
+
 /// Answers 101 and wraps the socket. `max_message` bounds incoming
 /// messages and frames (tungstenite's defaults are far too large).
 pub fn accept(rq: Request, accept_key: &str, max_message: usize) -> io::Result<Accepted> {
+    accept_with(rq, accept_key, max_message, READ_BUFFER)
+}
+
+/// [`accept`] with the size of the read chunk (see [`SMALL_READ_BUFFER`]).
+pub fn accept_with(
+    rq: Request,
+    accept_key: &str,
+    max_message: usize,
+    read_buffer: usize,
+) -> io::Result<Accepted> {
     let mut response = Response::empty(101);
     if let Ok(h) = Header::from_bytes(&b"Sec-WebSocket-Accept"[..], accept_key.as_bytes()) {
         response.add_header(h);
@@ -226,7 +300,8 @@ pub fn accept(rq: Request, accept_key: &str, max_message: usize) -> io::Result<A
     let config = WebSocketConfig::default()
         .max_message_size(Some(max_message))
         .max_frame_size(Some(max_message))
-        .max_write_buffer_size(max_message.saturating_mul(2).max(1 << 20));
+        .max_write_buffer_size(max_message.saturating_mul(2).max(1 << 20))
+        .read_buffer_size(read_buffer);
     let split = SplitStream {
         read,
         writer: writer.clone(),

@@ -7,7 +7,7 @@ import { api, takeTokenFromUrl, storeToken, PanelSocket } from './net.js';
 import { View, Notices, AGGREGATE_BYTES, MAX_VIEWS, emptyHistory } from './views.js';
 import { renderTranscript } from './transcript.js';
 import { Approvals } from './approvals.js';
-import { renderInspector, TABS } from './inspector.js';
+import { renderInspector, TABS, HeadlessView, isHeadless, parentOf, lifecycleBadge, childLabel } from './inspector.js';
 
 const $ = (id) => document.getElementById(id);
 
@@ -27,6 +27,7 @@ const state = {
   conn: 'starting',
   connDetail: '',
   busy: new Map(), // session -> worker action in flight
+  policyPending: new Map(), // headless session -> {policy, requestId}
   creating: null,
   subSeq: 0,
   histSeq: 0,
@@ -40,6 +41,8 @@ const state = {
 const inspectorCache = { sig: null };
 let socket = null;
 let approvals = null;
+let headlessView = null;
+let policySeq = 0;
 
 // ---------------------------------------------------------------------------
 // Rendering schedule
@@ -69,7 +72,7 @@ function renderAll() {
   renderInspectorColumn();
   approvals.render($('tray'), $('tray-list'), $('tray-count'), state.selected);
   followLatest(); // after everything that changes the transcript's size
-  const n = approvals.items.size;
+  const n = approvals.visibleCount();
   document.title = n ? `(${n}) simplex-hub` : 'simplex-hub';
 }
 
@@ -227,6 +230,7 @@ function busyReason(desc) {
 }
 
 function runActive(desc) {
+  if (isHeadless(desc)) return Boolean(desc.subagent && desc.subagent.active_run);
   const v = state.views.get(desc.session_id);
   if (v && v.ready) return v.runActive();
   return Boolean(desc.connected && ACTIVE_EVENTS.has(desc.last_event));
@@ -255,6 +259,15 @@ function processBadge(desc) {
 
 function badges(desc) {
   const out = [];
+  if (isHeadless(desc)) {
+    out.push(h('span', { class: 'badge badge-headless', title: 'A subagent forked and driven by its parent worker', text: 'headless' }));
+    const sub = desc.subagent || {};
+    if (sub.lifecycle !== 'ready') {
+      const lb = lifecycleBadge(desc);
+      out.push(h('span', { class: `badge badge-${lb.cls}`, title: 'subagent lifecycle', text: lb.text }));
+    }
+    if (sub.health === 'degraded') out.push(h('span', { class: 'badge badge-warn', text: 'degraded' }));
+  }
   const pb = processBadge(desc);
   out.push(h('span', { class: `badge badge-${pb.cls}`, text: pb.text }));
   out.push(h('span', { class: `badge ${desc.connected ? 'badge-ok' : 'badge-idle'}`, text: desc.connected ? 'worker attached' : 'no worker' }));
@@ -266,10 +279,26 @@ function badges(desc) {
   return out;
 }
 
+/**
+ * List order: sessions by id, each headless child right after its parent
+ * (children of children after theirs).
+ */
+function listKey(id) {
+  const parts = [];
+  let cur = id;
+  for (let depth = 0; depth < 20 && cur; depth++) {
+    parts.unshift(cur);
+    const d = state.sessions.get(cur);
+    cur = isHeadless(d) ? parentOf(d) : null;
+  }
+  return parts.join('\u0000');
+}
+
 const sessionEls = new Map();
 function renderSessions() {
   const list = $('session-list');
-  const ids = [...state.sessions.keys()].sort((a, b) => a.localeCompare(b));
+  const keys = new Map([...state.sessions.keys()].map((id) => [id, listKey(id)]));
+  const ids = [...state.sessions.keys()].sort((a, b) => keys.get(a).localeCompare(keys.get(b)));
   $('session-empty').hidden = ids.length > 0 || !state.meta;
   const desired = [];
   for (const id of ids) {
@@ -280,12 +309,23 @@ function renderSessions() {
       item = { li: h('li', null, button), button, sig: null };
       sessionEls.set(id, item);
     }
-    const sig = JSON.stringify([desc.process, desc.connected, runActive(desc), approvals.count(id), state.busy.get(id), state.selected === id, desc.spec && desc.spec.model]);
+    const sig = JSON.stringify([desc.process, desc.connected, runActive(desc), approvals.count(id), state.busy.get(id), state.selected === id, desc.spec && desc.spec.model, desc.subagent]);
     if (sig !== item.sig) {
       item.sig = sig;
       if (state.selected === id) item.button.setAttribute('aria-current', 'true');
       else item.button.removeAttribute('aria-current');
-      setChildren(item.button, h('span', { class: 'session-name', text: id }), h('span', { class: 'badges' }, badges(desc)));
+      if (isHeadless(desc)) {
+        item.li.classList.add('child');
+        item.button.title = id;
+        setChildren(
+          item.button,
+          h('span', { class: 'session-name', text: childLabel(id) }),
+          h('span', { class: 'session-parent muted small', text: `child of ${parentOf(desc) || 'an unknown parent'}` }),
+          h('span', { class: 'badges' }, badges(desc)),
+        );
+      } else {
+        setChildren(item.button, h('span', { class: 'session-name', text: id }), h('span', { class: 'badges' }, badges(desc)));
+      }
     }
     desired.push(item.li);
   }
@@ -363,9 +403,12 @@ function select(id) {
     $('message').value = $('message').value; // keep the draft
   }
   if (id) {
-    const v = ensureView(id);
-    v.lastUsed = Date.now();
-    if (!v.sub || v.evicted) subscribe(v, { replace: v.evicted });
+    // A headless session has no transcript: nothing to subscribe to.
+    if (!isHeadless(state.sessions.get(id))) {
+      const v = ensureView(id);
+      v.lastUsed = Date.now();
+      if (!v.sub || v.evicted) subscribe(v, { replace: v.evicted });
+    }
     if (state.drawer === 'sessions') setDrawer(null);
   }
   render();
@@ -654,6 +697,14 @@ const handlers = {
       case 'confirmation':
         approvals.onAccepted(msg);
         break;
+      case 'subagent_policy': {
+        const pending = state.policyPending.get(session);
+        if (pending && pending.requestId === msg.request_id) state.policyPending.delete(session);
+        const d = state.sessions.get(session);
+        if (d && d.subagent && typeof msg.policy === 'string') d.subagent.policy = msg.policy;
+        toast(`The safety policy of ${childLabel(session)} is now “${msg.policy}”. It applies to new approval requests.`);
+        break;
+      }
       case 'signal':
         if (msg.operation === 'cancel') toast(`Cancel sent to ${session}.`);
         break;
@@ -701,6 +752,13 @@ const handlers = {
         break;
     }
     if (req.request_id) {
+      for (const [sid, p] of state.policyPending) {
+        if (p.requestId === req.request_id) {
+          state.policyPending.delete(sid);
+          toast(`The safety policy of ${childLabel(sid)} was not changed: ${text}`, 'error');
+          return;
+        }
+      }
       for (const v of state.views.values()) {
         const o = v.outbox.get(req.request_id);
         if (o) {
@@ -735,12 +793,14 @@ function onMessage(msg) {
 }
 
 function removeSession(id, announce) {
+  const headless = isHeadless(state.sessions.get(id));
+  state.policyPending.delete(id);
   state.sessions.delete(id);
   state.views.delete(id);
   approvals.removeSession(id);
   state.busy.delete(id);
   if (state.selected === id) select(null);
-  if (announce) toast(`Session ${id} was deleted.`);
+  if (announce) toast(headless ? `Subagent ${childLabel(id)} stopped and was removed.` : `Session ${id} was deleted.`);
 }
 
 // ---------------------------------------------------------------------------
@@ -776,12 +836,19 @@ function setReason(button, reason) {
 let headerSig = null;
 function renderHeader() {
   const desc = state.selected ? state.sessions.get(state.selected) : null;
-  const sig = JSON.stringify([state.selected, desc && [desc.process, desc.connected, desc.spec, runActive(desc)], approvals.count(state.selected), state.busy.get(state.selected), socket && socket.state]);
+  const sig = JSON.stringify([state.selected, desc && [desc.process, desc.connected, desc.spec, runActive(desc), desc.subagent], approvals.count(state.selected), state.busy.get(state.selected), socket && socket.state]);
   if (sig === headerSig) return;
   headerSig = sig;
   $('session-header').hidden = !desc;
   if (!desc) return;
   header.title.textContent = desc.session_id;
+  // A headless child has no worker controls: its parent drives it.
+  header.actions.hidden = isHeadless(desc);
+  if (isHeadless(desc)) {
+    setChildren(header.badges, badges(desc), h('span', { class: 'badge badge-idle', title: 'parent session', text: `child of ${parentOf(desc) || '?'}` }));
+    header.note.textContent = 'Headless subagent: driven by its parent worker. It has no transcript, composer or worker controls.';
+    return;
+  }
   const model = desc.spec && desc.spec.model ? desc.spec.model : 'default model';
   setChildren(header.badges, badges(desc), h('span', { class: 'badge badge-idle', title: 'provider profile and model', text: `${desc.spec ? desc.spec.provider : '?'} · ${model}` }));
   const online = socket && socket.isOpen();
@@ -876,6 +943,47 @@ async function deleteSession() {
   if (ok && !send({ type: 'delete_session', session: id })) toast('Not connected to the hub: nothing was sent.', 'error');
 }
 
+/**
+ * Asks the hub to change a headless child's safety policy. Approve is
+ * confirmed first: it lets the child run tools without anyone looking.
+ */
+async function setPolicy(session, policy) {
+  const desc = state.sessions.get(session);
+  const current = desc && desc.subagent ? desc.subagent.policy : null;
+  const restore = () => {
+    headlessView.sig = null; // the radios show the hub's policy again
+    render();
+  };
+  if (policy === current || state.policyPending.has(session)) return restore();
+  if (policy === 'approve') {
+    const ok = await confirmDialog({
+      title: `Approve new requests of ${childLabel(session)} automatically?`,
+      body: [
+        'Every new tool call of this subagent that needs approval will be approved by the hub at once, without appearing in the Approvals tray. Its commands run with the worker’s rights on this host.',
+        'Prompts that are already open stay open until someone answers them.',
+      ],
+      ok: 'Approve automatically',
+      danger: true,
+    });
+    if (!ok) return restore();
+  }
+  const requestId = `pol-${++policySeq}`;
+  if (!send({ type: 'subagent_policy', session, policy, request_id: requestId })) {
+    toast('Not connected to the hub: the policy was not changed.', 'error');
+    return restore();
+  }
+  state.policyPending.set(session, { policy, requestId });
+  setTimeout(() => {
+    const p = state.policyPending.get(session);
+    if (p && p.requestId === requestId) {
+      state.policyPending.delete(session);
+      toast(`No answer from the hub about the policy of ${childLabel(session)}; the view shows what the hub reports.`, 'warn');
+      restore();
+    }
+  }, 8000);
+  render();
+}
+
 function refreshView() {
   const v = state.selected && state.views.get(state.selected);
   if (!v) return;
@@ -904,6 +1012,22 @@ function promptFor(runId, callId) {
 
 function renderMain() {
   const t = $('transcript');
+  const desc = state.selected ? state.sessions.get(state.selected) : null;
+  const headless = isHeadless(desc);
+  $('headless-view').hidden = !headless;
+  document.querySelector('.transcript-wrap').hidden = headless;
+  $('composer').hidden = headless;
+  if (headless) {
+    const pending = state.policyPending.get(desc.session_id);
+    headlessView.render(desc, {
+      online: Boolean(socket && socket.isOpen()),
+      pending: pending ? pending.policy : null,
+      processText: processBadge(desc).text,
+      known: (id) => Boolean(id) && state.sessions.has(id),
+    });
+    $('jump').hidden = true;
+    return;
+  }
   const v = state.selected ? state.views.get(state.selected) : null;
   if (!v) {
     if (!t.firstChild || !t.firstChild.classList.contains('welcome')) {
@@ -961,6 +1085,7 @@ function followLatest() {
 function composerBlock() {
   const desc = state.selected ? state.sessions.get(state.selected) : null;
   if (!desc) return 'Select a session first.';
+  if (isHeadless(desc)) return 'A headless subagent takes its tasks from its parent worker only.';
   if (!socket || !socket.isOpen()) return 'Not connected to the hub.';
   if (!desc.connected) return 'No worker is connected: start the session’s worker to send it input.';
   return null;
@@ -1066,6 +1191,17 @@ function wireComposer() {
 function renderInspectorColumn() {
   const v = state.selected ? state.views.get(state.selected) : null;
   const desc = state.selected ? state.sessions.get(state.selected) : null;
+  if (isHeadless(desc)) {
+    const sig = `headless|${desc.session_id}`;
+    if (inspectorCache.sig !== sig) {
+      inspectorCache.sig = sig;
+      setChildren(
+        $('inspector-panel'),
+        h('p', { class: 'muted', text: 'This is a headless subagent: its status and safety policy are in the main view. Its transcript, logs, snapshot and plan are not available to operators; its parent worker reads its results.' }),
+      );
+    }
+    return;
+  }
   renderInspector(
     $('inspector-panel'),
     state.tab,
@@ -1106,7 +1242,7 @@ function selectTab(tab, focus) {
     if (on && focus) b.focus();
     if (on) $('inspector-panel').setAttribute('aria-labelledby', b.id);
   }
-  if (tab === 'logs' && state.selected) send({ type: 'logs', session: state.selected, limit: 500 });
+  if (tab === 'logs' && state.selected && !isHeadless(state.sessions.get(state.selected))) send({ type: 'logs', session: state.selected, limit: 500 });
   if (tab === 'run') refreshDescription();
   render();
 }
@@ -1307,7 +1443,9 @@ async function boot() {
     onChange: () => render(),
     onSelect: (id) => select(id),
     toast,
+    describe: (id) => state.sessions.get(id),
   });
+  headlessView = new HeadlessView($('headless-view'), { onPolicy: setPolicy, onSelect: (id) => select(id) });
   buildHeader();
   wireComposer();
   wireTabs();

@@ -4,6 +4,7 @@
 // prompt is still open, and only then offers an explicit retry.
 
 import { h, jsonBlock, fmtBytes, fmtTime, uuid, setChildren } from './dom.js';
+import { childLabel } from './inspector.js';
 
 /** Time without settlement before the outcome is checked. */
 export const SETTLE_MS = 8000;
@@ -13,8 +14,9 @@ const CHECK_MS = 8000;
 const OPEN_STATES = new Set(['awaiting-identity', 'awaiting-decision', 'decided']);
 
 export class Approvals {
-  constructor({ send, api, onChange, onSelect, toast }) {
+  constructor({ send, api, onChange, onSelect, toast, describe }) {
     this.send = send;
+    this.describe = describe || (() => null);
     this.api = api;
     this.onChange = onChange;
     this.onSelect = onSelect;
@@ -51,8 +53,32 @@ export class Approvals {
 
   count(session) {
     let n = 0;
-    for (const it of this.items.values()) if (it.session === session && it.prompt.state !== 'decided') n++;
+    for (const it of this.items.values()) if (it.session === session && it.prompt.state !== 'decided' && !this.quiet(it)) n++;
     return n;
+  }
+
+  /** Prompts the tray shows (see `quiet`). */
+  visibleCount() {
+    let n = 0;
+    for (const it of this.items.values()) if (!this.quiet(it)) n++;
+    return n;
+  }
+
+  /**
+   * Whether a prompt stays out of the tray: a headless child's prompt
+   * that its safety policy (deny or approve) answers by itself, and that
+   * no operator has been shown yet. The hub applies the policy when the
+   * request becomes decidable, so a held prompt of such a child is shown
+   * only if the policy is back to ask by then (it then turns
+   * awaiting-decision); a prompt first seen decided was the policy's.
+   */
+  quiet(it) {
+    if (it.shown || !this.subagentOf(it)) return false;
+    if (it.prompt.state === 'decided') return true;
+    if (it.prompt.state !== 'awaiting-identity') return false;
+    const d = this.describe(it.session);
+    const policy = d && d.subagent ? d.subagent.policy : 'ask';
+    return policy === 'deny' || policy === 'approve';
   }
 
   /**
@@ -88,6 +114,9 @@ export class Approvals {
       this.items.set(prompt.confirmation_id, { session, prompt, attempt: null, v: 0 });
       return true;
     }
+    // Session descriptions may carry a prompt without the subagent label
+    // that confirmation messages add: keep the label.
+    if (it.prompt.subagent && !prompt.subagent) prompt = { ...prompt, subagent: it.prompt.subagent };
     if (JSON.stringify(it.prompt) === JSON.stringify(prompt)) return false;
     it.prompt = prompt;
     it.v++;
@@ -278,8 +307,23 @@ export class Approvals {
   // Rendering
   // -------------------------------------------------------------------------
 
+  /**
+   * `{child, parent}` when the prompt comes from a headless subagent: from
+   * the prompt's own label, else from the session's description.
+   */
+  subagentOf(it) {
+    const label = it.prompt.subagent;
+    if (label && typeof label === 'object' && typeof label.parent_session_id === 'string') {
+      return { child: it.session, parent: label.parent_session_id };
+    }
+    const desc = this.describe(it.session);
+    const parent = desc && desc.subagent && desc.subagent.parent ? desc.subagent.parent.session_id : null;
+    return typeof parent === 'string' ? { child: it.session, parent } : null;
+  }
+
   render(section, list, countEl, selected) {
-    const entries = [...this.items.entries()].sort((a, b) => String(a[1].prompt.received_at).localeCompare(String(b[1].prompt.received_at)));
+    const entries = [...this.items.entries()].filter(([, it]) => !this.quiet(it)).sort((a, b) => String(a[1].prompt.received_at).localeCompare(String(b[1].prompt.received_at)));
+    for (const [, it] of entries) it.shown = true;
     section.hidden = entries.length === 0;
     countEl.textContent = entries.length ? `(${entries.length})` : '';
     const keep = new Set();
@@ -291,9 +335,10 @@ export class Approvals {
         card = this.buildCard(id);
         this.cards.set(id, card);
       }
-      if (card.v !== `${it.v}|${it.attempt ? it.attempt.state : ''}|${JSON.stringify(it.prompt)}|${selected === it.session}`) {
+      const sig = `${it.v}|${it.attempt ? it.attempt.state : ''}|${JSON.stringify(it.prompt)}|${selected === it.session}|${JSON.stringify(this.subagentOf(it))}`;
+      if (card.v !== sig) {
         this.fillCard(card, it, selected);
-        card.v = `${it.v}|${it.attempt ? it.attempt.state : ''}|${JSON.stringify(it.prompt)}|${selected === it.session}`;
+        card.v = sig;
       }
       desired.push(card.el);
     }
@@ -344,9 +389,11 @@ export class Approvals {
     const p = it.prompt;
     const call = p.call || {};
     card.el.classList.toggle('current', selected === it.session);
+    const family = this.subagentOf(it);
     setChildren(
       card.head,
-      h('button', { type: 'button', class: 'link session-link', title: 'Show this session', onclick: () => this.onSelect(it.session), text: it.session }),
+      h('button', { type: 'button', class: 'link session-link', title: 'Show this session', onclick: () => this.onSelect(it.session), text: family ? childLabel(it.session) : it.session }),
+      family ? h('span', { class: 'chip subagent-chip', title: `Headless subagent ${family.child}, forked by ${family.parent}`, text: `child ${childLabel(family.child)} of parent ${family.parent}` }) : null,
       h('code', { class: 'tool-name', text: call.name || '(unnamed call)' }),
       call.type ? h('span', { class: 'chip', title: 'call type', text: call.type }) : null,
       call.security ? h('span', { class: `chip sec-${call.security}`, title: 'security classification', text: call.security }) : null,

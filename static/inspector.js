@@ -1,5 +1,7 @@
 // The inspector column: worker status, identity and stats, the process
 // record, the log tail, the read-only snapshot and the session plan.
+// Also the status/security view of a headless subagent session, shown
+// instead of the transcript and composer (see HeadlessView below).
 
 import { h, jsonBlock, jsonDetails, textBlock, markdown, fmtBytes, fmtDateTime, fmtTime, setChildren } from './dom.js';
 import { requestChip } from './transcript.js';
@@ -252,4 +254,158 @@ export function renderInspector(panel, tab, ctx, cache) {
   // A log tail opens at its newest line.
   const box = panel.querySelector('.logs');
   if (box) box.scrollTop = box.scrollHeight;
+}
+
+// ---------------------------------------------------------------------------
+// Headless subagent sessions: a child worker forked and driven by its
+// parent worker. The panel shows its status and its operator safety
+// policy instead of a transcript and composer; the hub refuses direct
+// conversation and control of it (headless_restricted) anyway.
+// ---------------------------------------------------------------------------
+
+/** The operator policies, in the order the selector shows them. */
+export const POLICIES = [
+  { value: 'ask', label: 'Ask', help: 'Each tool call that needs approval waits in the Approvals tray for an operator.' },
+  { value: 'deny', label: 'Deny', help: 'New approval requests are denied automatically.' },
+  { value: 'approve', label: 'Approve', help: 'New approval requests are approved automatically: the child runs such tools without asking anyone.' },
+];
+
+export function isHeadless(desc) {
+  return Boolean(desc && (desc.kind === 'headless' || (desc.subagent && typeof desc.subagent === 'object')));
+}
+
+/** The parent session id of a headless description, or null. */
+export function parentOf(desc) {
+  const p = desc && desc.subagent && desc.subagent.parent;
+  return p && typeof p.session_id === 'string' ? p.session_id : null;
+}
+
+/** A readable short form of a generated `subagent-<uuid>` id. */
+export function childLabel(id) {
+  if (typeof id !== 'string') return '';
+  return id.startsWith('subagent-') && id.length > 17 ? `${id.slice(0, 17)}…` : id;
+}
+
+const LIFECYCLE_TEXT = {
+  preparing: 'preparing',
+  starting: 'starting',
+  ready: 'ready',
+  stopping: 'stopping',
+  stopped: 'stopped',
+  'cleanup-pending': 'cleanup pending',
+};
+
+/** `{text, cls}` of the lifecycle badge. */
+export function lifecycleBadge(desc) {
+  const l = desc && desc.subagent ? desc.subagent.lifecycle : null;
+  const text = LIFECYCLE_TEXT[l] || String(l || 'unknown');
+  const cls = l === 'ready' ? 'ok' : l === 'cleanup-pending' ? 'bad' : l === 'stopping' || l === 'stopped' ? 'warn' : 'busy';
+  return { text, cls };
+}
+
+const HEALTH_CLS = { healthy: 'ok', degraded: 'warn', unknown: 'idle' };
+
+/**
+ * The status/security view of one headless session. Built once and
+ * updated in place, so the policy selector keeps focus across updates.
+ * `onPolicy(session, policy)` asks for a change (and may confirm it);
+ * `onSelect(id)` shows another session.
+ */
+export class HeadlessView {
+  constructor(root, { onPolicy, onSelect }) {
+    this.root = root;
+    this.onPolicy = onPolicy;
+    this.onSelect = onSelect;
+    this.session = null;
+    this.sig = null;
+    this.title = h('h2', { id: 'headless-title', text: 'Headless subagent' });
+    this.intro = h('p', { class: 'muted small' });
+    this.facts = h('dl', { class: 'kv headless-facts', 'aria-labelledby': 'headless-title' });
+    this.radios = new Map();
+    const options = POLICIES.map((p) => {
+      const id = `policy-${p.value}`;
+      const input = h('input', { type: 'radio', name: 'subagent-policy', id, value: p.value, 'aria-describedby': `${id}-help` });
+      input.addEventListener('change', () => {
+        if (input.checked && this.session) this.onPolicy(this.session, p.value);
+      });
+      this.radios.set(p.value, input);
+      return h('div', { class: `policy-option policy-${p.value}` }, input, h('label', { for: id, text: p.label }), h('p', { id: `${id}-help`, class: 'muted small', text: p.help }));
+    });
+    this.policyStatus = h('p', { class: 'small policy-status', role: 'status' });
+    this.policy = h(
+      'fieldset',
+      { class: 'policy', 'aria-describedby': 'policy-note' },
+      h('legend', { text: 'Safety policy for this child’s tool approvals' }),
+      options,
+      h('p', { id: 'policy-note', class: 'muted small', text: 'A change applies to new approval requests only; prompts already open stay in the Approvals tray until someone answers them. Nothing is ever approved because a worker disconnected, a request expired or the child is stopping.' }),
+      this.policyStatus,
+    );
+    setChildren(
+      root,
+      this.title,
+      this.intro,
+      h('h3', { text: 'Status' }),
+      this.facts,
+      h('h3', { text: 'Approvals' }),
+      this.policy,
+    );
+  }
+
+  /**
+   * `ctx`: `online` (the panel socket is open), `pending` (a policy the
+   * operator asked for, not yet confirmed), `processText` (the process
+   * badge text), `known(id)` (whether a session is listed).
+   */
+  render(desc, ctx) {
+    const sub = (desc && desc.subagent) || {};
+    const sig = JSON.stringify([desc && desc.session_id, sub, desc && [desc.process, desc.connected, desc.identity], ctx.online, ctx.pending, ctx.processText, ctx.known(parentOf(desc))]);
+    if (sig === this.sig) return;
+    this.sig = sig;
+    const changedSession = this.session !== desc.session_id;
+    this.session = desc.session_id;
+    const parent = parentOf(desc);
+    this.intro.textContent = 'This worker was forked by its parent worker, which sends it tasks and reads its results. It has no transcript, composer or worker controls here; stopping its parent stops it, and it disappears from the list once it has stopped and its data is cleaned up.';
+    const parentCell = parent
+      ? ctx.known(parent)
+        ? h('button', { type: 'button', class: 'link', title: 'Show the parent session', onclick: () => this.onSelect(parent), text: parent })
+        : h('span', { text: `${parent} (not listed)` })
+      : '—';
+    const health = typeof sub.health === 'string' ? sub.health : 'unknown';
+    const approvals = typeof sub.pending_approvals === 'number' ? sub.pending_approvals : 0;
+    const rows = [
+      ['parent', parentCell],
+      ['depth', sub.depth ?? '—'],
+      ['lifecycle', LIFECYCLE_TEXT[sub.lifecycle] || sub.lifecycle || '—', sub.lifecycle === 'cleanup-pending' ? 'error-text' : null],
+      ['process', ctx.processText],
+      ['event connection', desc.connected ? 'connected' : 'not connected'],
+      ['identity', desc.identity && desc.identity.state ? desc.identity.state : '—'],
+      ['run', sub.active_run ? 'active' : 'idle'],
+      ['health', h('span', { class: `badge badge-${HEALTH_CLS[health] || 'idle'}`, text: health })],
+      ['reason', sub.reason || '—', sub.reason ? 'warn-text' : null],
+      ['last worker event', sub.observed_at ? `${fmtDateTime(sub.observed_at)}` : '—'],
+      ['pending approvals', approvals, approvals ? 'strong' : null],
+    ];
+    if (sub.cleanup_attempts) rows.push(['cleanup attempts', sub.cleanup_attempts, 'warn-text']);
+    this.facts.replaceChildren();
+    for (const [k, v, cls] of rows) {
+      this.facts.appendChild(h('dt', { text: k }));
+      const dd = h('dd', cls ? { class: cls } : null);
+      if (v instanceof Node) dd.appendChild(v);
+      else dd.textContent = v === null || v === '' ? '—' : String(v);
+      this.facts.appendChild(dd);
+    }
+    const current = typeof sub.policy === 'string' ? sub.policy : null;
+    const shown = ctx.pending || current;
+    for (const [value, input] of this.radios) {
+      input.checked = value === shown;
+      input.disabled = !ctx.online || Boolean(ctx.pending);
+    }
+    this.policy.dataset.policy = current || '';
+    let status;
+    if (!ctx.online) status = 'Not connected to the hub: the policy cannot be changed now.';
+    else if (ctx.pending) status = `Setting “${ctx.pending}”…`;
+    else status = `Current policy: ${current || 'unknown'}.`;
+    this.policyStatus.textContent = status;
+    if (changedSession) this.root.scrollTop = 0;
+  }
 }

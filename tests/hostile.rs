@@ -2184,62 +2184,6 @@ fn a_worker_that_exits_during_spawn_is_recorded_and_can_start_again() {
 // ---------------------------------------------------------------------------
 // Storage
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions and touches no memory.
-    unsafe { libc::geteuid() == 0 }
-}
-
-fn run(cmd: &str, args: &[&str]) -> bool {
-    std::process::Command::new(cmd)
-        .args(args)
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// Undoes a mount or a permission change when the test ends, even on a
-/// failed assertion (declared after the TempDir, so dropped before it).
-struct Undo(Vec<Box<dyn FnMut()>>);
-
-impl Undo {
-    fn run(&mut self) {
-        while let Some(mut undo) = self.0.pop() {
-            undo();
-        }
-    }
-}
-
-impl Drop for Undo {
-    fn drop(&mut self) {
-        self.run();
-    }
-}
-
-/// Makes `dir` read-only: a read-only bind mount as root (root ignores
-/// permission bits), mode 0500 otherwise. False when this machine cannot
-/// (root without the right to mount).
-fn make_read_only(dir: &std::path::Path, undo: &mut Undo) -> bool {
-    let path = dir.to_str().unwrap().to_string();
-    if is_root() {
-        if !run("mount", &["--bind", &path, &path]) {
-            return false;
-        }
-        let unmount = path.clone();
-        undo.0.push(Box::new(move || {
-            run("umount", &[&unmount]);
-        }));
-        run("mount", &["-o", "remount,bind,ro", &path, &path])
-    } else {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o500)).unwrap();
-        let back = dir.to_path_buf();
-        undo.0.push(Box::new(move || {
-            let _ = std::fs::set_permissions(&back, std::fs::Permissions::from_mode(0o700));
-        }));
-        true
-    }
-}
-
 #[test]
 fn a_read_only_sessions_directory_fails_creation_cleanly_and_loses_nothing() {
     let dir = TempDir::new("hostile-readonly");

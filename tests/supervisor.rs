@@ -62,21 +62,6 @@ fn process(hub: &TestHub, id: &str) -> Value {
     hub.get(&format!("/api/sessions/{id}")).json()["session"]["process"].clone()
 }
 
-fn pid_alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => {
-            let state = stat
-                .rsplit(')')
-                .next()
-                .unwrap_or("")
-                .split_whitespace()
-                .next();
-            state != Some("Z")
-        }
-        Err(_) => false,
-    }
-}
-
 /// Pids of live processes whose process group is `pgid`.
 fn group_members(pgid: u32) -> Vec<u32> {
     let mut out = Vec::new();

@@ -21,3 +21,9 @@ mod panel;
 mod tools;
 // Hostile HTTP, WebSocket, worker, process and storage input: bounded threads and memory.
 mod hostile;
+// POST /api/sessions/:id/answer: read-only worker answer queries.
+mod answer;
+// Headless subagents through the operator API and panel socket.
+mod headless_api;
+// Headless subagents end to end.
+mod subagents;

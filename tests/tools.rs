@@ -230,16 +230,16 @@ fn unknown_routes_are_not_implemented_then_close_1000() {
     let (response, code) = call(
         &hub,
         "n",
-        "subagent/clean-fork",
+        "workspace/snapshot",
         tool_request("n", "w", "r", json!({"x": 1})),
     );
     assert_eq!(
         response,
         json!({"type": "tool_response", "data": {
             "worker_id": "w", "session_id": "n", "run_id": "r", "request_id": "req-1",
-            "route": "subagent/clean-fork", "status": "rejected",
+            "route": "workspace/snapshot", "status": "rejected",
             "error": {"code": "not_implemented",
-                      "message": "this hub does not implement the route subagent/clean-fork"}}})
+                      "message": "this hub does not implement the route workspace/snapshot"}}})
     );
     assert_eq!(code, Some(1000));
     assert_eq!(

@@ -653,7 +653,7 @@ fn memory(env: &Env, args: &Args, rep: &mut Report) {
     };
     let (slot, kib) = sys::queue_cost_kib(200);
     rep_note_later(format!(
-        "one panel outbound queue as the hub builds it, `crossbeam_channel::bounded(16384)` of `Outgoing` ({slot} B): {kib:.0} KiB resident each (this process's RSS growth over 200 of them)"
+        "for reference, the panel queue the hub used before it allocated on use, `crossbeam_channel::bounded(16384)` of `Outgoing` ({slot} B): {kib:.0} KiB resident each (this process's RSS growth over 200 of them)"
     ));
     let g = format!("{n} panel sockets");
     rep.add(
@@ -910,9 +910,19 @@ fn splitter(args: &Args, rep: &mut Report) {
             Better::Higher,
             None,
             &format!(
-                "{} lines, {:.2} allocations per line",
+                "{} lines, {:.2} allocations per line; lines as &str",
                 c.lines, c.allocs_per_line
             ),
+        );
+        rep.add(
+            &g,
+            "splitter, owned lines (push → Vec<Line>)",
+            "MB/s",
+            c.owned_mbs.clone(),
+            vec![],
+            Better::Higher,
+            None,
+            "one String per line",
         );
         rep.add(
             &g,

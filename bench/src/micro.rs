@@ -149,6 +149,8 @@ pub struct SplitterCase {
     pub validate_chunks_mbs: Vec<f64>,
     pub alloc_lines_mbs: Vec<f64>,
     pub splitter_mbs: Vec<f64>,
+    /// `push` into a `Vec<Line>` (one `String` per line).
+    pub owned_mbs: Vec<f64>,
     pub memchr_mbs: Vec<f64>,
     pub from_utf8_mbs: Vec<f64>,
     pub lines: u64,
@@ -159,7 +161,28 @@ fn mbs(bytes: usize, d: Duration) -> f64 {
     bytes as f64 / d.as_secs_f64() / 1e6
 }
 
+/// The splitter as the hub's pipe readers use it: each line handed to a
+/// callback as `&str` (borrowed from the chunk when it lies within it).
 fn split_once(buf: &[u8]) -> u64 {
+    let mut s = LineSplitter::new();
+    let mut lines = 0u64;
+    let mut bytes = 0usize;
+    for chunk in buf.chunks(CHUNK) {
+        s.push_with(chunk, |line| {
+            lines += 1;
+            bytes += black_box(line.text).len();
+        });
+    }
+    s.finish_with(|line| {
+        lines += 1;
+        bytes += black_box(line.text).len();
+    });
+    black_box(bytes);
+    lines
+}
+
+/// The convenience API: one owned `Line` (a `String`) per line.
+fn split_owned(buf: &[u8]) -> u64 {
     let mut s = LineSplitter::new();
     let mut out = Vec::with_capacity(4096);
     let mut lines = 0u64;
@@ -206,6 +229,7 @@ pub fn splitter(reps: usize) -> Vec<SplitterCase> {
         let mut c = SplitterCase {
             name,
             splitter_mbs: vec![],
+            owned_mbs: vec![],
             validate_chunks_mbs: vec![],
             alloc_lines_mbs: vec![],
             memchr_mbs: vec![],
@@ -226,6 +250,9 @@ pub fn splitter(reps: usize) -> Vec<SplitterCase> {
                 c.allocs_per_line =
                     (ALLOCS.load(Ordering::Relaxed) - a0) as f64 / lines.max(1) as f64;
             }
+            let t = Instant::now();
+            black_box(split_owned(black_box(&buf)));
+            c.owned_mbs.push(mbs(buf.len(), t.elapsed()));
             let t = Instant::now();
             for chunk in black_box(&buf).chunks(CHUNK) {
                 black_box(

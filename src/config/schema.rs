@@ -59,6 +59,7 @@ pub const BUILT_FEATURES: &[Feature] = &[
     Feature::WorkerSide,
     Feature::Supervisor,
     Feature::ToolRequests,
+    Feature::Subagents,
 ];
 
 /// Every leaf key of the schema, in schema order, with its feature.

@@ -9,6 +9,7 @@ use tiny_http::{Method, Request};
 
 use super::{auth, header, read_body, url, ApiError, Reply};
 use crate::hub::{Hub, HubError};
+use crate::subagents::{child::Policy, family, Refusal};
 
 /// Routes one `/api` request to its handler.
 pub fn handle(hub: &Arc<Hub>, rq: &mut Request, method: &Method, path: &str, query: &str) -> Reply {
@@ -53,6 +54,14 @@ fn route(
             "missing or wrong panel token",
         ));
     }
+    // Headless sessions: only description, confirmations, the operator
+    // policy and recovery (seed 002); the same check guards the panel
+    // socket.
+    if let ["sessions", id, rest @ ..] = segments.as_slice() {
+        if !allowed_for_headless(method, rest) && hub.is_headless(id) {
+            return Err(headless_restricted(id));
+        }
+    }
     match (segments.as_slice(), method) {
         (["sessions"], Method::Get | Method::Head) => Ok(Reply::json(
             200,
@@ -92,6 +101,17 @@ fn route(
             ))
         }
         (["sessions", id, "confirmations", cid], Method::Post) => decide(hub, rq, id, cid),
+        (["sessions", id, "subagent-policy"], Method::Post) => subagent_policy(hub, rq, id),
+        (["sessions", id, "recovery"], Method::Get | Method::Head) => recovery(hub, id),
+        (["sessions", id, "recover"], Method::Post) => recover(hub, rq, id),
+        (["sessions", _, "subagent-policy" | "recover"], _) => Err(method_not_allowed("POST")),
+        (["sessions", _, "recovery"], _) => Err(method_not_allowed("GET")),
+        (["subagents", "recovery"], Method::Get | Method::Head) => {
+            Ok(Reply::json(200, &family::global_recovery(hub)))
+        }
+        (["subagents", "recovery"], _) => Err(method_not_allowed("GET")),
+        (["sessions", id, "answer"], Method::Post) => super::answer::handle(hub, rq, id),
+        (["sessions", _, "answer"], _) => Err(method_not_allowed("POST")),
         (
             ["sessions", id, action @ ("start" | "stop" | "restart" | "force-kill")],
             Method::Post,
@@ -128,6 +148,10 @@ fn create_session(hub: &Hub, rq: &mut Request) -> Result<Reply, ApiError> {
             ))
         }
     };
+    // Not a spec replacement for a headless child either.
+    if hub.is_headless(&id) {
+        return Err(headless_restricted(&id));
+    }
     let session = hub
         .create_session(&id, body.get("spec"))
         .map_err(hub_error)?;
@@ -294,6 +318,120 @@ fn decide(hub: &Hub, rq: &mut Request, id: &str, cid: &str) -> Result<Reply, Api
         200,
         &json!({"accepted": "confirmation", "session": id, "confirmation_id": cid}),
     ))
+}
+
+/// What a headless session permits under `/api/sessions/:id/...`
+/// (`rest` is the path after the id): its description, confirmation
+/// decisions, the operator policy and recovery (a wrong method there is
+/// still 405). Everything else, deletion included, is
+/// `headless_restricted`.
+fn allowed_for_headless(method: &Method, rest: &[&str]) -> bool {
+    match rest {
+        [] => *method != Method::Delete,
+        ["confirmations", _] | ["subagent-policy" | "recovery" | "recover"] => true,
+        _ => false,
+    }
+}
+
+/// 409 `headless_restricted`: direct conversation and control of a
+/// headless session are refused (its parent worker drives it).
+fn headless_restricted(id: &str) -> ApiError {
+    ApiError::new(
+        409,
+        crate::panel::protocol::code::HEADLESS_RESTRICTED,
+        format!(
+            "not available for the headless session {}: it is driven by its parent worker",
+            crate::worker::display::quote(id)
+        ),
+    )
+}
+
+/// Maps a refused subagent operation to its status: 404 `unknown_session`
+/// (no such session), 400 `invalid_policy` / `invalid_arguments`, 409 for
+/// `stale_lifecycle`, `recovery_conflict` and `cleanup_failed`.
+fn refusal(err: Refusal) -> ApiError {
+    let (status, code) = match err.code {
+        "not_found" => (404, "unknown_session"),
+        "invalid_policy" | "invalid_arguments" => (400, err.code),
+        "storage_error" => (500, err.code),
+        _ => (409, err.code),
+    };
+    ApiError::new(status, code, err.message)
+}
+
+fn invalid_arguments(message: impl Into<String>) -> ApiError {
+    ApiError::new(400, "invalid_arguments", message)
+}
+
+/// Refuses a body member other than `allowed` with `invalid_arguments`.
+fn only_keys(body: &Value, allowed: &[&str]) -> Result<(), ApiError> {
+    let unknown = body
+        .as_object()
+        .and_then(|o| o.keys().find(|k| !allowed.contains(&k.as_str())));
+    match unknown {
+        Some(key) => Err(invalid_arguments(format!(
+            "unknown argument {}",
+            crate::worker::display::quote(key)
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// `POST /api/sessions/:id/subagent-policy` `{policy: ask|deny|approve}`:
+/// the headless child's operator policy for new confirmation requests.
+fn subagent_policy(hub: &Hub, rq: &mut Request, id: &str) -> Result<Reply, ApiError> {
+    let body = read_json_body(hub, rq)?;
+    only_keys(&body, &["policy"])?;
+    let policy = body
+        .get("policy")
+        .and_then(Value::as_str)
+        .and_then(Policy::parse)
+        .ok_or_else(|| {
+            ApiError::new(
+                400,
+                "invalid_policy",
+                "policy must be one of \"ask\", \"deny\", \"approve\"",
+            )
+        })?;
+    family::set_policy(hub, id, policy).map_err(refusal)?;
+    Ok(Reply::json(
+        200,
+        &json!({"accepted": "subagent_policy", "session": id, "policy": policy.as_str()}),
+    ))
+}
+
+/// `GET /api/sessions/:id/recovery`: a headless child's cleanup state.
+fn recovery(hub: &Hub, id: &str) -> Result<Reply, ApiError> {
+    match family::recovery_info(hub, id) {
+        Some(info) => Ok(Reply::json(200, &info)),
+        None if hub.with_session(id, |_| ()).is_some() => Err(ApiError::new(
+            400,
+            "invalid_policy",
+            "recovery applies to headless sessions only",
+        )),
+        None => Err(unknown_session(id)),
+    }
+}
+
+/// `POST /api/sessions/:id/recover` `{action: retry|confirm-terminated,
+/// lifecycle_id}`: an operator's cleanup retry or termination attestation.
+fn recover(hub: &Arc<Hub>, rq: &mut Request, id: &str) -> Result<Reply, ApiError> {
+    let body = read_json_body(hub, rq)?;
+    only_keys(&body, &["action", "lifecycle_id"])?;
+    let action = body
+        .get("action")
+        .and_then(Value::as_str)
+        .and_then(family::RecoverAction::parse)
+        .ok_or_else(|| invalid_arguments("action must be \"retry\" or \"confirm-terminated\""))?;
+    let lifecycle_id = body
+        .get("lifecycle_id")
+        .and_then(Value::as_str)
+        .filter(|l| !l.is_empty())
+        .ok_or_else(|| {
+            invalid_arguments("lifecycle_id must be the child's current lifecycle id")
+        })?;
+    let result = family::recover(hub, id, action, lifecycle_id).map_err(refusal)?;
+    Ok(Reply::json(200, &result))
 }
 
 /// Maps a send failure to its status and the given stable code.

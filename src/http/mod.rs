@@ -8,6 +8,7 @@
 //! response.
 
 pub mod agent;
+pub mod answer;
 pub mod api;
 pub mod assets;
 pub mod auth;

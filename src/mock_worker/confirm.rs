@@ -16,10 +16,8 @@ use serde_json::Value;
 use tungstenite::{Message, WebSocket};
 
 use super::engine::{ConfirmRequest, Decision};
-use super::transport::{self, cancelled, timed_out, WsUrl};
+use super::transport::{self, abort, cancelled, timed_out, Peer, WsUrl};
 
-/// How long one read waits before the cancel channel is checked again.
-const POLL: Duration = Duration::from_millis(20);
 /// The reason a response without one gets.
 const DEFAULT_REASON: &str = "operator decision";
 
@@ -32,20 +30,10 @@ fn deny(reason: impl Into<String>) -> Decision {
 
 /// Judges one response frame against the request's `data`.
 pub(crate) fn judge(text: &str, request: &Value) -> Decision {
-    let Ok(response) = serde_json::from_str::<Value>(text) else {
-        return deny("confirmation response is not JSON");
+    let data = match transport::reply_data(text, request, Peer::Confirmation) {
+        Ok(data) => data,
+        Err(reason) => return deny(reason),
     };
-    if response["type"] != "confirmation_response" || !response["data"].is_object() {
-        return deny("confirmation response has the wrong envelope");
-    }
-    let data = &response["data"];
-    for id in ["worker_id", "session_id", "run_id", "confirmation_id"] {
-        if !data[id].is_string() || data[id] != request[id] {
-            return deny(format!(
-                "confirmation response {id} does not match the request"
-            ));
-        }
-    }
     let reason = match data.get("reason") {
         None => DEFAULT_REASON.to_string(),
         Some(Value::String(reason)) => reason.clone(),
@@ -73,44 +61,21 @@ pub(crate) fn exchange(
         Ok(ws) => ws,
         Err(err) => return deny(format!("confirmation connection failed: {err}")),
     };
-    let decision = converse(&mut ws, request, deadline, cancel);
-    match decision {
-        Ok(decision) => finish(&mut ws, decision, deadline, cancel),
+    let reply = transport::converse(
+        &mut ws,
+        &request.frame,
+        deadline,
+        cancel,
+        Peer::Confirmation,
+    );
+    match reply {
+        Ok(text) => {
+            let decision = judge(&text, &request.frame["data"]);
+            finish(&mut ws, decision, deadline, cancel)
+        }
         Err(reason) => {
             abort(&mut ws);
             deny(reason)
-        }
-    }
-}
-
-/// Sends the request and reads the one response.
-fn converse(
-    ws: &mut WebSocket<TcpStream>,
-    request: &ConfirmRequest,
-    deadline: Instant,
-    cancel: &Receiver<()>,
-) -> Result<Decision, String> {
-    ws.get_ref()
-        .set_read_timeout(Some(POLL))
-        .map_err(|err| err.to_string())?;
-    ws.send(Message::text(request.frame.to_string()))
-        .map_err(|err| format!("confirmation request write failed: {err}"))?;
-    loop {
-        if cancelled(cancel) {
-            return Err("the run was cancelled".into());
-        }
-        if Instant::now() >= deadline {
-            return Err("confirmation timed out".into());
-        }
-        match ws.read() {
-            Ok(Message::Text(text)) => return Ok(judge(text.as_str(), &request.frame["data"])),
-            Ok(Message::Binary(_)) => return Err("binary confirmation response".into()),
-            Ok(Message::Close(_)) => {
-                return Err("the hub closed the confirmation socket without a response".into())
-            }
-            Ok(_) => {}
-            Err(err) if timed_out(&err) => {}
-            Err(err) => return Err(format!("confirmation socket failed: {err}")),
         }
     }
 }
@@ -145,13 +110,6 @@ fn finish(
             Err(_) => return decision, // closed
         }
     }
-}
-
-/// Drops the exchange: a close frame if possible, then the socket.
-fn abort(ws: &mut WebSocket<TcpStream>) {
-    let _ = ws.close(None);
-    let _ = ws.flush();
-    let _ = ws.get_ref().shutdown(std::net::Shutdown::Both);
 }
 
 #[cfg(test)]

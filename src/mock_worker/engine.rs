@@ -3,7 +3,8 @@
 //! duplicate-id window, the one active run, runtime options, the
 //! conversation) and answers every input with a list of [`Action`]s: event
 //! frames to send, and the slow work (a delay, a confirmation exchange, a
-//! command) for the I/O shell to perform and report back.
+//! command, a remote-tool call) for the I/O shell to perform and report
+//! back.
 //!
 //! No sockets, no clock, no threads: identifiers come from an injected
 //! generator and files from an injected [`Storage`], so every behaviour is
@@ -14,6 +15,7 @@ use std::collections::{HashSet, VecDeque};
 use serde_json::{json, Value};
 
 use super::conversation::{text_of, Conversation, Execution, LoopProgress, Memory, Step, Turn};
+use super::subagent;
 use super::validate::{self, ConfirmMode, Operation, Rejection};
 
 /// Capabilities advertised in `ready` and `status`.
@@ -145,6 +147,9 @@ enum Script {
     Plan(String),
     /// `/plan-read`: `plan/read`.
     PlanRead,
+    /// `/fork`, `/receive`, `/send`, `/subagent`, ...: trusted tool calls
+    /// to the hub's `subagent/*` routes, made one after another.
+    Subagent(Vec<subagent::Call>),
     Continue,
     Compact,
 }
@@ -191,7 +196,10 @@ impl Script {
                 Script::Plan(markdown.to_string())
             }
             "/plan-read" => Script::PlanRead,
-            _ => Script::Echo(text.to_string()),
+            _ => match subagent::parse(text) {
+                Some(calls) => Script::Subagent(calls),
+                None => Script::Echo(text.to_string()),
+            },
         }
     }
 }
@@ -229,8 +237,40 @@ struct Run {
     stage: Stage,
     cancel_requested: bool,
     call: Option<Value>,
+    /// The subagent tool calls in flight ([`Script::Subagent`]).
+    batch: Option<Batch>,
     /// The compact archive written for this run.
     archive: Option<String>,
+}
+
+/// The remote calls of one subagent tool batch, made one at a time.
+#[derive(Debug)]
+struct Batch {
+    /// The tool-call objects, as emitted in `tool_calls`.
+    invokes: Vec<Value>,
+    /// One exchange per call, all with the run's request id.
+    requests: Vec<RemoteCall>,
+    /// One result per finished call, in order.
+    results: Vec<Value>,
+}
+
+impl Batch {
+    /// Records the outcome text of the call in flight; the next exchange,
+    /// if any is left.
+    fn record(&mut self, outcome: &str) -> Option<RemoteCall> {
+        let index = self.results.len();
+        self.results
+            .push(remote_result(&self.invokes[index], outcome));
+        self.requests.get(index + 1).cloned()
+    }
+
+    /// Fails every call that has no result yet with `reason`.
+    fn abandon(&mut self, reason: &str) {
+        while let Some(request) = self.requests.get(self.results.len()) {
+            let outcome = format!("{} failed: {reason}", request.route);
+            self.record(&outcome);
+        }
+    }
 }
 
 /// A bounded set of recently admitted request ids.
@@ -431,7 +471,7 @@ impl Engine {
                 });
             } else {
                 let result = denied(run.call.as_ref(), &decision.reason);
-                self.tools_settled(result, &mut out);
+                self.tools_settled(vec![result], &mut out);
             }
         }
         self.pump(&mut out);
@@ -461,17 +501,29 @@ impl Engine {
                 "output": {"type": "text", "modality": "text", "raw": output.raw},
                 "extras": extras,
             });
-            self.tools_settled(result, &mut out);
+            self.tools_settled(vec![result], &mut out);
         }
         self.pump(&mut out);
         out
     }
 
     /// A [`Action::Remote`] exchange ended; `outcome` is the text the
-    /// scripted model answers with.
+    /// scripted model answers with (`/plan`), or the output of the
+    /// subagent call's tool result.
     pub(crate) fn remote_finished(&mut self, run_id: &str, outcome: String) -> Vec<Action> {
         let mut out = Vec::new();
         if self.stage_of(run_id) == Some(Stage::Calling) {
+            if let Some(batch) = self.run_mut().batch.as_mut() {
+                match batch.record(&outcome) {
+                    Some(next) => out.push(Action::Remote(next)),
+                    None => {
+                        let results = std::mem::take(&mut batch.results);
+                        self.tools_settled(results, &mut out);
+                    }
+                }
+                self.pump(&mut out);
+                return out;
+            }
             self.run_mut().stage = Stage::Busy;
             self.commit(vec![text_part(&outcome)], None, &mut out);
             self.finish("completed", "", None, &mut out);
@@ -698,6 +750,7 @@ impl Engine {
             stage: Stage::Busy,
             cancel_requested: false,
             call: None,
+            batch: None,
             archive: None,
         });
         self.conversation.loop_progress = LoopProgress {
@@ -808,12 +861,12 @@ impl Engine {
         match (run.script.clone(), run.exchanges) {
             (Script::Compact, _) => self.finish_compact(out),
             (Script::Tool(command), 0) => self.propose_tool(&command, out),
-            (Script::Tool(_), _) => {
-                self.commit(
-                    vec![text_part("finished after 1 tool result(s)")],
-                    None,
-                    out,
-                );
+            (Script::Subagent(calls), 0) => self.call_subagents(&calls, out),
+            (Script::Tool(_) | Script::Subagent(_), _) => {
+                let turn = &self.conversation.turns[self.run().turn];
+                let results = turn.steps.last().map_or(0, |step| step.tool_results.len());
+                let text = format!("finished after {results} tool result(s)");
+                self.commit(vec![text_part(&text)], None, out);
                 self.finish("completed", "", None, out);
             }
             (Script::Big(bytes), _) => {
@@ -861,23 +914,72 @@ impl Engine {
             self.commit(vec![text_part(&text)], None, out);
             return self.finish("completed", "", None, out);
         }
+        let call = self.tool_request(route, arguments);
+        self.run_mut().stage = Stage::Calling;
+        out.push(Action::Remote(call));
+    }
+
+    /// One `tool_request` of the active run. Its `request_id` is the
+    /// run's, so every call a run makes shares it (the hub's receipts are
+    /// keyed by it).
+    fn tool_request(&self, route: &str, arguments: Value) -> RemoteCall {
+        let run = self.run();
         let frame = json!({
             "type": "tool_request",
             "data": {
                 "worker_id": self.settings.worker_id,
                 "session_id": self.settings.session_id,
-                "run_id": self.run().run_id,
-                "request_id": self.run().request_id,
+                "run_id": run.run_id,
+                "request_id": run.request_id,
                 "arguments": arguments,
             },
         });
-        let run = self.run_mut();
-        run.stage = Stage::Calling;
-        out.push(Action::Remote(RemoteCall {
+        RemoteCall {
             run_id: run.run_id.clone(),
             route: route.to_string(),
             frame,
-        }));
+        }
+    }
+
+    /// Proposes the trusted subagent tool calls (no confirmation) and
+    /// starts the first exchange; the results follow in one `tool_results`
+    /// once every call has an outcome.
+    fn call_subagents(&mut self, calls: &[subagent::Call], out: &mut Out) {
+        let mut invokes = Vec::new();
+        for call in calls {
+            self.calls += 1;
+            invokes.push(call.invoke(&format!("call-{}", self.calls)));
+        }
+        let summary: Vec<String> = calls
+            .iter()
+            .map(|call| format!("{}: {}", call.name(), call.shown))
+            .collect();
+        self.commit(
+            vec![text_part(&summary.join("\n"))],
+            Some(invokes.clone()),
+            out,
+        );
+        self.emit(out, "tool_calls", Value::Array(invokes.clone()));
+        self.conversation.loop_progress.phase = "tools".into();
+        self.checkpoint("before_tools", out);
+        let requests: Vec<RemoteCall> = calls
+            .iter()
+            .map(|call| self.tool_request(&call.route, call.arguments.clone()))
+            .collect();
+        let first = requests[0].clone();
+        let mut batch = Batch {
+            invokes,
+            requests,
+            results: Vec::new(),
+        };
+        if !self.settings.tools_endpoint {
+            batch.abandon("no hub_remote_call endpoint is configured");
+            return self.tools_settled(batch.results, out);
+        }
+        let run = self.run_mut();
+        run.batch = Some(batch);
+        run.stage = Stage::Calling;
+        out.push(Action::Remote(first));
     }
 
     /// Commits one model response to the conversation and emits it.
@@ -957,11 +1059,11 @@ impl Engine {
                     Some(&call),
                     "denied by the run's confirmation policy (deny)",
                 );
-                self.tools_settled(result, out);
+                self.tools_settled(vec![result], out);
             }
             ConfirmMode::Ask if !endpoint => {
                 let result = denied(Some(&call), "no confirmation endpoint is configured");
-                self.tools_settled(result, out);
+                self.tools_settled(vec![result], out);
             }
             ConfirmMode::Ask => {
                 run.stage = Stage::Confirming;
@@ -985,13 +1087,14 @@ impl Engine {
         }
     }
 
-    /// The batch's one result is in: project it, then continue the loop.
-    fn tools_settled(&mut self, result: Value, out: &mut Out) {
-        self.emit(out, "tool_results", json!([result.clone()]));
+    /// The batch's results are in: project them, then continue the loop.
+    fn tools_settled(&mut self, results: Vec<Value>, out: &mut Out) {
+        self.emit(out, "tool_results", Value::Array(results.clone()));
         let turn = self.run().turn;
         if let Some(step) = self.conversation.turns[turn].steps.last_mut() {
-            step.tool_results.push(result);
+            step.tool_results.extend(results);
         }
+        self.run_mut().batch = None;
         self.conversation.loop_progress.phase = "model".into();
         if self.settings.save_on_step {
             self.checkpoint("step_finished", out);
@@ -1147,7 +1250,14 @@ impl Engine {
                 out.push(Action::Abort { run_id });
                 self.run_mut().cancel_requested = true;
                 let result = denied(self.run().call.as_ref(), reason);
-                self.tools_settled(result, out);
+                self.tools_settled(vec![result], out);
+            }
+            Stage::Calling if self.run().batch.is_some() => {
+                out.push(Action::Abort { run_id });
+                self.run_mut().cancel_requested = true;
+                let mut batch = self.run_mut().batch.take().expect("a subagent batch");
+                batch.abandon(reason);
+                self.tools_settled(batch.results, out);
             }
             Stage::Thinking | Stage::Calling | Stage::Flooding { .. } | Stage::Busy => {
                 out.push(Action::Abort { run_id });
@@ -1203,6 +1313,12 @@ fn big_text(bytes: usize) -> String {
     const LINE: &[u8; 64] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.\n";
     let data: Vec<u8> = LINE.iter().copied().cycle().take(bytes).collect();
     String::from_utf8(data).expect("ASCII")
+}
+
+/// The result of a subagent call: the remote outcome text (as `/plan`
+/// replies) is the output.
+fn remote_result(call: &Value, outcome: &str) -> Value {
+    json!({"query": call, "output": text_part(outcome)})
 }
 
 /// The result of a call that was not executed.
@@ -1499,6 +1615,44 @@ mod tests {
         assert_eq!(e.conversation.turns[0].steps.len(), 2);
     }
 
+    /// The events of a message run up to its tool calls.
+    const PROPOSED: [&str; 6] = [
+        "input_admitted",
+        "run_started",
+        "input_committed",
+        "model_response",
+        "tool_calls",
+        "persisted",
+    ];
+
+    /// A tool batch of `results` results settled and the run completed
+    /// after its second exchange.
+    fn assert_settled(done: &[Action], results: usize) {
+        assert_eq!(
+            names(done),
+            [
+                "tool_results",
+                "persisted",
+                "model_response",
+                "persisted",
+                "run_finished"
+            ]
+        );
+        assert_eq!(
+            find(done, "tool_results")["data"].as_array().map(Vec::len),
+            Some(results)
+        );
+        assert_eq!(
+            find(done, "model_response")["data"]["content"][0]["raw"],
+            format!("finished after {results} tool result(s)")
+        );
+        let finished = find(done, "run_finished")["data"].clone();
+        assert_eq!(
+            (finished["status"].as_str(), finished["exchanges"].as_u64()),
+            (Some("completed"), Some(2))
+        );
+    }
+
     fn run_tool(e: &mut Engine) -> (Vec<Action>, ConfirmRequest) {
         let actions = e.handle_payload(&message("t", "/run echo hi"));
         let confirm = actions
@@ -1515,17 +1669,7 @@ mod tests {
     fn approved_tool_calls_run_the_command() {
         let mut e = engine();
         let (actions, confirm) = run_tool(&mut e);
-        assert_eq!(
-            names(&actions),
-            [
-                "input_admitted",
-                "run_started",
-                "input_committed",
-                "model_response",
-                "tool_calls",
-                "persisted"
-            ]
-        );
+        assert_eq!(names(&actions), PROPOSED);
         let call = json!({"id": "call-1", "name": "run_command", "arguments": {"command": "echo hi"},
                           "type": "serial_write", "security": "require_confirm"});
         assert_eq!(
@@ -1563,29 +1707,11 @@ mod tests {
             ..ToolOutput::default()
         };
         let done = e.command_finished("id-1", output);
-        assert_eq!(
-            names(&done),
-            [
-                "tool_results",
-                "persisted",
-                "model_response",
-                "persisted",
-                "run_finished"
-            ]
-        );
+        assert_settled(&done, 1);
         let result = &find(&done, "tool_results")["data"][0];
         assert_eq!(result["query"], call);
         assert_eq!(result["output"]["raw"], "hi\n");
         assert_eq!(result["extras"], json!({"exit_code": 0}));
-        assert_eq!(
-            find(&done, "model_response")["data"]["content"][0]["raw"],
-            "finished after 1 tool result(s)"
-        );
-        let finished = find(&done, "run_finished")["data"].clone();
-        assert_eq!(
-            (finished["status"].as_str(), finished["exchanges"].as_u64()),
-            (Some("completed"), Some(2))
-        );
     }
 
     #[test]
@@ -1721,6 +1847,13 @@ mod tests {
             .expect("a remote call")
     }
 
+    /// The `tool_request` frame of the first run (`id-1`).
+    fn first_request(request_id: &str, arguments: Value) -> Value {
+        json!({"type": "tool_request", "data": {
+            "worker_id": "worker-1", "session_id": "demo", "run_id": "id-1",
+            "request_id": request_id, "arguments": arguments}})
+    }
+
     #[test]
     fn plan_triggers_call_the_tools_listener() {
         let mut e = engine();
@@ -1733,9 +1866,7 @@ mod tests {
         assert_eq!(call.route, "plan/replace");
         assert_eq!(
             call.frame,
-            json!({"type": "tool_request", "data": {
-                "worker_id": "worker-1", "session_id": "demo", "run_id": "id-1",
-                "request_id": "p", "arguments": {"markdown": "# Steps\n- [ ] one"}}})
+            first_request("p", json!({"markdown": "# Steps\n- [ ] one"}))
         );
         // Queued input waits behind the call.
         assert!(e.handle_payload(&message("q", "later")).is_empty());
@@ -1757,10 +1888,11 @@ mod tests {
         );
     }
 
-    #[test]
-    fn plan_calls_can_be_cancelled_and_need_an_endpoint() {
+    /// Cancels a run whose remote call `text` started: the socket is
+    /// dropped, the run ends cancelled and a late outcome is ignored.
+    fn cancel_a_call(text: &str) -> Vec<Action> {
         let mut e = engine();
-        e.handle_payload(&message("p", "/plan x"));
+        e.handle_payload(&message("p", text));
         let actions = e.handle_signal(&cancel("id-1"));
         assert!(actions.contains(&Action::Abort {
             run_id: "id-1".into()
@@ -1770,24 +1902,155 @@ mod tests {
             "cancelled"
         );
         assert!(e.remote_finished("id-1", "late".into()).is_empty());
+        actions
+    }
 
+    /// Runs `text` without a remote-tools endpoint: no exchange, and the
+    /// run completes.
+    fn call_without_an_endpoint(text: &str) -> Vec<Action> {
         let mut none = engine_with(Settings {
             tools_endpoint: false,
             ..settings()
         })
         .0;
-        let actions = none.handle_payload(&message("p", "/plan x"));
+        let actions = none.handle_payload(&message("p", text));
         assert!(!actions.iter().any(|a| matches!(a, Action::Remote(_))));
+        assert_eq!(
+            find(&actions, "run_finished")["data"]["status"],
+            "completed"
+        );
+        actions
+    }
+
+    #[test]
+    fn remote_calls_can_be_cancelled_and_need_an_endpoint() {
+        cancel_a_call("/plan x");
+        let actions = call_without_an_endpoint("/plan x");
         assert!(
             find(&actions, "model_response")["data"]["content"][0]["raw"]
                 .as_str()
                 .unwrap()
                 .contains("no hub_remote_call endpoint")
         );
+
+        // Subagent calls settle every call of the batch as failed.
+        let actions = cancel_a_call("/subagent-repeat clean-fork {}");
+        let results = find(&actions, "tool_results")["data"].clone();
+        assert_eq!(results.as_array().unwrap().len(), 2);
+        for result in results.as_array().unwrap() {
+            assert_eq!(
+                result["output"]["raw"],
+                "subagent/clean-fork failed: cancelled before a decision"
+            );
+        }
+        let actions = call_without_an_endpoint("/stop-child s");
         assert_eq!(
-            find(&actions, "run_finished")["data"]["status"],
-            "completed"
+            find(&actions, "tool_results")["data"][0]["output"]["raw"],
+            "subagent/send failed: no hub_remote_call endpoint is configured"
         );
+    }
+
+    #[test]
+    fn subagent_triggers_are_trusted_tool_calls() {
+        let mut e = engine();
+        let actions = e.handle_payload(&message("f", "/fork"));
+        assert_eq!(names(&actions), PROPOSED);
+        assert!(!actions.iter().any(|a| matches!(a, Action::Confirm(_))));
+        let invoke = json!({"id": "call-1", "name": "subagent_fork", "arguments": {},
+                            "type": "serial_write", "security": "trusted"});
+        assert_eq!(find(&actions, "tool_calls")["data"], json!([invoke]));
+        assert_eq!(
+            find(&actions, "model_response")["data"]["invokes"],
+            json!([invoke])
+        );
+        let call = remote(&actions);
+        assert_eq!(call.route, "subagent/clean-fork");
+        assert_eq!(call.frame, first_request("f", json!({})));
+        let outcome = r#"subagent/clean-fork succeeded: {"subagent_id":"subagent-1","lifecycle":"preparing"}"#;
+        let done = e.remote_finished("id-1", outcome.into());
+        assert_settled(&done, 1);
+        assert_eq!(
+            find(&done, "tool_results")["data"],
+            json!([{"query": invoke,
+                    "output": {"type": "text", "modality": "text", "raw": outcome}}])
+        );
+        // The results are committed with the step, as for `/run`.
+        assert_eq!(e.conversation.turns[0].steps[0].tool_results.len(), 1);
+
+        let send = e.handle_payload(&message("s", "/send subagent-1 do it"));
+        let call = remote(&send);
+        assert_eq!(call.route, "subagent/send");
+        assert_eq!(call.frame["data"]["request_id"], "s");
+        assert_eq!(
+            call.frame["data"]["arguments"],
+            json!({"subagent_id": "subagent-1", "operation": "message",
+                   "content": [{"type": "text", "modality": "text", "raw": "do it"}]})
+        );
+        assert_eq!(
+            find(&send, "tool_calls")["data"][0]["arguments"],
+            json!({"subagent_id": "subagent-1", "operation": "message", "request": "do it"})
+        );
+        let rejected =
+            r#"subagent/send rejected: {"code":"not_implemented","message":"no such route"}"#;
+        let done = e.remote_finished("id-2", rejected.into());
+        assert_eq!(
+            find(&done, "tool_results")["data"][0]["output"]["raw"],
+            rejected
+        );
+
+        let receive = e.handle_payload(&message("r", "/receive subagent-1 0 5"));
+        let call = remote(&receive);
+        assert_eq!(
+            call.frame["data"]["arguments"],
+            json!({"subagent_id": "subagent-1", "cursor": 0, "limit": 5})
+        );
+        assert_eq!(find(&receive, "tool_calls")["data"][0]["type"], "read_only");
+    }
+
+    #[test]
+    fn subagent_repeats_reuse_the_request_id() {
+        let mut e = engine();
+        let actions = e.handle_payload(&message(
+            "rep",
+            r#"/subagent-repeat send {"subagent_id":"s","operation":"stop"}"#,
+        ));
+        let calls = find(&actions, "tool_calls")["data"].clone();
+        assert_eq!(calls.as_array().unwrap().len(), 2);
+        assert_eq!(
+            (calls[0]["id"].as_str(), calls[1]["id"].as_str()),
+            (Some("call-1"), Some("call-2"))
+        );
+        let first = remote(&actions);
+        // One exchange at a time.
+        let remotes = actions
+            .iter()
+            .filter(|a| matches!(a, Action::Remote(_)))
+            .count();
+        assert_eq!(remotes, 1);
+        let next = e.remote_finished(
+            "id-1",
+            "subagent/send succeeded: {\"replayed\":false}".into(),
+        );
+        assert_eq!(names(&next), Vec::<String>::new());
+        let second = remote(&next);
+        assert_eq!(second, first);
+        assert_eq!(second.frame["data"]["request_id"], "rep");
+        let done = e.remote_finished(
+            "id-1",
+            "subagent/send succeeded: {\"replayed\":true}".into(),
+        );
+        let results = find(&done, "tool_results")["data"].clone();
+        assert_eq!(results[0]["query"]["id"], "call-1");
+        assert_eq!(
+            results[0]["output"]["raw"],
+            "subagent/send succeeded: {\"replayed\":false}"
+        );
+        assert_eq!(results[1]["query"]["id"], "call-2");
+        assert_eq!(
+            results[1]["output"]["raw"],
+            "subagent/send succeeded: {\"replayed\":true}"
+        );
+        assert_settled(&done, 2);
     }
 
     #[test]
@@ -2088,6 +2351,15 @@ mod tests {
         assert_eq!(Script::parse("/plan\n# x"), Script::Plan("# x".into()));
         assert_eq!(Script::parse("/plan-read"), Script::PlanRead);
         assert_eq!(Script::parse("/planx"), Script::Echo("/planx".into()));
+        assert_eq!(
+            Script::parse("/fork"),
+            Script::Subagent(subagent::parse("/fork").unwrap())
+        );
+        assert_eq!(Script::parse("/send s"), Script::Echo("/send s".into()));
+        assert_eq!(
+            Script::parse("/receive s x"),
+            Script::Echo("/receive s x".into())
+        );
         assert_eq!(
             Script::parse("hello /run x"),
             Script::Echo("hello /run x".into())

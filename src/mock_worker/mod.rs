@@ -20,8 +20,8 @@ mod engine;
 pub mod error;
 mod logger;
 mod remote;
-mod sha256;
 mod storage;
+mod subagent;
 mod transport;
 mod validate;
 

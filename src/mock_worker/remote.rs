@@ -1,10 +1,12 @@
 //! The remote-tool client: one new WebSocket per call to
 //! `hub_remote_call.endpoint` + `/<route>`, exactly one `tool_request` out,
 //! exactly one `tool_response` in, then the hub's normal close, all within
-//! `hub_remote_call.timeout_ms`. The outcome becomes the text of the
-//! scripted model's reply, so tests can read it from the transcript:
+//! `hub_remote_call.timeout_ms`. The outcome is one line of text, so tests
+//! can read it from the transcript (the scripted model's reply for `/plan`,
+//! the tool result's output for the subagent triggers):
 //! `<route> succeeded: <result JSON>`, `<route> rejected: <error JSON>` or
-//! `<route> failed: <reason>`.
+//! `<route> failed: <reason>`. The exchange itself is
+//! [`transport::converse`].
 //!
 //! Runs on its own helper thread. Wakes for cancellation by polling its
 //! cancel channel between short reads; a cancelled call closes the socket
@@ -18,28 +20,15 @@ use serde_json::Value;
 use tungstenite::{Message, WebSocket};
 
 use super::engine::RemoteCall;
-use super::transport::{self, cancelled, timed_out, WsUrl};
-
-/// How long one read waits before the cancel channel is checked again.
-const POLL: Duration = Duration::from_millis(20);
+use super::transport::{self, abort, cancelled, timed_out, Peer, WsUrl};
 
 /// Judges one response frame against the request; the reply text.
 pub(crate) fn judge(text: &str, route: &str, request: &Value) -> String {
     let failed = |why: &str| format!("{route} failed: {why}");
-    let Ok(response) = serde_json::from_str::<Value>(text) else {
-        return failed("the tool response is not JSON");
+    let data = match transport::reply_data(text, request, Peer::Tool) {
+        Ok(data) => data,
+        Err(reason) => return failed(&reason),
     };
-    if response["type"] != "tool_response" || !response["data"].is_object() {
-        return failed("the tool response has the wrong envelope");
-    }
-    let data = &response["data"];
-    for id in ["worker_id", "session_id", "run_id", "request_id"] {
-        if !data[id].is_string() || data[id] != request[id] {
-            return failed(&format!(
-                "the tool response {id} does not match the request"
-            ));
-        }
-    }
     match data["status"].as_str() {
         Some("succeeded") => format!("{route} succeeded: {}", data["result"]),
         Some("rejected") => format!("{route} rejected: {}", data["error"]),
@@ -61,52 +50,15 @@ pub(crate) fn call(
         Ok(ws) => ws,
         Err(err) => return format!("{route} failed: connection failed: {err}"),
     };
-    let outcome = converse(&mut ws, call, deadline, cancel);
-    match outcome {
+    let reply = transport::converse(&mut ws, &call.frame, deadline, cancel, Peer::Tool);
+    match reply {
         Ok(text) => {
             finish(&mut ws, deadline, cancel);
-            text
+            judge(&text, route, &call.frame["data"])
         }
         Err(reason) => {
             abort(&mut ws);
             format!("{route} failed: {reason}")
-        }
-    }
-}
-
-/// Sends the request and reads the one response.
-fn converse(
-    ws: &mut WebSocket<TcpStream>,
-    call: &RemoteCall,
-    deadline: Instant,
-    cancel: &Receiver<()>,
-) -> Result<String, String> {
-    ws.get_ref()
-        .set_read_timeout(Some(POLL))
-        .map_err(|err| err.to_string())?;
-    ws.send(Message::text(call.frame.to_string()))
-        .map_err(|err| format!("the request write failed: {err}"))?;
-    loop {
-        if cancelled(cancel) {
-            return Err("the run was cancelled".into());
-        }
-        if Instant::now() >= deadline {
-            return Err("timed out".into());
-        }
-        match ws.read() {
-            Ok(Message::Text(text)) => {
-                return Ok(judge(text.as_str(), &call.route, &call.frame["data"]))
-            }
-            Ok(Message::Binary(_)) => return Err("binary tool response".into()),
-            Ok(Message::Close(frame)) => {
-                let code = frame.map_or(0, |f| u16::from(f.code));
-                return Err(format!(
-                    "the hub closed the socket ({code}) without a response"
-                ));
-            }
-            Ok(_) => {}
-            Err(err) if timed_out(&err) => {}
-            Err(err) => return Err(format!("the tool socket failed: {err}")),
         }
     }
 }
@@ -129,13 +81,6 @@ fn finish(ws: &mut WebSocket<TcpStream>, deadline: Instant, cancel: &Receiver<()
             Err(_) => return,
         }
     }
-}
-
-/// Drops the exchange: a close frame if possible, then the socket.
-fn abort(ws: &mut WebSocket<TcpStream>) {
-    let _ = ws.close(None);
-    let _ = ws.flush();
-    let _ = ws.get_ref().shutdown(std::net::Shutdown::Both);
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! WebSocket client plumbing shared by the event connection, the
 //! confirmation client and the remote-tool client: `ws://` URL parsing
-//! (pure) and a blocking connect with deadlines. The worker is always the
+//! (pure), a blocking connect with deadlines, and the one-frame-out,
+//! one-reply-in exchange both one-shot clients perform ([`converse`]). The worker is always the
 //! client; it sends no auth header, cookie or subprotocol, only the
 //! configured path and query.
 //!
@@ -12,7 +13,9 @@ use std::io;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::{Duration, Instant};
 
-use tungstenite::WebSocket;
+use crossbeam_channel::Receiver;
+use serde_json::Value;
+use tungstenite::{Message, WebSocket};
 
 /// A parsed `ws://` or `wss://` endpoint.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -210,8 +213,153 @@ fn handshake_reason<S: tungstenite::handshake::HandshakeRole>(
     }
 }
 
+/// How long one read of a one-shot exchange waits before the cancel
+/// channel is checked again.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Which one-shot client an exchange belongs to; it words the failures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Peer {
+    /// The confirmation client (`confirmation_request` out).
+    Confirmation,
+    /// The remote-tool client (`tool_request` out).
+    Tool,
+}
+
+impl Peer {
+    /// The reply's `type`, how reasons name the reply, and the ids the
+    /// reply must echo.
+    fn reply(self) -> (&'static str, &'static str, [&'static str; 4]) {
+        match self {
+            Peer::Confirmation => (
+                "confirmation_response",
+                "confirmation response",
+                ["worker_id", "session_id", "run_id", "confirmation_id"],
+            ),
+            Peer::Tool => (
+                "tool_response",
+                "the tool response",
+                ["worker_id", "session_id", "run_id", "request_id"],
+            ),
+        }
+    }
+}
+
+/// Checks the envelope of a reply to `request` (the request's `data`):
+/// JSON, the peer's reply `type`, an object `data` that echoes each of the
+/// four ids as a string. Returns that `data`; `Err` is the reason.
+pub(crate) fn reply_data(text: &str, request: &Value, peer: Peer) -> Result<Value, String> {
+    let (kind, noun, ids) = peer.reply();
+    let Ok(mut response) = serde_json::from_str::<Value>(text) else {
+        return Err(format!("{noun} is not JSON"));
+    };
+    if response["type"] != kind || !response["data"].is_object() {
+        return Err(format!("{noun} has the wrong envelope"));
+    }
+    let data = response["data"].take();
+    for id in ids {
+        if !data[id].is_string() || data[id] != request[id] {
+            return Err(format!("{noun} {id} does not match the request"));
+        }
+    }
+    Ok(data)
+}
+
+/// Why a one-shot exchange produced no reply.
+#[derive(Debug)]
+enum Failure {
+    Cancelled,
+    /// The read timeout could not be set.
+    Setup(io::Error),
+    Write(tungstenite::Error),
+    Deadline,
+    Binary,
+    /// The hub's close frame (its code, 0 without one) came first.
+    Closed(u16),
+    Socket(tungstenite::Error),
+}
+
+impl Failure {
+    /// The reason text each client has always given.
+    fn describe(self, peer: Peer) -> String {
+        use Peer::{Confirmation, Tool};
+        match (self, peer) {
+            (Failure::Cancelled, _) => "the run was cancelled".into(),
+            (Failure::Setup(err), _) => err.to_string(),
+            (Failure::Write(err), Confirmation) => {
+                format!("confirmation request write failed: {err}")
+            }
+            (Failure::Write(err), Tool) => format!("the request write failed: {err}"),
+            (Failure::Deadline, Confirmation) => "confirmation timed out".into(),
+            (Failure::Deadline, Tool) => "timed out".into(),
+            (Failure::Binary, Confirmation) => "binary confirmation response".into(),
+            (Failure::Binary, Tool) => "binary tool response".into(),
+            (Failure::Closed(_), Confirmation) => {
+                "the hub closed the confirmation socket without a response".into()
+            }
+            (Failure::Closed(code), Tool) => {
+                format!("the hub closed the socket ({code}) without a response")
+            }
+            (Failure::Socket(err), Confirmation) => format!("confirmation socket failed: {err}"),
+            (Failure::Socket(err), Tool) => format!("the tool socket failed: {err}"),
+        }
+    }
+}
+
+/// Sends `frame` as one text message and reads the one text reply,
+/// polling `cancel` between short reads until `deadline`. Pings and pongs
+/// are skipped. `Err` is the reason, worded for `peer`; the caller then
+/// [`abort`]s the socket.
+pub(crate) fn converse(
+    ws: &mut WebSocket<TcpStream>,
+    frame: &Value,
+    deadline: Instant,
+    cancel: &Receiver<()>,
+    peer: Peer,
+) -> Result<String, String> {
+    exchange(ws, frame, deadline, cancel).map_err(|failure| failure.describe(peer))
+}
+
+fn exchange(
+    ws: &mut WebSocket<TcpStream>,
+    frame: &Value,
+    deadline: Instant,
+    cancel: &Receiver<()>,
+) -> Result<String, Failure> {
+    ws.get_ref()
+        .set_read_timeout(Some(POLL))
+        .map_err(Failure::Setup)?;
+    ws.send(Message::text(frame.to_string()))
+        .map_err(Failure::Write)?;
+    loop {
+        if cancelled(cancel) {
+            return Err(Failure::Cancelled);
+        }
+        if Instant::now() >= deadline {
+            return Err(Failure::Deadline);
+        }
+        match ws.read() {
+            Ok(Message::Text(text)) => return Ok(text.as_str().to_string()),
+            Ok(Message::Binary(_)) => return Err(Failure::Binary),
+            Ok(Message::Close(frame)) => {
+                return Err(Failure::Closed(frame.map_or(0, |f| u16::from(f.code))))
+            }
+            Ok(_) => {}
+            Err(err) if timed_out(&err) => {}
+            Err(err) => return Err(Failure::Socket(err)),
+        }
+    }
+}
+
+/// Drops an exchange: a close frame if possible, then the socket.
+pub(crate) fn abort(ws: &mut WebSocket<TcpStream>) {
+    let _ = ws.close(None);
+    let _ = ws.flush();
+    let _ = ws.get_ref().shutdown(std::net::Shutdown::Both);
+}
+
 /// Whether the run thread gave up on an exchange (it drops the sender).
-pub(crate) fn cancelled(cancel: &crossbeam_channel::Receiver<()>) -> bool {
+pub(crate) fn cancelled(cancel: &Receiver<()>) -> bool {
     matches!(
         cancel.try_recv(),
         Err(crossbeam_channel::TryRecvError::Disconnected)

@@ -199,6 +199,7 @@ pub enum ClientMsg {
     SubagentPolicy {
         session: String,
         policy: String,
+        request_id: Option<String>,
     },
     /// An unknown `type`: ignored by the hub (additive protocol), no reply.
     Unknown {
@@ -226,6 +227,40 @@ impl ClientMsg {
             Self::SubagentPolicy { .. } => "subagent_policy",
             Self::Unknown { kind } => kind,
         }
+    }
+
+    /// The `request_id` the client gave the message, for echoing in an
+    /// error (an input's is inside its `input` object).
+    pub fn request_id(&self) -> Option<&str> {
+        match self {
+            Self::Subscribe { request_id, .. }
+            | Self::History { request_id, .. }
+            | Self::Confirmation { request_id, .. }
+            | Self::SubagentPolicy { request_id, .. } => request_id.as_deref(),
+            Self::Input { input, .. } => input
+                .get("request_id")
+                .and_then(Value::as_str)
+                .filter(|id| valid_request_id(id)),
+            _ => None,
+        }
+    }
+
+    /// Whether the message may name a headless session: listing and
+    /// describing it, answering its confirmations, setting its operator
+    /// policy, and dropping a subscription. Everything else (subscription
+    /// and replay, input and history, signals, worker control, logs,
+    /// snapshots, deletion, configuration replacement) is refused with
+    /// `headless_restricted`.
+    pub fn allowed_for_headless(&self) -> bool {
+        matches!(
+            self,
+            Self::Confirmation { .. }
+                | Self::SubagentPolicy { .. }
+                | Self::Unsubscribe { .. }
+                | Self::ListSessions
+                | Self::Ping
+                | Self::Unknown { .. }
+        )
     }
 
     /// The session the message names, if it names one.
@@ -429,9 +464,15 @@ fn parse_object(mut obj: Map<String, Value>) -> Result<ClientMsg, PanelError> {
             let session = f.session()?;
             let policy = f.req_str("policy")?;
             if !POLICIES.contains(&policy.as_str()) {
-                return Err(f.one_of("policy", "ask, deny, approve", &policy));
+                let mut err = f.one_of("policy", "ask, deny, approve", &policy);
+                err.code = code::INVALID_POLICY;
+                return Err(err);
             }
-            ClientMsg::SubagentPolicy { session, policy }
+            ClientMsg::SubagentPolicy {
+                session,
+                policy,
+                request_id: f.opt_request_id()?,
+            }
         }
         _ => return Ok(ClientMsg::Unknown { kind: kind_str }),
     };
@@ -506,12 +547,16 @@ impl Fields<'_> {
     }
 
     /// The id of a session to create: present, a string, and valid for a
-    /// new session; anything else is `invalid_session`.
+    /// new session; anything else is `invalid_session`. A well-formed id
+    /// in the reserved `subagent-` namespace passes here: the dispatcher
+    /// answers `headless_restricted` when it names a headless child and
+    /// `invalid_session` otherwise.
     fn new_session(&self) -> Result<String, PanelError> {
         let invalid = |m: String| PanelError::new(code::INVALID_SESSION, m);
         match self.get("session") {
             Some(Value::String(s)) => match session::check_new_id(s) {
                 Ok(()) => Ok(s.clone()),
+                Err(_) if session::is_valid_id(s) => Ok(s.clone()),
                 Err(e) => Err(invalid(format!("{}: {e}", self.msg))),
             },
             Some(other) => Err(invalid(format!(
@@ -1083,10 +1128,20 @@ mod tests {
             json!({"v": 1, "type": "create_session", "session": ""}),
             json!({"v": 1, "type": "create_session", "session": "a b"}),
             json!({"v": 1, "type": "create_session", "session": "x".repeat(129)}),
-            json!({"v": 1, "type": "create_session", "session": "subagent-x"}),
+            json!({"v": 1, "type": "create_session", "session": "a/subagent-x"}),
         ] {
             assert_eq!(err_of(bad.clone()).code, code::INVALID_SESSION, "{bad}");
         }
+        // The reserved namespace is judged by the dispatcher, which knows
+        // whether the id names a headless child (headless_restricted) or
+        // nothing (invalid_session).
+        assert_eq!(
+            parse(json!({"v": 1, "type": "create_session", "session": "subagent-x"})).unwrap(),
+            ClientMsg::CreateSession {
+                session: "subagent-x".into(),
+                spec: None
+            }
+        );
     }
 
     #[test]
@@ -1236,12 +1291,17 @@ mod tests {
                 .unwrap(),
                 ClientMsg::SubagentPolicy {
                     session: "s".into(),
-                    policy: policy.to_string()
+                    policy: policy.to_string(),
+                    request_id: None,
                 }
             );
         }
         assert_eq!(
             err_of(json!({"v": 1, "type": "subagent_policy", "session": "s", "policy": "x"})).code,
+            code::INVALID_POLICY
+        );
+        assert_eq!(
+            err_of(json!({"v": 1, "type": "subagent_policy", "session": "s", "policy": 1})).code,
             code::BAD_MESSAGE
         );
     }

@@ -36,7 +36,7 @@ pub fn handle(hub: &Arc<Hub>, rq: Request, query: &str) {
         Ok(key) => key,
         Err(err) => return http::respond_error(rq, &err),
     };
-    let accepted = match ws::accept(rq, &key, MAX_CLIENT_MESSAGE) {
+    let accepted = match ws::accept_with(rq, &key, MAX_CLIENT_MESSAGE, ws::SMALL_READ_BUFFER) {
         Ok(accepted) => accepted,
         Err(err) => {
             log::debug!("panel upgrade failed: {err}");
@@ -182,6 +182,22 @@ fn dispatch(hub: &Arc<Hub>, panel: &Arc<PanelConn>, text: &str) {
             return reply_error(panel, err.code, &err.message, request_id.as_deref());
         }
     };
+    // Headless sessions: only listing, description, confirmations and the
+    // operator policy (seed 002); the same check guards the JSON API.
+    if let Some(session) = msg.session() {
+        if !msg.allowed_for_headless() && hub.is_headless(session) {
+            return reply_error(
+                panel,
+                protocol::code::HEADLESS_RESTRICTED,
+                &format!(
+                    "{} is not available for the headless session {}: it is driven by its parent worker",
+                    msg.kind(),
+                    crate::worker::display::quote(session)
+                ),
+                msg.request_id(),
+            );
+        }
+    }
     let known = |id: &str| -> bool {
         if hub.describe_session(id).is_some() {
             true
@@ -401,12 +417,53 @@ fn dispatch(hub: &Arc<Hub>, panel: &Arc<PanelConn>, text: &str) {
                 ),
             }
         }
-        ClientMsg::SubagentPolicy { .. } => reply_error(
+        ClientMsg::SubagentPolicy {
+            session,
+            policy,
+            request_id,
+        } => subagent_policy(hub, panel, &session, &policy, request_id.as_deref()),
+    }
+}
+
+/// `subagent_policy`: sets a headless child's operator policy (new
+/// confirmation requests only) and answers `accepted {policy}`;
+/// `invalid_policy` for an ordinary session or an unknown value,
+/// `unknown_session` when there is no such session.
+fn subagent_policy(
+    hub: &Hub,
+    panel: &PanelConn,
+    session: &str,
+    policy: &str,
+    request_id: Option<&str>,
+) {
+    use crate::subagents::{child::Policy, family};
+    let Some(policy) = Policy::parse(policy) else {
+        return reply_error(
             panel,
-            "invalid_policy",
-            "safety policy operations require a headless session",
-            None,
-        ),
+            protocol::code::INVALID_POLICY,
+            "policy must be one of ask, deny, approve",
+            request_id,
+        );
+    };
+    match family::set_policy(hub, session, policy) {
+        Ok(_) => {
+            send(
+                panel,
+                &protocol::accepted(
+                    "subagent_policy",
+                    Some(session),
+                    json!({"policy": policy.as_str()}),
+                    request_id,
+                ),
+            );
+        }
+        Err(refusal) => {
+            let code = match refusal.code {
+                "not_found" => protocol::code::UNKNOWN_SESSION,
+                other => other,
+            };
+            reply_error(panel, code, &refusal.message, request_id);
+        }
     }
 }
 

@@ -96,6 +96,11 @@ pub fn start(hub: &Arc<Hub>, id: &str, spec: Option<&Value>) -> StartResult {
     if hub.is_shutting_down() {
         return StartResult::failed("the hub is shutting down".into());
     }
+    if let Some(reason) = hub.family.blocked() {
+        return StartResult::failed(format!(
+            "worker launches are blocked until the subagent storage is repaired: {reason}"
+        ));
+    }
     let lifecycle_id = uuid::Uuid::new_v4().to_string();
     // Reserve the start under the lock: a second start is refused.
     let reserved = hub.with_session(id, |s| {
@@ -121,6 +126,11 @@ pub fn start(hub: &Arc<Hub>, id: &str, spec: Option<&Value>) -> StartResult {
         Some(Err(err)) => return StartResult::failed(err),
         Some(Ok(v)) => v,
     };
+    // The lifecycle id is durable, so it means the same after a restart
+    // (recovery requests name it).
+    if let Err(err) = hub.store().set_lifecycle_id(id, &lifecycle_id) {
+        log::warn!("session {id}: lifecycle id not stored: {err}");
+    }
     match spawn(hub, id, &lifecycle_id, current_spec, spec, &token) {
         Ok(result) => result,
         Err(error) => {
@@ -195,6 +205,20 @@ fn spawn(
         .map_err(|e| format!("cannot write {}: {e}", config_path.display()))?;
     spec = render::spec_from_document(&spec, &document);
     hub.persist_spec(id, &spec);
+    // This incarnation's startup snapshot: what a clean fork of it starts
+    // from, whatever later edits or payload options change.
+    let launch_text = serde_json::to_string_pretty(&spec).map_err(|e| e.to_string())?;
+    for (name, bytes) in [
+        (crate::subagents::family::STARTUP_WORKER, text.as_bytes()),
+        (
+            crate::subagents::family::STARTUP_LAUNCH,
+            launch_text.as_bytes(),
+        ),
+    ] {
+        let path = config_dir.join(name);
+        fsutil::write_private_atomic(&path, bytes)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    }
 
     let self_exe =
         std::env::current_exe().map_err(|e| format!("cannot locate this executable: {e}"))?;
@@ -321,6 +345,7 @@ fn spawn(
                 let _ = reader.join();
             }
             reap_orphans(&hub2);
+            crate::subagents::family::process_gone(&hub2, &sid);
         })
         .map_err(|e| format!("cannot start the waiter thread: {e}"))?;
     Ok(StartResult {
@@ -391,6 +416,7 @@ pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopR
         Some(Err(result)) => return done(result),
         Some(Ok(v)) => v,
     };
+    crate::subagents::family::freeze_descendants(hub, id);
     hub.notify(Note::Process {
         session: id.to_string(),
         process: described,
@@ -597,6 +623,7 @@ pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
                 while !pinned.wait_exit(Duration::from_secs(3600)) {}
                 // Not our child: no exit status is available.
                 process_ended(&hub2, &id, &lifecycle_id, None, None);
+                crate::subagents::family::process_gone(&hub2, &id);
             });
     }
 }

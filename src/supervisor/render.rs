@@ -289,6 +289,34 @@ pub fn refresh(
     Ok(doc)
 }
 
+/// A clean child's worker document from its parent's startup snapshot
+/// (`startup`, the text of `startup-worker.yaml`): the parent's providers,
+/// prompts, plugins and settings are kept; the persistence root moves to
+/// `child_dir` with `restore: if_present`; confirmations and remote tools
+/// are always on for a child. Endpoints are filled in by [`refresh`] at
+/// launch, so the ones from the parent are cleared here: the child never
+/// holds its parent's token.
+pub fn fork_document(
+    startup: &str,
+    child_dir: &Path,
+    tools_timeout_ms: u64,
+) -> Result<Value, RenderError> {
+    let blank = Endpoints {
+        events: String::new(),
+        confirm: String::new(),
+        tools: String::new(),
+    };
+    let mut doc = refresh(startup, child_dir, &blank)?;
+    let root = doc.as_object_mut().expect("refresh returns an object");
+    mapping(root, &["persistence"])?.insert("restore".into(), json!("if_present"));
+    let remote = mapping(root, &["hub_remote_call"])?;
+    remote.insert("endpoint".into(), json!(""));
+    remote
+        .entry("timeout_ms")
+        .or_insert_with(|| json!(tools_timeout_ms));
+    Ok(doc)
+}
+
 /// The mapping at `path` under `root`, created (empty) where it is missing
 /// or `null`; an error where something else is in the way.
 fn mapping<'a>(
@@ -635,6 +663,40 @@ mod tests {
         // Refreshing twice changes nothing more.
         let again = refresh(&doc.to_string(), Path::new(SESSION), &eps()).unwrap();
         assert_eq!(again.to_string(), doc.to_string());
+    }
+
+    #[test]
+    fn fork_documents_keep_the_parent_settings_but_nothing_of_its_identity() {
+        let parent = refresh(EDITED, Path::new(SESSION), &eps()).unwrap();
+        let mut without_tools = parent.clone();
+        without_tools
+            .as_object_mut()
+            .unwrap()
+            .remove("hub_remote_call");
+        for startup in [parent.to_string(), without_tools.to_string()] {
+            let child = fork_document(&startup, Path::new("/data/subagents/c"), 5000).unwrap();
+            // Settings are the parent's.
+            assert_eq!(child["providers"], parent["providers"]);
+            assert_eq!(child["zzz_first"], parent["zzz_first"]);
+            // A fresh root, restored only if present, and no parent token.
+            assert_eq!(child["persistence"]["directory"], "/data/subagents/c");
+            assert_eq!(child["persistence"]["restore"], "if_present");
+            assert!(!child.to_string().contains("tok"), "{child}");
+            // Confirmations and remote tools are always on for a child.
+            assert!(child["security"]["confirmation"].is_object());
+            assert!(child["hub_remote_call"].is_object());
+            // The launch-time refresh fills the child's own endpoints in.
+            let launched = refresh(
+                &child.to_string(),
+                Path::new("/data/subagents/c"),
+                &endpoints("127.0.0.1", 8800, 8801, "c", "child-token"),
+            )
+            .unwrap();
+            assert!(launched["hub_remote_call"]["endpoint"]
+                .as_str()
+                .unwrap()
+                .contains("/agent/c/tools?token=child-token"));
+        }
     }
 
     #[test]

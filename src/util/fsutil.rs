@@ -60,3 +60,27 @@ pub fn write_private_new(path: &Path, bytes: &[u8]) -> io::Result<bool> {
     file.sync_all()?;
     Ok(true)
 }
+
+/// Largest file [`read_private_file`] reads.
+pub const MAX_READ_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Reads a hub-owned UTF-8 file without following a symbolic link in its
+/// place, refusing anything but a regular file of at most
+/// [`MAX_READ_BYTES`].
+pub fn read_private_file(path: &Path) -> io::Result<String> {
+    use std::io::Read;
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() || meta.len() > MAX_READ_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            "not a regular file of a readable size",
+        ));
+    }
+    let mut text = String::new();
+    file.take(MAX_READ_BYTES).read_to_string(&mut text)?;
+    Ok(text)
+}

@@ -35,6 +35,30 @@ pub struct Line {
     pub truncated_bytes: u64,
 }
 
+/// One finished line, borrowed from the input (or, for a line that spans
+/// pushes, from the splitter) for the duration of the callback.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LineRef<'a> {
+    /// As [`Line::text`].
+    pub text: &'a str,
+    /// As [`Line::truncated_bytes`].
+    pub truncated_bytes: u64,
+}
+
+impl LineRef<'_> {
+    /// An owned copy.
+    pub fn to_line(&self) -> Line {
+        Line {
+            text: self.text.to_owned(),
+            truncated_bytes: self.truncated_bytes,
+        }
+    }
+}
+
+/// Line-buffer capacity kept between lines; a larger buffer (left by a
+/// long line) is released once that line is out.
+const KEEP_LINE_CAPACITY: usize = 4 * 1024;
+
 /// The decoder and splitter of one pipe (stdout and stderr each own one).
 #[derive(Debug)]
 pub struct LineSplitter {
@@ -83,11 +107,26 @@ impl LineSplitter {
         self.line.capacity() + self.pending_len + usize::from(self.cr_pending)
     }
 
-    /// Feeds one read's bytes; complete lines are appended to `out`.
+    /// Feeds one read's bytes; complete lines are appended to `out` (one
+    /// `String` each; [`push_with`](Self::push_with) allocates none).
     pub fn push(&mut self, bytes: &[u8], out: &mut Vec<Line>) {
+        self.push_with(bytes, |line| out.push(line.to_line()));
+    }
+
+    /// End of stream, appending to `out`; see [`finish_with`](Self::finish_with).
+    pub fn finish(&mut self, out: &mut Vec<Line>) {
+        self.finish_with(|line| out.push(line.to_line()));
+    }
+
+    /// Feeds one read's bytes and hands each complete line to `emit`, in
+    /// order. A line that lies within `bytes` is handed over as a slice of
+    /// it (no copy, no allocation); only a line that spans pushes, or is
+    /// truncated, passes through the splitter's own buffer.
+    pub fn push_with<F: FnMut(LineRef<'_>)>(&mut self, bytes: &[u8], mut emit: F) {
+        let emit = &mut emit;
         let mut rest = bytes;
         while self.pending_len > 0 && !rest.is_empty() {
-            rest = self.resolve_pending(rest, out);
+            rest = self.resolve_pending(rest, emit);
         }
         if rest.is_empty() {
             return;
@@ -96,43 +135,99 @@ impl LineSplitter {
         let (body, tail) = rest.split_at(split);
         // The body never ends inside a sequence that more bytes could
         // complete: one cut short there is followed by the tail's lead byte.
-        self.decode(body, false, out);
-        self.decode(tail, true, out);
+        self.decode(body, false, emit);
+        self.decode(tail, true, emit);
     }
 
     /// End of stream: flushes the final partial line, if any. An incomplete
     /// final UTF-8 sequence becomes U+FFFD and a final CR is stripped.
     /// The splitter is then ready for a new stream.
-    pub fn finish(&mut self, out: &mut Vec<Line>) {
+    pub fn finish_with<F: FnMut(LineRef<'_>)>(&mut self, mut emit: F) {
+        let emit = &mut emit;
         if self.pending_len > 0 {
             self.pending_len = 0;
-            self.feed(REPLACEMENT, out);
+            self.feed(REPLACEMENT, emit);
         }
         let started = self.cr_pending || self.discarded > 0 || !self.line.is_empty();
         self.cr_pending = false;
         if started {
-            self.emit(out);
+            self.emit(emit);
         }
+        self.line = String::new();
     }
 
     /// Decodes `bytes` (starting on a sequence boundary). An incomplete
     /// sequence at the end is kept as pending when `may_continue`, replaced
     /// otherwise.
-    fn decode(&mut self, mut bytes: &[u8], may_continue: bool, out: &mut Vec<Line>) {
+    fn decode<F: FnMut(LineRef<'_>)>(
+        &mut self,
+        mut bytes: &[u8],
+        may_continue: bool,
+        emit: &mut F,
+    ) {
+        while !bytes.is_empty() {
+            let valid = utf8_valid_up_to(bytes);
+            if valid > 0 {
+                debug_assert!(std::str::from_utf8(&bytes[..valid]).is_ok());
+                // SAFETY: `utf8_valid_up_to` returns the length of a prefix
+                // that is well-formed UTF-8 by the Unicode table 3-7 rules
+                // (the same as `std::str::from_utf8`, which the unit tests
+                // and the `line_splitter` fuzz target check it against).
+                let text = unsafe { std::str::from_utf8_unchecked(&bytes[..valid]) };
+                self.feed(text, emit);
+            }
+            let rest = &bytes[valid..];
+            if rest.is_empty() {
+                return;
+            }
+            // The sequence at `rest[0]` is invalid or cut short: the
+            // standard decoder classifies it from at most 4 bytes.
+            let window = &rest[..rest.len().min(4)];
+            match std::str::from_utf8(window) {
+                Err(err) if err.valid_up_to() == 0 => match err.error_len() {
+                    Some(n) => {
+                        self.feed(REPLACEMENT, emit);
+                        bytes = &rest[n..];
+                    }
+                    // An unexpected end inside 4 bytes: `rest` is the end.
+                    None if may_continue && rest.len() < 4 => {
+                        self.pending[..rest.len()].copy_from_slice(rest);
+                        self.pending_len = rest.len();
+                        return;
+                    }
+                    None => {
+                        self.feed(REPLACEMENT, emit);
+                        return;
+                    }
+                },
+                // Not reachable while the fast check agrees with std;
+                // decoded the slow way to stay total.
+                _ => return self.decode_std(rest, may_continue, emit),
+            }
+        }
+    }
+
+    /// `decode` with the standard decoder only.
+    fn decode_std<F: FnMut(LineRef<'_>)>(
+        &mut self,
+        mut bytes: &[u8],
+        may_continue: bool,
+        emit: &mut F,
+    ) {
         while !bytes.is_empty() {
             match std::str::from_utf8(bytes) {
                 Ok(text) => {
-                    self.feed(text, out);
+                    self.feed(text, emit);
                     return;
                 }
                 Err(err) => {
                     let valid = err.valid_up_to();
                     if valid > 0 {
-                        self.feed(std::str::from_utf8(&bytes[..valid]).unwrap_or(""), out);
+                        self.feed(std::str::from_utf8(&bytes[..valid]).unwrap_or(""), emit);
                     }
                     match err.error_len() {
                         Some(n) => {
-                            self.feed(REPLACEMENT, out);
+                            self.feed(REPLACEMENT, emit);
                             bytes = bytes.get(valid + n..).unwrap_or(&[]);
                         }
                         None if may_continue && bytes.len() - valid < 4 => {
@@ -142,7 +237,7 @@ impl LineSplitter {
                             return;
                         }
                         None => {
-                            self.feed(REPLACEMENT, out);
+                            self.feed(REPLACEMENT, emit);
                             return;
                         }
                     }
@@ -153,7 +248,11 @@ impl LineSplitter {
 
     /// Decodes the first unit of `pending ++ bytes` and returns the input
     /// left after it.
-    fn resolve_pending<'a>(&mut self, bytes: &'a [u8], out: &mut Vec<Line>) -> &'a [u8] {
+    fn resolve_pending<'a, F: FnMut(LineRef<'_>)>(
+        &mut self,
+        bytes: &'a [u8],
+        emit: &mut F,
+    ) -> &'a [u8] {
         let held = self.pending_len;
         let take = bytes.len().min(4);
         let mut tmp = [0u8; 8];
@@ -163,7 +262,7 @@ impl LineSplitter {
         let used = match std::str::from_utf8(tmp) {
             Err(err) if err.valid_up_to() == 0 => match err.error_len() {
                 Some(n) => {
-                    self.feed(REPLACEMENT, out);
+                    self.feed(REPLACEMENT, emit);
                     n
                 }
                 None => {
@@ -174,10 +273,10 @@ impl LineSplitter {
                     return &[];
                 }
             },
-            Ok(text) => self.feed_first_char(text, out),
+            Ok(text) => self.feed_first_char(text, emit),
             Err(err) => {
                 let text = std::str::from_utf8(&tmp[..err.valid_up_to()]).unwrap_or("");
-                self.feed_first_char(text, out)
+                self.feed_first_char(text, emit)
             }
         };
         if used < held {
@@ -192,21 +291,21 @@ impl LineSplitter {
     }
 
     /// Feeds the first character of `text`, returning its byte length.
-    fn feed_first_char(&mut self, text: &str, out: &mut Vec<Line>) -> usize {
+    fn feed_first_char<F: FnMut(LineRef<'_>)>(&mut self, text: &str, emit: &mut F) -> usize {
         let n = text.chars().next().map_or(1, char::len_utf8);
-        self.feed(text.get(..n).unwrap_or(""), out);
+        self.feed(text.get(..n).unwrap_or(""), emit);
         n
     }
 
     /// Splits decoded text into lines.
-    fn feed(&mut self, mut text: &str, out: &mut Vec<Line>) {
+    fn feed<F: FnMut(LineRef<'_>)>(&mut self, mut text: &str, emit: &mut F) {
         if text.is_empty() {
             return;
         }
         if self.cr_pending {
             self.cr_pending = false;
             if let Some(after) = text.strip_prefix('\n') {
-                self.emit(out);
+                self.emit(emit);
                 text = after;
             } else {
                 self.add("\r");
@@ -216,13 +315,13 @@ impl LineSplitter {
             let segment = &text[..lf];
             let segment = segment.strip_suffix('\r').unwrap_or(segment);
             if self.line.is_empty() && self.discarded == 0 && segment.len() <= self.cap {
-                out.push(Line {
-                    text: segment.to_owned(),
+                emit(LineRef {
+                    text: segment,
                     truncated_bytes: 0,
                 });
             } else {
                 self.add(segment);
-                self.emit(out);
+                self.emit(emit);
             }
             text = &text[lf + 1..];
         }
@@ -258,19 +357,90 @@ impl LineSplitter {
     }
 
     /// Ends the current line.
-    fn emit(&mut self, out: &mut Vec<Line>) {
-        let mut text = std::mem::take(&mut self.line);
+    fn emit<F: FnMut(LineRef<'_>)>(&mut self, emit: &mut F) {
         let truncated_bytes = std::mem::take(&mut self.discarded);
         if truncated_bytes > 0 {
             let annotation = truncation_annotation(truncated_bytes);
-            text.reserve_exact(annotation.len());
+            let mut text = String::with_capacity(self.line.len() + annotation.len());
+            text.push_str(&self.line);
             text.push_str(&annotation);
+            emit(LineRef {
+                text: &text,
+                truncated_bytes,
+            });
+        } else {
+            emit(LineRef {
+                text: &self.line,
+                truncated_bytes: 0,
+            });
         }
-        out.push(Line {
-            text,
-            truncated_bytes,
-        });
+        if self.line.capacity() > KEEP_LINE_CAPACITY {
+            self.line = String::new();
+        } else {
+            self.line.clear();
+        }
     }
+}
+
+/// The length of the longest prefix of `bytes` that is well-formed UTF-8
+/// and ends on a character boundary: it stops before the first sequence
+/// that is invalid or cut short by the end. ASCII is checked 16 bytes at a
+/// time; each multi-byte sequence is checked against Unicode table 3-7 (the
+/// rules `std::str::from_utf8` applies), so text with a non-ASCII
+/// character every few bytes does not fall back to a byte loop.
+pub fn utf8_valid_up_to(bytes: &[u8]) -> usize {
+    const HI: u128 = 0x8080_8080_8080_8080_8080_8080_8080_8080;
+    let n = bytes.len();
+    let mut i = 0;
+    let cont = |b: u8| b & 0xC0 == 0x80;
+    while i < n {
+        // ASCII: skip whole 32-byte, then 16-byte blocks, then land on
+        // the first non-ASCII byte.
+        while let Some(block) = bytes.get(i..i + 32) {
+            let (a, b) = block.split_at(16);
+            let a = u128::from_le_bytes(<[u8; 16]>::try_from(a).unwrap_or([0x80; 16]));
+            let b = u128::from_le_bytes(<[u8; 16]>::try_from(b).unwrap_or([0x80; 16]));
+            if (a | b) & HI != 0 {
+                break;
+            }
+            i += 32;
+        }
+        while let Some(block) = bytes.get(i..i + 16) {
+            let word = u128::from_le_bytes(<[u8; 16]>::try_from(block).unwrap_or([0x80; 16]));
+            let high = word & HI;
+            if high != 0 {
+                i += (high.trailing_zeros() / 8) as usize;
+                break;
+            }
+            i += 16;
+        }
+        let Some(&lead) = bytes.get(i) else {
+            return n;
+        };
+        if lead < 0x80 {
+            i += 1;
+            continue;
+        }
+        let b1 = bytes.get(i + 1).copied().unwrap_or(0);
+        let width = match lead {
+            0xC2..=0xDF if cont(b1) => 2,
+            0xE0 if (0xA0..=0xBF).contains(&b1) => 3,
+            0xE1..=0xEC | 0xEE..=0xEF if cont(b1) => 3,
+            0xED if (0x80..=0x9F).contains(&b1) => 3,
+            0xF0 if (0x90..=0xBF).contains(&b1) => 4,
+            0xF1..=0xF3 if cont(b1) => 4,
+            0xF4 if (0x80..=0x8F).contains(&b1) => 4,
+            _ => return i,
+        };
+        if width >= 3 && !cont(bytes.get(i + 2).copied().unwrap_or(0)) {
+            return i;
+        }
+        if width == 4 && !cont(bytes.get(i + 3).copied().unwrap_or(0)) {
+            return i;
+        }
+        i += width;
+    }
+    n
 }
 
 /// The largest char boundary of `text` at or below `limit`.
@@ -671,6 +841,53 @@ mod tests {
                 .collect();
             assert_eq!(find_lf(&v), v.iter().position(|&b| b == b'\n'), "{v:?}");
         }
+    }
+
+    #[test]
+    fn fast_validation_agrees_with_std() {
+        let std_valid = |b: &[u8]| match std::str::from_utf8(b) {
+            Ok(_) => b.len(),
+            Err(e) => e.valid_up_to(),
+        };
+        let mut rng = Rng::new(0x5851_F42D_4C95_7F2D);
+        for _ in 0..20_000 {
+            let len = rng.below(70);
+            let mut v: Vec<u8> = Vec::with_capacity(len + 8);
+            while v.len() < len {
+                match rng.below(5) {
+                    0 => v.push(rng.byte()),
+                    1 => v.extend_from_slice(rng.pick(PIECES)),
+                    2 => v.push(0x80 | (rng.byte() & 0x3F)),
+                    _ => v.push(b' ' + (rng.byte() % 90)),
+                }
+            }
+            assert_eq!(utf8_valid_up_to(&v), std_valid(&v), "{v:?}");
+        }
+        // Every lead byte with every second byte, and the longest cases.
+        for lead in 0u8..=255 {
+            for second in 0u8..=255 {
+                for third in [0x80, 0xBF, 0x41, 0xC0] {
+                    let v = [b'a', lead, second, third, 0x80, b'z'];
+                    assert_eq!(utf8_valid_up_to(&v), std_valid(&v), "{v:?}");
+                    assert_eq!(utf8_valid_up_to(&v[..3]), std_valid(&v[..3]), "{v:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn lines_within_a_push_are_borrowed_not_copied() {
+        let mut s = LineSplitter::new();
+        let input = b"one\r\ntwo\nthr";
+        let mut seen = Vec::new();
+        s.push_with(input, |l| {
+            let range = input.as_ptr_range();
+            assert!(range.contains(&l.text.as_ptr()), "{l:?} not borrowed");
+            seen.push(l.to_line());
+        });
+        s.push_with(b"ee\n", |l| seen.push(l.to_line()));
+        s.finish_with(|l| seen.push(l.to_line()));
+        assert_eq!(texts(&seen), ["one", "two", "three"]);
     }
 
     #[test]

@@ -10,6 +10,7 @@ pub mod fsutil;
 mod fuzz_regressions;
 pub mod line_splitter;
 pub mod log_ring;
+pub mod sha256;
 #[cfg(test)]
 pub mod testkit;
 pub mod time;

@@ -6,6 +6,15 @@
 //! Decisions come from operators through [`decide`] on any thread: it marks
 //! the prompt decided under the session lock, then writes the response
 //! after unlocking. The socket thread polls its deadlines every 250 ms.
+//!
+//! A headless child's prompt becomes decidable only when its worker is
+//! verified live *and* the request's run is the child's active run. At
+//! that moment (under the same lock) the child's operator policy applies:
+//! `deny` or `approve` settles the prompt at once, the same way an
+//! operator decision does; `ask` leaves it open for operators. The policy
+//! is read only then, so a later policy change never touches a prompt that
+//! is already open. Disconnection, expiry, a stale identity or a stopping
+//! child never approve anything.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,6 +25,7 @@ use tungstenite::{Error as WsError, Message};
 use super::payload::{self, ConfirmationRequest};
 use crate::hub::{Hub, Note};
 use crate::session::{IdentityState, Prompt, PromptState, Session, PROMPT_PREVIEW_BYTES};
+use crate::subagents::child::Policy;
 use crate::util::time;
 use crate::ws::{close, Accepted, FrameWriter};
 
@@ -64,12 +74,12 @@ pub fn decide(
     let now = time::now_rfc3339();
     let outcome = hub
         .with_session(session_id, |s| {
-            let prompt = s
+            let index = s
                 .prompts
-                .iter_mut()
-                .find(|p| p.request.confirmation_id == confirmation_id)
+                .iter()
+                .position(|p| p.request.confirmation_id == confirmation_id)
                 .ok_or(DecideError::Unknown)?;
-            match prompt.state {
+            match s.prompts[index].state {
                 PromptState::AwaitingDecision => {}
                 PromptState::AwaitingIdentity => {
                     return Err(DecideError::Rejected(
@@ -78,11 +88,11 @@ pub fn decide(
                 }
                 PromptState::Decided => return Err(DecideError::Rejected("already answered")),
             }
-            settle(prompt, approved, reason.map(str::to_string), &now);
+            let (writer, response) = settle_at(s, index, approved, reason, &now);
             Ok((
-                prompt.writer.clone(),
-                response_text(&prompt.request, approved, reason),
-                prompt.describe(session_id, PROMPT_PREVIEW_BYTES),
+                writer,
+                response,
+                s.describe_prompt(&s.prompts[index], PROMPT_PREVIEW_BYTES),
             ))
         })
         .ok_or(DecideError::Unknown)??;
@@ -105,6 +115,77 @@ fn settle(prompt: &mut Prompt, approved: bool, reason: Option<String>, now: &str
     prompt.decision = Some(approved);
     prompt.reason = reason;
     prompt.settled_at = Some(now.to_string());
+}
+
+/// Settles the decidable prompt at `index` and returns its writer and the
+/// response to write once the lock is released. The one decision path of
+/// operators ([`decide`]) and of a headless child's policy.
+fn settle_at(
+    s: &mut Session,
+    index: usize,
+    approved: bool,
+    reason: Option<&str>,
+    now: &str,
+) -> (Arc<FrameWriter>, String) {
+    let prompt = &mut s.prompts[index];
+    settle(prompt, approved, reason.map(str::to_string), now);
+    (
+        prompt.writer.clone(),
+        response_text(&prompt.request, approved, reason),
+    )
+}
+
+/// What a headless child's operator policy answers to a request that just
+/// became decidable: `Some(false)` for deny, `Some(true)` for approve,
+/// `None` for ask (operators decide) and for ordinary sessions. A child on
+/// its way out never approves.
+fn policy_answer(s: &Session) -> Option<bool> {
+    let child = s.subagent.as_ref()?;
+    match child.policy {
+        Policy::Ask => None,
+        Policy::Deny => Some(false),
+        Policy::Approve if child.lifecycle.is_closing() || child.frozen => None,
+        Policy::Approve => Some(true),
+    }
+}
+
+/// The reason sent with a policy decision.
+fn policy_reason(approved: bool) -> &'static str {
+    if approved {
+        "approved by the subagent's operator policy"
+    } else {
+        "denied by the subagent's operator policy"
+    }
+}
+
+/// A decision made by a headless child's policy, to write after unlocking.
+struct AutoAnswer {
+    writer: Arc<FrameWriter>,
+    response: String,
+    approved: bool,
+}
+
+/// Applies the child's policy to the prompt at `index`, which has just
+/// become decidable (verified live worker, active run).
+fn auto_answer(s: &mut Session, index: usize, now: &str) -> Option<AutoAnswer> {
+    let approved = policy_answer(s)?;
+    let (writer, response) = settle_at(s, index, approved, Some(policy_reason(approved)), now);
+    Some(AutoAnswer {
+        writer,
+        response,
+        approved,
+    })
+}
+
+/// Writes a policy decision (after the lock is released).
+fn deliver_auto(session_id: &str, confirmation_id: &str, auto: &AutoAnswer) {
+    let verb = if auto.approved { "approved" } else { "denied" };
+    log::info!(
+        "session {session_id}: confirmation {confirmation_id} {verb} by the subagent policy"
+    );
+    if let Err(err) = auto.writer.send_text(&auto.response) {
+        log::warn!("session {session_id}: decision for {confirmation_id} not delivered: {err}");
+    }
 }
 
 fn response_text(request: &ConfirmationRequest, approved: bool, reason: Option<&str>) -> String {
@@ -186,12 +267,31 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
         let now = Instant::now();
         let state = hub.with_session(&session_id, |s| {
             let before = prompt_state(s, &confirmation_id);
-            let polled = poll(s, &confirmation_id, now >= hold_until);
+            let mut polled = poll(s, &confirmation_id, now >= hold_until);
             let verified = before == Some(PromptState::AwaitingIdentity)
                 && matches!(polled, Some((PromptState::AwaitingDecision, _)));
-            (polled, verified)
+            // Just became decidable: a headless child's policy may answer.
+            let auto = if verified {
+                let index = s
+                    .prompts
+                    .iter()
+                    .position(|p| p.request.confirmation_id == confirmation_id);
+                let auto = index.and_then(|i| auto_answer(s, i, &time::now_rfc3339()));
+                if auto.is_some() {
+                    if let Some((state, _)) = polled.as_mut() {
+                        *state = PromptState::Decided;
+                    }
+                }
+                auto
+            } else {
+                None
+            };
+            (polled, verified, auto)
         });
-        let state = state.map(|(polled, verified)| {
+        let state = state.map(|(polled, verified, auto)| {
+            if let Some(auto) = &auto {
+                deliver_auto(&session_id, &confirmation_id, auto);
+            }
             if verified {
                 // The event socket named the worker: the prompt can now be
                 // decided, and every panel must hear that.
@@ -272,19 +372,21 @@ fn register(
             .iter()
             .any(|p| p.request.confirmation_id == request.confirmation_id)
         {
-            return (Registered::Duplicate, None);
+            return (Registered::Duplicate, None, None);
         }
         if s.prompts.len() >= MAX_OPEN_PROMPTS {
             let reason = "capacity exhausted: too many open confirmations";
             return (
                 Registered::Full(response_text(&request, false, Some(reason))),
                 None,
+                None,
             );
         }
-        let (state, step) = judge(s, &request.worker_id);
+        let (state, step) = judge(s, &request);
+        let decidable = state == PromptState::AwaitingDecision && matches!(step, Step::Wait);
         s.prompts.push(Prompt {
             conn_id,
-            verified: state == PromptState::AwaitingDecision && matches!(step, Step::Wait),
+            verified: decidable,
             identity_state: s.identity,
             request,
             state,
@@ -295,15 +397,24 @@ fn register(
             reason: None,
             writer: writer.clone(),
         });
-        let described = s
-            .prompts
-            .last()
-            .map(|p| p.describe(session_id, PROMPT_PREVIEW_BYTES));
-        (Registered::Open(step), described)
+        // Decidable on arrival: a headless child's policy may answer now,
+        // before any panel is told, so no operator sees it open.
+        let index = s.prompts.len() - 1;
+        let auto = if decidable {
+            auto_answer(s, index, &now)
+        } else {
+            None
+        };
+        let described = Some(s.describe_prompt(&s.prompts[index], PROMPT_PREVIEW_BYTES));
+        (Registered::Open(step), described, auto)
     });
     match result {
         None => Registered::Gone,
-        Some((registered, described)) => {
+        Some((registered, described, auto)) => {
+            if let (Some(auto), Some(d)) = (&auto, &described) {
+                let id = d["confirmation_id"].as_str().unwrap_or("");
+                deliver_auto(session_id, id, auto);
+            }
             if let Some(confirmation) = described {
                 hub.notify(Note::Confirmation {
                     session: session_id.to_string(),
@@ -317,20 +428,44 @@ fn register(
     }
 }
 
-/// Identity judgement: live and equal asks the operator; live and
-/// different denies; unknown or stale holds.
-fn judge(s: &Session, worker_id: &str) -> (PromptState, Step) {
+/// Whether a request can be decided now.
+enum Verdict {
+    /// The live worker is the requester (and, for a headless child, the
+    /// request's run is its active run): the prompt is decidable.
+    Verified,
+    /// A live worker that is not the requester: denied at once.
+    Foreign,
+    /// Not yet: held until the identity hold ends, then denied with this
+    /// reason.
+    Held(&'static str),
+}
+
+const FOREIGN: &str = "the request does not come from the connected worker";
+
+fn verify(s: &Session, request: &ConfirmationRequest) -> Verdict {
     match s.identity {
-        IdentityState::Live if s.worker_id.as_deref() == Some(worker_id) => {
-            (PromptState::AwaitingDecision, Step::Wait)
+        IdentityState::Live if s.worker_id.as_deref() == Some(request.worker_id.as_str()) => {
+            if s.subagent.is_some() && s.active_run.as_deref() != Some(request.run_id.as_str()) {
+                Verdict::Held("the request's run is not the subagent's active run")
+            } else {
+                Verdict::Verified
+            }
         }
-        IdentityState::Live => (
-            PromptState::AwaitingDecision,
-            Step::Deny("the request does not come from the connected worker"),
-        ),
+        IdentityState::Live => Verdict::Foreign,
         IdentityState::Unknown | IdentityState::Stale => {
-            (PromptState::AwaitingIdentity, Step::Wait)
+            Verdict::Held("the worker identity was not verified in time")
         }
+    }
+}
+
+/// Identity judgement: live and equal asks the operator (a headless child
+/// also needs the request's run to be active); live and different denies;
+/// anything else holds.
+fn judge(s: &Session, request: &ConfirmationRequest) -> (PromptState, Step) {
+    match verify(s, request) {
+        Verdict::Verified => (PromptState::AwaitingDecision, Step::Wait),
+        Verdict::Foreign => (PromptState::AwaitingDecision, Step::Deny(FOREIGN)),
+        Verdict::Held(_) => (PromptState::AwaitingIdentity, Step::Wait),
     }
 }
 
@@ -345,26 +480,25 @@ fn prompt_state(s: &Session, confirmation_id: &str) -> Option<PromptState> {
 
 fn poll(s: &mut Session, confirmation_id: &str, hold_expired: bool) -> Option<(PromptState, Step)> {
     let identity = s.identity;
-    let live_worker = s.worker_id.clone();
-    let prompt = s
+    let index = s
         .prompts
-        .iter_mut()
-        .find(|p| p.request.confirmation_id == confirmation_id)?;
-    if prompt.state != PromptState::AwaitingIdentity {
-        return Some((prompt.state, Step::Wait));
+        .iter()
+        .position(|p| p.request.confirmation_id == confirmation_id)?;
+    if s.prompts[index].state != PromptState::AwaitingIdentity {
+        return Some((s.prompts[index].state, Step::Wait));
     }
+    let verdict = verify(s, &s.prompts[index].request);
+    let prompt = &mut s.prompts[index];
     prompt.identity_state = identity;
-    let step = match identity {
-        IdentityState::Live
-            if live_worker.as_deref() == Some(prompt.request.worker_id.as_str()) =>
-        {
+    let step = match verdict {
+        Verdict::Verified => {
             prompt.state = PromptState::AwaitingDecision;
             prompt.verified = true;
             Step::Wait
         }
-        IdentityState::Live => Step::Deny("the request does not come from the connected worker"),
-        _ if hold_expired => Step::Deny("the worker identity was not verified in time"),
-        _ => Step::Wait,
+        Verdict::Foreign => Step::Deny(FOREIGN),
+        Verdict::Held(why) if hold_expired => Step::Deny(why),
+        Verdict::Held(_) => Step::Wait,
     };
     Some((prompt.state, step))
 }
@@ -381,10 +515,18 @@ fn deny_now(hub: &Hub, session_id: &str, confirmation_id: &str, reason: &'static
             return None;
         }
         settle(prompt, false, Some(reason.to_string()), &now);
-        Some((
+        let (writer, response) = (
             prompt.writer.clone(),
             response_text(&prompt.request, false, Some(reason)),
-            prompt.describe(session_id, PROMPT_PREVIEW_BYTES),
+        );
+        let prompt = s
+            .prompts
+            .iter()
+            .find(|p| p.request.confirmation_id == confirmation_id)?;
+        Some((
+            writer,
+            response,
+            s.describe_prompt(prompt, PROMPT_PREVIEW_BYTES),
         ))
     });
     if let Some(Some((writer, response, described))) = sent {
@@ -407,7 +549,7 @@ fn retire(hub: &Hub, session_id: &str, confirmation_id: &str, conn_id: u64, outc
             .iter()
             .position(|p| p.request.confirmation_id == confirmation_id && p.conn_id == conn_id)?;
         let prompt = s.prompts.remove(pos);
-        Some(prompt.describe(session_id, PROMPT_PREVIEW_BYTES))
+        Some(s.describe_prompt(&prompt, PROMPT_PREVIEW_BYTES))
     });
     if let Some(Some(mut described)) = removed {
         let decided = described["decision"].as_str().map(str::to_string);

@@ -53,6 +53,8 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
         log::warn!("session {session_id}: a new worker event connection supersedes the old one");
         old.writer
             .close_and_shutdown(close::SUPERSEDED, "superseded by a new connection");
+        // Queries sent on the old connection can never be answered.
+        hub.queries.fail_connection(&session_id, old.conn_id);
     }
     hub.notify(Note::Connection {
         session: session_id.clone(),
@@ -104,7 +106,7 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
                 let text = text.as_str();
                 match envelope::parse_event(text, &session_id) {
                     Ok(env) => {
-                        ingest(&hub, &session_id, env, text.len());
+                        ingest(&hub, &session_id, conn_id, env, text.len());
                         None
                     }
                     Err(err) => Some(err.to_string()),
@@ -134,6 +136,7 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
     writer.terminate();
     hub.unregister_socket(conn_id);
     disconnected(&hub, &session_id, conn_id);
+    hub.queries.fail_connection(&session_id, conn_id);
 }
 
 fn record_protocol_error(hub: &Hub, session_id: &str, problem: &str) {
@@ -170,7 +173,7 @@ fn entry_prefix(env: &Envelope, raw: Value, now: &str) -> String {
 
 /// Applies one parsed envelope to its session and publishes it. The entry
 /// is serialized before the lock; under it only `hub_sequence` is spliced.
-fn ingest(hub: &Hub, session_id: &str, env: Envelope, frame_bytes: usize) {
+fn ingest(hub: &Arc<Hub>, session_id: &str, conn_id: u64, env: Envelope, frame_bytes: usize) {
     let now = time::now_rfc3339();
     let transient = TRANSIENT.contains(&env.event.as_str());
     let raw = envelope::raw_metadata(&env, frame_bytes);
@@ -181,7 +184,10 @@ fn ingest(hub: &Hub, session_id: &str, env: Envelope, frame_bytes: usize) {
         // Capabilities, status and identity are part of the description
         // every panel lists.
         let describe = !was_live || matches!(env.event.as_str(), "ready" | "status");
-        let seq = (!transient).then(|| s.transcript.next_sequence());
+        // A headless child's events are consumed transiently (seed 003).
+        let child = crate::subagents::observe::observe(s, &env, &now);
+        let headless = s.subagent.is_some();
+        let seq = (!transient && !headless).then(|| s.transcript.next_sequence());
         let json: Arc<str> = match seq {
             Some(seq) => format!("{prefix},\"hub_sequence\":{seq}}}").into(),
             None => format!("{prefix},\"hub_sequence\":null}}").into(),
@@ -192,11 +198,31 @@ fn ingest(hub: &Hub, session_id: &str, env: Envelope, frame_bytes: usize) {
                 omission_record(seq, event, worker, bytes)
             });
         }
-        (seq, json, request_change, s.events_file.clone(), describe)
+        (
+            seq,
+            json,
+            request_change,
+            s.events_file.clone(),
+            describe,
+            child,
+        )
     });
-    let Some((seq, json, request_change, file, describe)) = published else {
+    let Some((seq, json, request_change, file, describe, child)) = published else {
         return;
     };
+    if let Some(meta) = &child.meta {
+        crate::subagents::family::persist_meta(hub, session_id, meta);
+    }
+    if child.outcomes {
+        crate::subagents::family::persist_outcomes(hub, session_id);
+    }
+    if child.conversation {
+        crate::subagents::family::schedule_conversation_write(hub, session_id);
+    }
+    if child.refresh {
+        crate::subagents::family::start_refresh(hub, session_id);
+    }
+    let describe = describe || child.changed;
     if let (Some(_), Some(file)) = (seq, file) {
         file.write_record(&json);
     }
@@ -206,11 +232,15 @@ fn ingest(hub: &Hub, session_id: &str, env: Envelope, frame_bytes: usize) {
             request,
         });
     }
-    hub.notify(Note::Event {
-        session: session_id.to_string(),
-        hub_seq: seq,
-        json,
-    });
+    // A reply to one of the hub's own queries goes to its waiter only.
+    let consumed = transient && hub.queries.resolve_envelope(session_id, conn_id, &env);
+    if !consumed {
+        hub.notify(Note::Event {
+            session: session_id.to_string(),
+            hub_seq: seq,
+            json,
+        });
+    }
     if describe {
         hub.notify(Note::SessionChanged {
             session: session_id.to_string(),
@@ -325,6 +355,7 @@ fn settle_request(
 /// becomes stale, capabilities unknown, unsettled requests `unknown`.
 fn disconnected(hub: &Hub, session_id: &str, conn_id: u64) {
     let now = time::now_rfc3339();
+    let mut outcomes_changed = false;
     let changed = hub.with_session(session_id, |s| {
         if s.link.as_ref().map(|l| l.conn_id) != Some(conn_id) {
             return None;
@@ -334,6 +365,9 @@ fn disconnected(hub: &Hub, session_id: &str, conn_id: u64) {
             s.identity = IdentityState::Stale;
         }
         s.capabilities = None;
+        if crate::subagents::observe::disconnected(s, &now) {
+            outcomes_changed = true;
+        }
         let mut changed = Vec::new();
         for record in s.requests.iter_mut() {
             if record.state == RequestState::Sent {
@@ -344,6 +378,9 @@ fn disconnected(hub: &Hub, session_id: &str, conn_id: u64) {
         }
         Some(changed)
     });
+    if outcomes_changed {
+        crate::subagents::family::persist_outcomes(hub, session_id);
+    }
     if let Some(Some(changed)) = changed {
         log::info!("session {session_id}: worker disconnected");
         for request in changed {

@@ -15,4 +15,5 @@ pub mod tool_frames;
 // Socket-owning parts (not pure): one thread per socket.
 pub mod confirm;
 pub mod events;
+pub mod query;
 pub mod tools;

@@ -12,6 +12,8 @@
 //! (the socket is registered with the hub).
 
 use std::sync::Arc;
+
+use serde_json::Value;
 use std::time::{Duration, Instant};
 
 use tungstenite::protocol::frame::coding::CloseCode;
@@ -23,6 +25,9 @@ use super::tool_frames::{self, code, ToolRequest, MAX_RESPONSE_BYTES};
 use crate::http::auth;
 use crate::hub::{Hub, HubError, ToolSlot};
 use crate::session::IdentityState;
+use crate::subagents::args;
+use crate::subagents::family::Caller;
+use crate::subagents::routes;
 use crate::ws::{close, Accepted, FrameWriter, SplitStream};
 
 /// How long one read waits before the deadlines are looked at again (also
@@ -82,7 +87,7 @@ pub fn run(hub: Arc<Hub>, upgrade: Upgrade, accepted: Accepted, slot: ToolSlot) 
 
 /// Reads the request, dispatches it, writes the response.
 fn exchange(
-    hub: &Hub,
+    hub: &Arc<Hub>,
     upgrade: &Upgrade,
     socket: &mut WebSocket<SplitStream>,
     writer: &FrameWriter,
@@ -101,16 +106,26 @@ fn exchange(
         return Err(end);
     }
     let route = upgrade.route.as_str();
-    let response = match plan::parse_call(route, &request.arguments) {
+    let parsed = match plan::parse_call(route, &request.arguments) {
+        Some(parsed) => Some(
+            parsed
+                .map(Parsed::Plan)
+                .map_err(|err| (code::INVALID_ARGUMENTS, err.to_string())),
+        ),
+        None => args::parse_call(route, &Value::Object(request.arguments.clone())).map(|parsed| {
+            parsed
+                .map(Parsed::Subagent)
+                .map_err(|err| (err.code(), err.to_string()))
+        }),
+    };
+    let response = match parsed {
         None => tool_frames::rejected(
             &request,
             route,
             code::NOT_IMPLEMENTED,
             &format!("this hub does not implement the route {route}"),
         ),
-        Some(Err(err)) => {
-            tool_frames::rejected(&request, route, code::INVALID_ARGUMENTS, &err.to_string())
-        }
+        Some(Err((code, message))) => tool_frames::rejected(&request, route, code, &message),
         Some(Ok(call)) => match authorize(hub, upgrade, &request, socket, deadline)? {
             Err(why) => {
                 log::info!("session {}: {route} refused: {why}", upgrade.session_id);
@@ -126,10 +141,15 @@ fn exchange(
         },
     };
     let response = if response.len() > MAX_RESPONSE_BYTES {
+        let code = if args::is_subagent_route(route) {
+            "result_too_large"
+        } else {
+            code::STORAGE_ERROR
+        };
         tool_frames::rejected(
             &request,
             route,
-            code::STORAGE_ERROR,
+            code,
             "the result does not fit the 256 KiB response limit",
         )
     } else {
@@ -142,14 +162,39 @@ fn exchange(
     writer.send_text(&response).map_err(|_| End::Gone)
 }
 
-/// Runs a validated, authorized plan call.
+/// A validated call of one of the executable routes.
+enum Parsed {
+    Plan(PlanCall),
+    Subagent(args::Call),
+}
+
+/// Runs a validated, authorized call.
 fn execute(
-    hub: &Hub,
+    hub: &Arc<Hub>,
     session_id: &str,
     route: &str,
     request: &ToolRequest,
-    call: PlanCall,
+    call: Parsed,
 ) -> String {
+    let call = match call {
+        Parsed::Plan(call) => call,
+        Parsed::Subagent(call) => {
+            let caller = Caller {
+                session_id: session_id.to_string(),
+                worker_id: request.worker_id.clone(),
+                run_id: request.run_id.clone(),
+                request_id: request.request_id.clone(),
+            };
+            let arguments = Value::Object(request.arguments.clone());
+            return match routes::execute(hub, &caller, route, &arguments, call) {
+                Ok(result) => tool_frames::succeeded(request, route, result),
+                Err(refusal) => {
+                    log::info!("session {session_id}: {route} refused: {refusal}");
+                    tool_frames::rejected(request, route, refusal.code, &refusal.message)
+                }
+            };
+        }
+    };
     let storage = |err: HubError| {
         log::warn!("session {session_id}: {route} failed: {err}");
         tool_frames::rejected(request, route, code::STORAGE_ERROR, &err.to_string())

@@ -153,6 +153,20 @@ export async function launchBrowser({ viewport = { width: 1280, height: 800 }, c
 }
 
 /**
+ * A new browser with one panel page on `url`, connected to the hub:
+ * `{browser, page, seen}` (`seen` as from `watch`).
+ */
+export async function openPanel(url) {
+  const browser = await launchBrowser();
+  const page = await browser.context.newPage();
+  page.setDefaultTimeout(SOON);
+  const seen = watch(page);
+  await page.goto(url);
+  await page.locator('#conn', { hasText: 'connected' }).waitFor();
+  return { browser, page, seen };
+}
+
+/**
  * Records what must never happen on a panel page: uncaught errors,
  * console errors, and JavaScript dialogs (a fired alert() would mean
  * injected script ran). Dialogs are dismissed.

@@ -1,6 +1,6 @@
 //! SHA-256 (FIPS 180-4), written out because the answer-source fingerprint
 //! the worker protocol describes is a SHA-256 digest and the crate has no
-//! hashing dependency. Pure; used only by the built-in worker.
+//! hashing dependency, and for the canonical hash of subagent receipts. Pure.
 
 /// Round constants: the first 32 bits of the fractional parts of the cube
 /// roots of the first 64 primes.

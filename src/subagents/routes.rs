@@ -1,0 +1,503 @@
+//! The `subagent/*` remote-tool routes once the tools socket has verified
+//! the caller (live worker, active run): direct-parent ownership, durable
+//! receipts for the mutating calls (fork, send), dispatch to the child's
+//! worker with request outcomes, and the receive snapshots.
+
+use std::sync::Arc;
+
+use serde_json::{json, Map, Value};
+
+use super::args::{self, Call, SendOp};
+use super::child::{Lifecycle, Outcome, ParentRef, RECEIVE_OUTCOMES, SENT_CONTENT};
+use super::conversation::PAGE_BODY_BUDGET;
+use super::family::{self, Caller};
+use super::Refusal;
+use crate::hub::{Hub, SendError};
+use crate::session::IdentityState;
+use crate::store::ReceiptRecord;
+use crate::util::time;
+use crate::worker::query::{self, QueryError};
+
+/// Runs one validated subagent call for a verified caller.
+pub fn execute(
+    hub: &Arc<Hub>,
+    caller: &Caller,
+    route: &str,
+    arguments: &Value,
+    call: Call,
+) -> Result<Value, Refusal> {
+    let lifecycle_id = hub
+        .with_session(&caller.session_id, |s| s.lifecycle_id.clone())
+        .ok_or_else(|| Refusal::new("unauthorized", "the caller session is gone"))?;
+    let me = ParentRef {
+        session_id: caller.session_id.clone(),
+        lifecycle_id,
+        worker_id: caller.worker_id.clone(),
+    };
+    match call {
+        Call::List => Ok(list(hub, &me)),
+        Call::Inspect {
+            subagent_id,
+            cursor,
+            limit,
+        } => inspect(hub, &me, &subagent_id, cursor, limit),
+        Call::Answer {
+            subagent_id,
+            source,
+            part,
+            offset,
+        } => answer(hub, &me, &subagent_id, source, part, offset),
+        Call::CleanFork => {
+            let receipt = Receipts::new(hub, &me, caller, route, arguments);
+            if let Some(replay) = receipt.replay()? {
+                return Ok(replay);
+            }
+            family::fork(hub, caller, |result| receipt.record(result))
+        }
+        Call::Send { subagent_id, op } => {
+            let receipt = Receipts::new(hub, &me, caller, route, arguments);
+            if let Some(replay) = receipt.replay()? {
+                return Ok(replay);
+            }
+            send(hub, &me, &subagent_id, op, &receipt)
+        }
+    }
+}
+
+/// The receipt of one mutating call: key and hash, lookup and write.
+struct Receipts<'a> {
+    hub: &'a Hub,
+    key: String,
+    hash: String,
+}
+
+impl<'a> Receipts<'a> {
+    fn new(
+        hub: &'a Hub,
+        me: &ParentRef,
+        caller: &Caller,
+        route: &str,
+        arguments: &Value,
+    ) -> Receipts<'a> {
+        let key = [
+            me.session_id.as_str(),
+            me.lifecycle_id.as_str(),
+            caller.worker_id.as_str(),
+            caller.run_id.as_str(),
+            caller.request_id.as_str(),
+        ]
+        .join("\u{1f}");
+        Receipts {
+            hub,
+            key,
+            hash: args::receipt_hash(route, arguments),
+        }
+    }
+
+    /// The recorded result of an identical earlier call within retention
+    /// (`replayed: true`); `request_conflict` for changed arguments.
+    fn replay(&self) -> Result<Option<Value>, Refusal> {
+        let stored = self
+            .hub
+            .store()
+            .get_receipt(&self.key)
+            .map_err(|err| Refusal::new("storage_error", err.to_string()))?;
+        let Some(stored) = stored else {
+            return Ok(None);
+        };
+        let ttl = self.hub.config.subagents.receipt_ttl_ms;
+        if family::now_ms().saturating_sub(stored.created_ms) > ttl {
+            return Ok(None);
+        }
+        if stored.hash != self.hash {
+            return Err(Refusal::new(
+                "request_conflict",
+                "this request id was already used with different arguments",
+            ));
+        }
+        let mut result = stored.result;
+        if let Some(map) = result.as_object_mut() {
+            map.insert("replayed".into(), json!(true));
+        }
+        Ok(Some(result))
+    }
+
+    /// The receipt record for `result`.
+    fn record(&self, result: &Value) -> ReceiptRecord {
+        ReceiptRecord {
+            key: self.key.clone(),
+            hash: self.hash.clone(),
+            result: result.clone(),
+            created_ms: family::now_ms(),
+        }
+    }
+
+    /// Stores the receipt for `result` and prunes old ones.
+    fn commit(&self, result: &Value) -> Result<(), Refusal> {
+        let store = self.hub.store();
+        store
+            .put_receipt(&self.record(result))
+            .map_err(|err| Refusal::new("storage_error", err.to_string()))?;
+        let limits = &self.hub.config.subagents;
+        let oldest = family::now_ms().saturating_sub(limits.receipt_ttl_ms);
+        if let Err(err) = store.prune_receipts(oldest, limits.max_receipts) {
+            log::warn!("subagent receipts not pruned: {err}");
+        }
+        Ok(())
+    }
+}
+
+/// Checks that `id` is a live direct child of `me`.
+fn owned(hub: &Hub, me: &ParentRef, id: &str) -> Result<(), Refusal> {
+    let parent = hub
+        .with_session(id, |s| s.subagent.as_ref().map(|c| c.parent.clone()))
+        .flatten();
+    match parent {
+        Some(p) if &p == me => Ok(()),
+        Some(_) => Err(Refusal::new(
+            "unauthorized",
+            "only the live parent worker can reach this child",
+        )),
+        None if retained(hub, me, id).is_some() => Err(Refusal::new(
+            "lifecycle_closed",
+            "the child has stopped and was cleaned up",
+        )),
+        None => Err(Refusal::new("unauthorized", "no such child of the caller")),
+    }
+}
+
+/// The caller's terminal record of `id`, if one is retained.
+fn retained(hub: &Hub, me: &ParentRef, id: &str) -> Option<family::Terminal> {
+    hub.family
+        .terminals(family::now_ms(), hub.config.subagents.receipt_ttl_ms)
+        .into_iter()
+        .find(|t| t.id == id && &t.parent == me)
+}
+
+/// One child's status object.
+fn status(s: &crate::session::Session) -> Option<Value> {
+    let c = s.subagent.as_ref()?;
+    let live = s.identity == IdentityState::Live;
+    Some(json!({
+        "subagent_id": s.id,
+        "lifecycle": c.lifecycle.as_str(),
+        "connected": s.connected(),
+        "active_run": s.active_run.is_some(),
+        "health": c.health(s.connected(), live),
+        "observed_at": s.last_event_at,
+        "policy": c.policy.as_str(),
+        "reason": c.reason,
+        "pending_approvals": s.prompts.len(),
+        "created_at": c.created_at,
+        "worker_id": s.worker_id,
+        "retained": false,
+    }))
+}
+
+fn terminal_status(t: &family::Terminal) -> Value {
+    json!({
+        "subagent_id": t.id,
+        "lifecycle": Lifecycle::Stopped.as_str(),
+        "connected": false,
+        "active_run": false,
+        "reason": t.reason,
+        "retained": true,
+    })
+}
+
+/// `subagent/receive {}`: the caller's direct children, with retained
+/// terminal records.
+fn list(hub: &Hub, me: &ParentRef) -> Value {
+    let mut children: Vec<Value> = hub
+        .sessions()
+        .list()
+        .into_iter()
+        .filter(|s| s.subagent.as_ref().is_some_and(|c| &c.parent == me))
+        .filter_map(status)
+        .collect();
+    for t in hub
+        .family
+        .terminals(family::now_ms(), hub.config.subagents.receipt_ttl_ms)
+    {
+        if &t.parent == me {
+            children.push(terminal_status(&t));
+        }
+    }
+    json!({"count": children.len(), "children": children})
+}
+
+/// `subagent/receive {subagent_id, cursor, limit}`: status, the latest
+/// outcomes, and the conversation page.
+fn inspect(
+    hub: &Hub,
+    me: &ParentRef,
+    id: &str,
+    cursor: usize,
+    limit: usize,
+) -> Result<Value, Refusal> {
+    if let Some(t) = retained(hub, me, id) {
+        if hub.with_session(id, |_| ()).is_none() {
+            let total = t.outcomes.len();
+            let skip = total.saturating_sub(RECEIVE_OUTCOMES);
+            return Ok(json!({
+                "status": terminal_status(&t),
+                "requests": t.outcomes[skip..],
+                "requests_truncated": total > RECEIVE_OUTCOMES,
+                "conversation": null,
+            }));
+        }
+    }
+    owned(hub, me, id)?;
+    hub.with_session(id, |s| {
+        let c = s.subagent.as_ref()?;
+        let conversation = c.conversation.page(cursor, limit, PAGE_BODY_BUDGET);
+        let mut result = json!({
+            "status": status(s),
+            "requests": c.latest_outcomes(RECEIVE_OUTCOMES),
+            "requests_truncated": c.outcomes.len() > RECEIVE_OUTCOMES,
+            "conversation": conversation,
+        });
+        fit_requests(&mut result);
+        Some(result)
+    })
+    .flatten()
+    .ok_or_else(|| Refusal::new("lifecycle_closed", "the child is gone"))
+}
+
+/// Room a receive result leaves for the tool response envelope.
+const RESPONSE_SLACK: usize = 4 * 1024;
+
+/// Drops the oldest shown outcomes until the result fits the response
+/// limit (`requests_truncated` then says so).
+fn fit_requests(result: &mut Value) {
+    let limit = crate::worker::tool_frames::MAX_RESPONSE_BYTES - RESPONSE_SLACK;
+    while result.to_string().len() > limit {
+        let Some(list) = result["requests"].as_array_mut() else {
+            return;
+        };
+        if list.is_empty() {
+            return;
+        }
+        list.remove(0);
+        result["requests_truncated"] = json!(true);
+    }
+}
+
+/// `subagent/receive {subagent_id, answer}`: one exact 32 KiB page of a
+/// child's answer, read from its worker; ownership is checked again
+/// after the awaited query.
+fn answer(
+    hub: &Hub,
+    me: &ParentRef,
+    id: &str,
+    source: Value,
+    part: u64,
+    offset: u64,
+) -> Result<Value, Refusal> {
+    owned(hub, me, id)?;
+    let payload = query::answer_payload(&json!({"source": source, "part": part, "offset": offset}))
+        .map_err(|err| Refusal::new("invalid_arguments", err))?;
+    let page = hub.query_worker(id, &payload, query::QUERY_DEADLINE);
+    owned(hub, me, id)?;
+    match page {
+        Ok(page) => Ok(json!({"subagent_id": id, "answer": page})),
+        Err(QueryError::Busy { .. }) => Err(Refusal::new(
+            "limit_exceeded",
+            "too many answer queries are pending",
+        )),
+        Err(QueryError::Invalid(err)) => Err(Refusal::new("invalid_arguments", err)),
+        Err(err @ QueryError::Unsupported(_)) => {
+            Err(Refusal::new("unsupported_operation", err.to_string()))
+        }
+        Err(err @ (QueryError::NotConnected(_) | QueryError::Disconnected)) => {
+            Err(Refusal::new("disconnected", err.to_string()))
+        }
+        Err(err) => Err(Refusal::new(
+            "answer_unavailable",
+            format!("the answer page is unavailable: {err}"),
+        )),
+    }
+}
+
+/// `subagent/send`: stop, or one payload to the child's worker.
+fn send(
+    hub: &Arc<Hub>,
+    me: &ParentRef,
+    id: &str,
+    op: SendOp,
+    receipt: &Receipts,
+) -> Result<Value, Refusal> {
+    owned(hub, me, id)?;
+    if let SendOp::Stop = op {
+        let operation_id = format!("stop-{}", uuid::Uuid::new_v4());
+        let result = json!({
+            "subagent_id": id,
+            "operation": "stop",
+            "operation_id": operation_id,
+            "lifecycle": Lifecycle::Stopping.as_str(),
+        });
+        // The receipt is durable before any supervised work starts.
+        receipt.commit(&result)?;
+        family::begin_stop(hub, id, None);
+        return Ok(result);
+    }
+    let operation = op.name();
+    // The child must be ready, connected and open for admission.
+    let standing = hub
+        .with_session(id, |s| {
+            let c = s.subagent.as_ref()?;
+            if c.frozen || c.lifecycle.is_closing() {
+                return Some(Err(Refusal::new(
+                    "lifecycle_closed",
+                    format!("the child is {}", c.lifecycle.as_str()),
+                )));
+            }
+            if c.lifecycle != Lifecycle::Ready
+                || !s.connected()
+                || s.identity != IdentityState::Live
+            {
+                return Some(Err(Refusal::new(
+                    "disconnected",
+                    "the child is not ready and connected",
+                )));
+            }
+            if operation == "compact"
+                && !s
+                    .capabilities
+                    .as_ref()
+                    .is_some_and(|caps| caps.iter().any(|x| x == "context-compact"))
+            {
+                return Some(Err(Refusal::new(
+                    "unsupported_operation",
+                    "the child's worker does not advertise context-compact",
+                )));
+            }
+            Some(Ok(()))
+        })
+        .flatten();
+    match standing {
+        None => return Err(Refusal::new("lifecycle_closed", "the child is gone")),
+        Some(Err(refusal)) => return Err(refusal),
+        Some(Ok(())) => {}
+    }
+    let request_id = format!("sub-{}", uuid::Uuid::new_v4());
+    let now = time::now_rfc3339();
+    // Intent first, durably, with a receipt that conservatively says
+    // `unknown`: a crash before the write below is never replayed as sent.
+    let content = match &op {
+        SendOp::Message { content, .. } => Some(content.clone()),
+        _ => None,
+    };
+    hub.with_session(id, |s| {
+        if let Some(c) = s.subagent.as_mut() {
+            if let Some(content) = content {
+                while c.sent_content.len() >= SENT_CONTENT {
+                    c.sent_content.pop_front();
+                }
+                c.sent_content.push_back((request_id.clone(), content));
+            }
+            c.push_outcome(Outcome {
+                request_id: request_id.clone(),
+                operation: operation.to_string(),
+                state: "intent".into(),
+                run_id: None,
+                run_status: None,
+                summary: None,
+                error: None,
+                updated_at: now.clone(),
+            });
+        }
+    });
+    family::persist_outcomes(hub, id);
+    let recorded = json!({
+        "subagent_id": id,
+        "request_id": request_id,
+        "operation": operation,
+        "state": "unknown",
+    });
+    receipt.commit(&recorded)?;
+    let input = payload_input(&request_id, op);
+    let sent = hub.send_input(id, &input);
+    let (state, refusal) = match &sent {
+        Ok(_) => ("sent", None),
+        Err(SendError::NotConnected(msg)) | Err(SendError::UnknownSession(msg)) => {
+            ("rejected", Some(Refusal::new("disconnected", msg.clone())))
+        }
+        Err(SendError::Invalid(msg)) => (
+            "rejected",
+            Some(Refusal::new("invalid_arguments", msg.clone())),
+        ),
+        Err(other) => (
+            "unknown",
+            Some(Refusal::new("delivery_unknown", other.to_string())),
+        ),
+    };
+    hub.with_session(id, |s| {
+        if let Some(c) = s.subagent.as_mut() {
+            if let Some(o) = c.outcome_mut(&request_id) {
+                if o.state == "intent" {
+                    o.state = state.into();
+                    o.updated_at = time::now_rfc3339();
+                    if let Some(r) = &refusal {
+                        o.error = Some(r.message.clone());
+                    }
+                    c.outcomes_unpersisted = true;
+                }
+            }
+        }
+    });
+    family::persist_outcomes(hub, id);
+    match refusal {
+        Some(refusal) => Err(refusal),
+        None => Ok(json!({
+            "subagent_id": id,
+            "request_id": request_id,
+            "operation": operation,
+            "state": "sent",
+        })),
+    }
+}
+
+/// The payload input for the child: the operation, its content, and the
+/// options with `confirmation.mode: ask` always (the operator's child
+/// policy answers at the confirmation boundary).
+fn payload_input(request_id: &str, op: SendOp) -> Value {
+    let mut input = Map::new();
+    input.insert("operation".into(), json!(op.name()));
+    input.insert("request_id".into(), json!(request_id));
+    let options = op.options().cloned();
+    if let SendOp::Message { content, .. } = op {
+        input.insert("content".into(), content);
+    }
+    let mut options = match options {
+        Some(Value::Object(map)) => map,
+        _ => Map::new(),
+    };
+    options.insert("confirmation".into(), json!({"mode": "ask"}));
+    input.insert("options".into(), Value::Object(options));
+    Value::Object(input)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_always_ask_for_confirmation() {
+        let input = payload_input(
+            "r1",
+            SendOp::Message {
+                content: json!([{"type": "text", "modality": "text", "raw": "hi"}]),
+                options: Some(json!({"model": {"temperature": 0.1}, "tools": {}})),
+            },
+        );
+        assert_eq!(input["operation"], "message");
+        assert_eq!(input["request_id"], "r1");
+        assert_eq!(input["content"][0]["raw"], "hi");
+        assert_eq!(input["options"]["confirmation"]["mode"], "ask");
+        assert_eq!(input["options"]["model"]["temperature"], 0.1);
+        let input = payload_input("r2", SendOp::Continue { options: None });
+        assert!(input.get("content").is_none());
+        assert_eq!(input["options"], json!({"confirmation": {"mode": "ask"}}));
+    }
+}

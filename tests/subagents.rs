@@ -550,3 +550,63 @@ fn an_uncertain_startup_waits_for_the_operator_attestation() {
     assert!(!listed(&second).contains(&child));
     assert!(!child_dir(&second.data_dir, &child).exists());
 }
+
+#[test]
+fn a_child_not_ready_in_time_is_stopped_and_removed() {
+    let dir = TempDir::new("subagents-timeout");
+    let mut config = default_config();
+    config["subagents"] = json!({"startupTimeoutMs": 1500});
+    // Through the `command` launcher: the parent runs the built-in worker,
+    // a child never connects.
+    let script = format!(
+        "case \"$1\" in subagent-*) exec sleep 3600;; esac; \
+         exec {BIN} mock-worker --config \"$2\" --session \"$1\""
+    );
+    config["launcher"] = json!({
+        "kind": "command",
+        "command": ["/bin/sh", "-c", script, "sh", "{session}", "{config}"],
+    });
+    let hub = hub_with(&dir, config);
+    let res = post(
+        &hub,
+        "/api/sessions",
+        json!({"session": "lead", "spec": {"provider": "deepseek"}}),
+    );
+    assert_eq!(res.status, 201, "{}", res.text());
+    let res = hub.request("POST", "/api/sessions/lead/start", &[], b"");
+    assert!(res.status < 300, "{}", res.text());
+    wait_session(&hub, "lead", |s| s["identity"]["state"] == "live");
+    let child = fork(&hub, "lead");
+    let pid = wait_session(&hub, &child, |s| s["process"]["pid"].is_u64())["process"]["pid"]
+        .as_u64()
+        .unwrap() as u32;
+    assert!(wait_until(DEADLINE, || !listed(&hub).contains(&child)));
+    assert!(!pid_alive(pid), "the stalled child worker survived");
+    assert!(!child_dir(&hub.data_dir, &child).exists());
+    let lines = run_tools(&hub, "lead", "/receive");
+    let list = succeeded(&lines[0], "subagent/receive");
+    let entry = &list["children"][0];
+    assert_eq!(entry["subagent_id"], child.as_str());
+    assert_eq!(entry["lifecycle"], "stopped");
+    assert!(
+        entry["reason"].as_str().unwrap().contains("startup_timeout"),
+        "{entry}"
+    );
+}
+
+#[test]
+fn the_live_quota_counts_every_family() {
+    let dir = TempDir::new("subagents-live");
+    let mut config = default_config();
+    config["subagents"] = json!({"maxLive": 1});
+    let hub = hub_with(&dir, config);
+    start_parent(&hub, "a");
+    start_parent(&hub, "b");
+    let child = fork(&hub, "a");
+    let lines = run_tools(&hub, "b", "/fork");
+    assert_eq!(rejected(&lines[0], "subagent/clean-fork"), "limit_exceeded");
+    // Only confirmed removal releases the quota.
+    run_tools(&hub, "a", &format!("/stop-child {child}"));
+    assert!(wait_until(DEADLINE, || !listed(&hub).contains(&child)));
+    fork(&hub, "b");
+}

@@ -28,6 +28,7 @@ const PARSE_CODES: &[&str] = &[
     code::BAD_MESSAGE,
     code::UNSUPPORTED_VERSION,
     code::INVALID_SESSION,
+    code::INVALID_POLICY,
 ];
 
 fn check_parse(text: &str) {

@@ -357,6 +357,8 @@ fn read_snapshot(path: &Path) -> Result<String, Refusal> {
 
 /// Starts a prepared child and watches its startup deadline.
 fn launch(hub: &Arc<Hub>, id: &str) {
+    // Time spent launching counts toward the deadline.
+    let deadline = startup_deadline(hub);
     if !transition(hub, id, |c| {
         (c.lifecycle == Lifecycle::Preparing).then_some(Lifecycle::Starting)
     }) {
@@ -370,12 +372,15 @@ fn launch(hub: &Arc<Hub>, id: &str) {
         begin_stop(hub, id, None);
         return;
     }
-    watch_startup(hub, id);
+    watch_startup(hub, id, deadline);
+}
+
+fn startup_deadline(hub: &Hub) -> Instant {
+    Instant::now() + Duration::from_millis(hub.config.subagents.startup_timeout_ms)
 }
 
 /// Stops a child that is not ready within `subagents.startupTimeoutMs`.
-fn watch_startup(hub: &Arc<Hub>, id: &str) {
-    let deadline = Instant::now() + Duration::from_millis(hub.config.subagents.startup_timeout_ms);
+fn watch_startup(hub: &Arc<Hub>, id: &str, deadline: Instant) {
     loop {
         let state = hub
             .with_session(id, |s| s.subagent.as_ref().map(|c| c.lifecycle))
@@ -874,7 +879,7 @@ pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
                 let _ = std::thread::Builder::new()
                     .name("subagent-start".into())
                     .stack_size(256 * 1024)
-                    .spawn(move || watch_startup(&hub2, &id2));
+                    .spawn(move || watch_startup(&hub2, &id2, startup_deadline(&hub2)));
             }
             (Lifecycle::Preparing, false) => {
                 let hub2 = hub.clone();

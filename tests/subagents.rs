@@ -589,7 +589,10 @@ fn a_child_not_ready_in_time_is_stopped_and_removed() {
     assert_eq!(entry["subagent_id"], child.as_str());
     assert_eq!(entry["lifecycle"], "stopped");
     assert!(
-        entry["reason"].as_str().unwrap().contains("startup_timeout"),
+        entry["reason"]
+            .as_str()
+            .unwrap()
+            .contains("startup_timeout"),
         "{entry}"
     );
 }
@@ -609,4 +612,77 @@ fn the_live_quota_counts_every_family() {
     run_tools(&hub, "a", &format!("/stop-child {child}"));
     assert!(wait_until(DEADLINE, || !listed(&hub).contains(&child)));
     fork(&hub, "b");
+}
+
+#[test]
+fn hub_shutdown_stops_and_removes_every_child() {
+    let dir = TempDir::new("subagents-shutdown");
+    let mut hub = hub_with(&dir, default_config());
+    start_parent(&hub, "lead");
+    let child = fork(&hub, "lead");
+    wait_session(&hub, &child, |s| s["subagent"]["lifecycle"] == "ready");
+    let child_pid = pid_of(&hub, &child);
+    assert!(hub.terminate().success());
+    assert!(!pid_alive(child_pid));
+    assert!(!child_dir(&hub.data_dir, &child).exists());
+    // Nothing of the child is left for the next start.
+    let again = hub_with(&dir, default_config());
+    assert!(!listed(&again).contains(&child));
+}
+
+#[test]
+fn automatic_cleanup_retries_after_its_delay() {
+    let dir = TempDir::new("subagents-autoretry");
+    let hub = hub_with(&dir, default_config());
+    start_parent(&hub, "lead");
+    let child = fork(&hub, "lead");
+    wait_session(&hub, &child, |s| s["subagent"]["lifecycle"] == "ready");
+    let mut undo = Undo(Vec::new());
+    if !make_read_only(&child_dir(&hub.data_dir, &child), &mut undo) {
+        eprintln!("skipped: root here may not mount");
+        return;
+    }
+    run_tools(&hub, "lead", &format!("/stop-child {child}"));
+    wait_session(&hub, &child, |s| {
+        s["subagent"]["lifecycle"] == "cleanup-pending"
+    });
+    undo.run();
+    // The second attempt comes 10 s after the first (checked every 5 s).
+    assert!(wait_until(std::time::Duration::from_secs(60), || !listed(
+        &hub
+    )
+    .contains(&child)));
+    assert!(!child_dir(&hub.data_dir, &child).exists());
+}
+
+#[test]
+fn cleanup_never_follows_a_linked_child_directory() {
+    let dir = TempDir::new("subagents-symlink");
+    let hub = hub_with(&dir, default_config());
+    start_parent(&hub, "lead");
+    let child = fork(&hub, "lead");
+    wait_session(&hub, &child, |s| s["subagent"]["lifecycle"] == "ready");
+    // The child's directory is swapped for a link to outside data.
+    let outside = dir.path().join("outside");
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("keep.txt"), "precious").unwrap();
+    let path = child_dir(&hub.data_dir, &child);
+    std::fs::rename(&path, dir.path().join("moved")).unwrap();
+    std::os::unix::fs::symlink(&outside, &path).unwrap();
+    run_tools(&hub, "lead", &format!("/stop-child {child}"));
+    let s = wait_session(&hub, &child, |s| {
+        s["subagent"]["lifecycle"] == "cleanup-pending"
+    });
+    assert!(
+        s["subagent"]["reason"].as_str().unwrap().contains("link"),
+        "{s:#}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(outside.join("keep.txt")).unwrap(),
+        "precious"
+    );
+    assert!(std::fs::symlink_metadata(&path)
+        .unwrap()
+        .file_type()
+        .is_symlink());
 }

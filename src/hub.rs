@@ -215,7 +215,9 @@ pub struct Hub {
     /// that moment, so panels see changes in the order they happened.
     publish: Mutex<()>,
     /// Connected panels, for the notification fan-out.
-    panels: Mutex<Vec<Arc<PanelConn>>>,
+    /// Connected panels, replaced whole on connect and disconnect so the
+    /// fan-out's snapshot is one reference count.
+    panels: Mutex<Arc<[Arc<PanelConn>]>>,
     /// Every accepted WebSocket, so shutdown can close them all.
     sockets: Mutex<HashMap<u64, Arc<FrameWriter>>>,
     next_conn: AtomicU64,
@@ -254,7 +256,7 @@ impl Hub {
             tool_sockets: Arc::new(AtomicUsize::new(0)),
             plan_lock: Mutex::new(()),
             publish: Mutex::new(()),
-            panels: Mutex::new(Vec::new()),
+            panels: Mutex::new(Arc::from(Vec::new())),
             sockets: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             shutting_down: AtomicBool::new(false),
@@ -484,21 +486,22 @@ impl Hub {
     }
 
     pub fn add_panel(&self, panel: Arc<PanelConn>) {
-        self.panels
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(panel);
+        let mut panels = self.panels.lock().unwrap_or_else(|p| p.into_inner());
+        let mut list = panels.to_vec();
+        list.push(panel);
+        *panels = list.into();
     }
 
     pub fn remove_panel(&self, id: u64) {
-        self.panels
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .retain(|p| p.id != id);
+        let mut panels = self.panels.lock().unwrap_or_else(|p| p.into_inner());
+        if panels.iter().any(|p| p.id == id) {
+            let list: Vec<Arc<PanelConn>> = panels.iter().filter(|p| p.id != id).cloned().collect();
+            *panels = list.into();
+        }
     }
 
     /// A snapshot of the connected panels (the lock is released at once).
-    pub fn panels(&self) -> Vec<Arc<PanelConn>> {
+    pub fn panels(&self) -> Arc<[Arc<PanelConn>]> {
         self.panels
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -44,20 +44,26 @@ pub fn frame_header_len(len: usize) -> usize {
 /// Encodes one final, unmasked server frame.
 pub fn encode_frame(opcode: u8, payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(frame_header_len(payload.len()) + payload.len());
+    push_frame_header(&mut out, opcode, payload.len());
+    out.extend_from_slice(payload);
+    out
+}
+
+/// Appends the header of one final, unmasked server frame whose payload
+/// is `len` bytes.
+pub fn push_frame_header(out: &mut Vec<u8>, opcode: u8, len: usize) {
     out.push(0x80 | opcode);
-    match payload.len() {
-        len @ 0..=125 => out.push(len as u8),
-        len @ 126..=65535 => {
+    match len {
+        0..=125 => out.push(len as u8),
+        126..=65535 => {
             out.push(126);
             out.extend_from_slice(&(len as u16).to_be_bytes());
         }
-        len => {
+        _ => {
             out.push(127);
             out.extend_from_slice(&(len as u64).to_be_bytes());
         }
     }
-    out.extend_from_slice(payload);
-    out
 }
 
 /// Opcodes of the frames the hub writes itself.

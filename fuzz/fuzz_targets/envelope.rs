@@ -1,7 +1,10 @@
 //! `worker::envelope::parse_event`: never panics; an accepted envelope is
 //! consistent with its own object, re-encodes and re-parses to the same
 //! envelope, and keeps every correlation field within 128 bytes;
-//! `raw_metadata` stays bounded.
+//! `raw_metadata` stays bounded. The envelope's text (taken from the frame
+//! when `worker::canonical` proves it canonical) is exactly `serde_json`'s
+//! encoding of the frame parsed with `serde_json`, its `data` is that
+//! object's, and `write_raw_metadata` writes `raw_metadata`'s encoding.
 //!
 //! Input: one worker text frame. It is parsed for the route `demo` and, when
 //! it names another string session id, for that route too, so frames for
@@ -10,9 +13,10 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
+use simplex_hub::worker::canonical::canonical_object;
 use simplex_hub::worker::envelope::{
-    parse_event, raw_metadata, Envelope, KNOWN_EVENTS, MAX_ID_BYTES, RAW_KEY_MAX, RAW_MEMBERS_MAX,
-    RAW_STRING_MAX,
+    parse_event, raw_metadata, write_raw_metadata, Envelope, KNOWN_EVENTS, MAX_ID_BYTES,
+    RAW_KEY_MAX, RAW_MEMBERS_MAX, RAW_STRING_MAX,
 };
 use simplex_hub_fuzz::{encode, text};
 
@@ -28,14 +32,30 @@ fn check(text: &str, route: &str) {
     };
     check_envelope(&env, route);
 
+    // The text and `data` are what serde_json itself makes of the frame.
+    let Ok(Value::Object(parsed)) = serde_json::from_str::<Value>(text) else {
+        panic!("accepted a frame serde_json does not parse as an object");
+    };
+    let expected = encode(&Value::Object(parsed.clone()));
+    assert_eq!(
+        env.json(),
+        expected,
+        "envelope text differs from serde_json's"
+    );
+    assert_eq!(env.data(), parsed.get("data"));
+    assert_eq!(env.object(), &parsed);
+
     // Decode -> encode -> decode.
-    let again = encode(&Value::Object(env.object.clone()));
+    let again = encode(&Value::Object(env.object().clone()));
     match parse_event(&again, route) {
         Ok(second) => assert_eq!(second, env, "re-parse of {again}"),
         Err(err) => panic!("re-encoded envelope refused: {err}: {again}"),
     }
 
     let raw = raw_metadata(&env, text.len());
+    let mut written = String::new();
+    write_raw_metadata(&env, text.len(), &mut written);
+    assert_eq!(written, encode(&raw), "write_raw_metadata differs");
     let Value::Object(raw) = raw else {
         panic!("raw_metadata is not an object");
     };
@@ -60,7 +80,7 @@ fn check(text: &str, route: &str) {
 
 /// The typed fields agree with the object they were read from.
 fn check_envelope(env: &Envelope, route: &str) {
-    let o = &env.object;
+    let o = env.object();
     assert_eq!(o.get("type"), Some(&Value::from("event")));
     assert_eq!(env.session_id, route);
     assert!(!env.event.is_empty() && !env.worker_id.is_empty());
@@ -100,8 +120,19 @@ fn check_envelope(env: &Envelope, route: &str) {
     assert!(env.issues.len() <= 4, "{:?}", env.issues);
 }
 
+/// Whatever the scanner calls canonical is serde_json's own encoding.
+fn check_canonical(text: &str) {
+    if let Some(c) = canonical_object(text) {
+        match serde_json::from_str::<Value>(text) {
+            Ok(v @ Value::Object(_)) => assert_eq!(encode(&v), c.text, "not canonical: {text}"),
+            other => panic!("claimed canonical, serde_json says {other:?}: {text}"),
+        }
+    }
+}
+
 fuzz_target!(|data: &[u8]| {
     let text = text(data);
+    check_canonical(&text);
     check(&text, "demo");
     if let Ok(Value::Object(o)) = serde_json::from_str::<Value>(&text) {
         if let Some(Value::String(session)) = o.get("session_id") {

@@ -470,6 +470,22 @@ pub fn encode(text: &str) -> Encoded {
     }
 }
 
+/// Encodes the `event` frame of [`protocol::event_frame`] in one pass,
+/// header and payload into one buffer.
+pub fn encode_event(session: &str, hub_seq: Option<u64>, envelope_json: &str) -> Encoded {
+    let mut head = String::with_capacity(64 + session.len());
+    protocol::event_frame_head(&mut head, session, hub_seq);
+    let len = head.len() + envelope_json.len() + 1;
+    let mut bytes = Vec::with_capacity(ws::frame_header_len(len) + len);
+    ws::push_frame_header(&mut bytes, ws::opcode::TEXT, len);
+    bytes.extend_from_slice(head.as_bytes());
+    bytes.extend_from_slice(envelope_json.as_bytes());
+    bytes.push(b'}');
+    Encoded {
+        bytes: bytes.into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -483,6 +499,22 @@ mod tests {
         let (server, _) = listener.accept().unwrap();
         let (conn, inbox) = PanelConn::new(1, Arc::new(FrameWriter::for_tests(server)));
         (conn, inbox, client)
+    }
+
+    #[test]
+    fn an_encoded_event_is_the_encoded_event_frame() {
+        for (session, seq, json) in [
+            ("s", Some(1), r#"{"a":1}"#),
+            ("s\"q", None, "{}"),
+            (
+                "bench",
+                Some(u64::MAX),
+                &*format!("{{\"x\":\"{}\"}}", "y".repeat(70_000)),
+            ),
+        ] {
+            let expect = encode(&protocol::event_frame(session, seq, json));
+            assert_eq!(encode_event(session, seq, json).bytes, expect.bytes);
+        }
     }
 
     #[test]

@@ -747,11 +747,50 @@ pub fn snapshot(session: &str, description: Value, transcript: &[Arc<str>]) -> S
 /// transient replies such as history) and `envelope`, spliced verbatim.
 /// Serialize once per event and share the text with every subscriber.
 pub fn event_frame(session: &str, hub_seq: Option<u64>, envelope_json: &str) -> String {
-    let mut out = FrameText::new("event");
-    out.value("session", &json!(session));
-    out.value("hub_seq", &json!(hub_seq));
-    out.raw("envelope", envelope_json);
-    out.finish()
+    let mut out = String::with_capacity(64 + session.len() + envelope_json.len());
+    event_frame_head(&mut out, session, hub_seq);
+    out.push_str(envelope_json);
+    out.push('}');
+    out
+}
+
+/// The text of an `event` frame before its envelope (which is followed by
+/// the closing `}`).
+pub fn event_frame_head(out: &mut String, session: &str, hub_seq: Option<u64>) {
+    let _ = write!(out, "{{\"v\":{VERSION},\"type\":\"event\",\"session\":");
+    if session
+        .bytes()
+        .all(|b| b >= 0x20 && b != b'"' && b != b'\\')
+    {
+        out.push('"');
+        out.push_str(session);
+        out.push('"');
+    } else {
+        let _ = serde_json::to_writer(&mut FmtWriter(out), session);
+    }
+    match hub_seq {
+        Some(seq) => {
+            let _ = write!(out, ",\"hub_seq\":{seq},\"envelope\":");
+        }
+        None => out.push_str(",\"hub_seq\":null,\"envelope\":"),
+    }
+}
+
+/// `io::Write` into a `String` for `serde_json::to_writer` (it only ever
+/// writes complete UTF-8 text).
+struct FmtWriter<'a>(&'a mut String);
+
+impl std::io::Write for FmtWriter<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = std::str::from_utf8(buf)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+        self.0.push_str(text);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// A prompt opened (`open: true`) or closed; `outcome` only when closing.
@@ -890,22 +929,25 @@ impl FrameText {
         let mut out = FrameText {
             buf: String::with_capacity(256),
         };
-        let _ = write!(out.buf, "{{\"v\":{VERSION},\"type\":{}", json!(kind));
+        out.open(kind);
         out
     }
 
+    /// `{"v":1,"type":<kind>` (`kind` and keys are plain ASCII names).
+    fn open(&mut self, kind: &str) {
+        let _ = write!(self.buf, "{{\"v\":{VERSION},\"type\":");
+        let _ = serde_json::to_writer(&mut FmtWriter(&mut self.buf), kind);
+    }
+
     fn key(&mut self, key: &str) {
-        let _ = write!(self.buf, ",{}:", json!(key));
+        self.buf.push(',');
+        let _ = serde_json::to_writer(&mut FmtWriter(&mut self.buf), key);
+        self.buf.push(':');
     }
 
     fn value(&mut self, key: &str, value: &Value) {
         self.key(key);
         let _ = write!(self.buf, "{value}");
-    }
-
-    fn raw(&mut self, key: &str, json: &str) {
-        self.key(key);
-        self.buf.push_str(json);
     }
 
     fn raw_array(&mut self, key: &str, items: &[Arc<str>]) {

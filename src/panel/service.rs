@@ -755,8 +755,8 @@ pub fn fan_out(hub: &Hub, note: &Note) {
             hub_seq,
             json,
         } => {
-            let frame = conn::encode(&protocol::event_frame(session, *hub_seq, json));
-            for panel in &panels {
+            let frame = conn::encode_event(session, *hub_seq, json);
+            for panel in panels.iter() {
                 deliver_event(panel, session, *hub_seq, &frame);
             }
         }
@@ -781,7 +781,7 @@ pub fn fan_out(hub: &Hub, note: &Note) {
             let frame = conn::encode(
                 &protocol::confirmation(session, *open, current, outcome.clone()).to_string(),
             );
-            for panel in &panels {
+            for panel in panels.iter() {
                 panel.send_frame(frame.clone());
             }
             broadcast_session(hub, &panels, session);
@@ -817,7 +817,7 @@ pub fn fan_out(hub: &Hub, note: &Note) {
         Note::SessionChanged { session } => broadcast_session(hub, &panels, session),
         Note::SessionRemoved { session } => {
             let frame = conn::encode(&protocol::session_removed(session).to_string());
-            for panel in &panels {
+            for panel in panels.iter() {
                 panel.subs().remove(session);
                 panel.send_frame(frame.clone());
             }

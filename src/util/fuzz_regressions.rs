@@ -18,7 +18,7 @@ fn r_7_envelope_float_keeps_its_value() {
     let text = r#"{"type":"event","event":"status","session_id":"demo","worker_id":"w","request_id":"","run_id":"","sequence":1,"data":{"x":127898.88888888889}}"#;
     let env = parse_event(text, "demo").unwrap();
     assert_eq!(env.data().unwrap()["x"].to_string(), "127898.88888888889");
-    let again = Value::Object(env.object.clone()).to_string();
+    let again = Value::Object(env.object().clone()).to_string();
     assert_eq!(parse_event(&again, "demo").unwrap(), env);
 }
 

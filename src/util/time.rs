@@ -17,6 +17,42 @@ pub fn now_rfc3339() -> String {
     rfc3339_from_millis(now_millis())
 }
 
+/// [`now_rfc3339`], reusing this thread's last formatted date and time of
+/// day within the same second (the worker event threads stamp every
+/// event).
+pub fn now_rfc3339_cached() -> String {
+    rfc3339_cached(now_millis())
+}
+
+/// [`rfc3339_from_millis`] through this thread's one-second cache.
+fn rfc3339_cached(ms: u64) -> String {
+    use std::cell::RefCell;
+    thread_local! {
+        static LAST: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+    }
+    let secs = ms / 1000;
+    LAST.try_with(|last| {
+        let mut last = last.try_borrow_mut().ok()?;
+        if last.0 != secs {
+            let full = rfc3339_from_millis(ms);
+            // `YYYY-MM-DDTHH:MM:SS.` (the year has four digits or more).
+            last.1 = full[..full.len() - 4].to_string();
+            last.0 = secs;
+        }
+        let mut out = String::with_capacity(last.1.len() + 4);
+        out.push_str(&last.1);
+        let millis = (ms % 1000) as u32;
+        for d in [millis / 100, millis / 10 % 10, millis % 10] {
+            out.push(char::from(b'0' + d as u8));
+        }
+        out.push('Z');
+        Some(out)
+    })
+    .ok()
+    .flatten()
+    .unwrap_or_else(|| rfc3339_from_millis(ms))
+}
+
 /// Formats milliseconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 pub fn rfc3339_from_millis(ms: u64) -> String {
     let secs = ms / 1000;
@@ -63,5 +99,25 @@ mod tests {
             rfc3339_from_millis(951_782_400_000),
             "2000-02-29T00:00:00.000Z"
         );
+    }
+
+    #[test]
+    fn the_cached_form_is_the_same() {
+        for ms in [
+            0,
+            999,
+            1000,
+            1_767_225_599_999,
+            1_767_225_600_000,
+            1_767_225_600_007,
+        ]
+        .into_iter()
+        .chain((0..3000).map(|i| 951_782_399_000 + i * 7))
+        {
+            assert_eq!(rfc3339_cached(ms), rfc3339_from_millis(ms), "{ms}");
+        }
+        let now = now_rfc3339_cached();
+        assert_eq!(now.len(), 24);
+        assert!(now.ends_with('Z'));
     }
 }

@@ -6,10 +6,13 @@
 //! (no identity, wrong session, oversized ids) are errors; missing
 //! correlation fields are issues recorded on the envelope.
 
+use std::borrow::Cow;
 use std::fmt;
+use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
 
+use super::canonical::{self, Member};
 use super::display::{clip, describe, kind, quote};
 
 /// Event names the current worker emits. Others are kept and forwarded.
@@ -50,7 +53,7 @@ pub const RAW_MEMBERS_MAX: usize = 64;
 pub const RAW_KEY_MAX: usize = 128;
 
 /// One parsed worker event.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Envelope {
     pub event: String,
     pub session_id: String,
@@ -65,15 +68,91 @@ pub struct Envelope {
     pub known: bool,
     /// Non-fatal problems, e.g. "missing request_id".
     pub issues: Vec<String>,
-    /// The complete original object, unknown fields included, untouched.
-    pub object: Map<String, Value>,
+    /// `serde_json`'s compact encoding of the complete original object,
+    /// unknown fields included (the frame as received when it already was
+    /// that, see `canonical`).
+    text: String,
+    /// The top-level members within `text`, when the frame took the
+    /// canonical path; empty (and `object` set) otherwise.
+    members: Vec<Member>,
+    /// The parsed object, built on first use when the frame took the
+    /// canonical path.
+    object: OnceLock<Map<String, Value>>,
+    /// The parsed `data` member alone, built on first use (canonical path).
+    data: OnceLock<Option<Value>>,
+}
+
+impl PartialEq for Envelope {
+    fn eq(&self, other: &Self) -> bool {
+        self.event == other.event
+            && self.session_id == other.session_id
+            && self.worker_id == other.worker_id
+            && self.request_id == other.request_id
+            && self.run_id == other.run_id
+            && self.sequence == other.sequence
+            && self.known == other.known
+            && self.issues == other.issues
+            && self.object() == other.object()
+    }
 }
 
 impl Envelope {
+    /// The complete original object, unknown fields included, untouched.
+    pub fn object(&self) -> &Map<String, Value> {
+        self.object.get_or_init(|| {
+            match serde_json::from_str::<Value>(&self.text) {
+                Ok(Value::Object(object)) => object,
+                // Unreachable: `text` is an encoded object.
+                _ => Map::new(),
+            }
+        })
+    }
+
     /// The `data` member, whatever its type.
     pub fn data(&self) -> Option<&Value> {
-        self.object.get("data")
+        if let Some(object) = self.object.get() {
+            return object.get("data");
+        }
+        self.data
+            .get_or_init(|| {
+                let member = self.member("data")?;
+                serde_json::from_str(&self.text[member.value.clone()]).ok()
+            })
+            .as_ref()
     }
+
+    /// `serde_json::to_string(self.object())`, without building the object.
+    pub fn json(&self) -> &str {
+        &self.text
+    }
+
+    /// Whether the object has a member `key`.
+    pub fn contains_key(&self, key: &str) -> bool {
+        let escaped = key.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\');
+        if self.members.is_empty() || escaped {
+            self.object().contains_key(key)
+        } else {
+            self.member(key).is_some()
+        }
+    }
+
+    /// A top-level member found by the canonical scan.
+    fn member(&self, key: &str) -> Option<&Member> {
+        find_member(&self.text, &self.members, key)
+    }
+}
+
+/// A member's key when it has no escapes.
+fn member_key<'a>(text: &'a str, m: &Member) -> Option<&'a str> {
+    canonical::plain_string(&text[m.key.clone()])
+}
+
+/// The member named `key`, which has no `\\` (the names the hub looks up):
+/// then the key token's text between its quotes is the name itself.
+fn find_member<'a>(text: &str, members: &'a [Member], key: &str) -> Option<&'a Member> {
+    members.iter().find(|m| {
+        m.key.len() == key.len() + 2 && text.get(m.key.start + 1..m.key.end - 1) == Some(key)
+    })
 }
 
 /// Why an event frame was refused.
@@ -141,16 +220,77 @@ fn check_len(field: &'static str, s: &str) -> Result<(), EnvelopeError> {
     Ok(())
 }
 
+/// One top-level member as the checks see it, from the parsed object or
+/// from the canonical text.
+struct Field<'a> {
+    /// The decoded string, when the value is one.
+    string: Option<Cow<'a, str>>,
+    kind: &'static str,
+    /// The value as an unsigned 64-bit integer, when it is one.
+    as_u64: Option<u64>,
+    source: Source<'a>,
+}
+
+enum Source<'a> {
+    Value(&'a Value),
+    /// A canonical JSON value token.
+    Text(&'a str),
+}
+
+impl<'a> Field<'a> {
+    fn of_value(v: &'a Value) -> Field<'a> {
+        Field {
+            string: v.as_str().map(Cow::Borrowed),
+            kind: kind(v),
+            as_u64: v.as_u64(),
+            source: Source::Value(v),
+        }
+    }
+
+    fn of_text(token: &'a str) -> Field<'a> {
+        let (string, kind, as_u64) = match token.as_bytes().first() {
+            Some(b'"') => {
+                let decoded = match canonical::plain_string(token) {
+                    Some(plain) => Cow::Borrowed(plain),
+                    None => Cow::Owned(serde_json::from_str::<String>(token).unwrap_or_default()),
+                };
+                (Some(decoded), "string", None)
+            }
+            Some(b'{') => (None, "object", None),
+            Some(b'[') => (None, "array", None),
+            Some(b't' | b'f') => (None, "boolean", None),
+            Some(b'n') => (None, "null", None),
+            _ => (None, "number", token.parse::<u64>().ok()),
+        };
+        Field {
+            string,
+            kind,
+            as_u64,
+            source: Source::Text(token),
+        }
+    }
+
+    /// [`describe`] of the value.
+    fn describe(&self) -> String {
+        match self.source {
+            Source::Value(v) => describe(v),
+            Source::Text(token) => {
+                describe(&serde_json::from_str::<Value>(token).unwrap_or(Value::Null))
+            }
+        }
+    }
+}
+
 /// A required non-empty string field, or `missing` as the error.
 fn required(
-    object: &Map<String, Value>,
+    field_value: Option<Field<'_>>,
     field: &'static str,
     missing: EnvelopeError,
 ) -> Result<String, EnvelopeError> {
-    match object.get(field) {
-        Some(Value::String(s)) if !s.is_empty() => {
-            check_len(field, s)?;
-            Ok(s.clone())
+    match field_value.and_then(|f| f.string) {
+        Some(s) if !s.is_empty() => {
+            check_len(field, &s)?;
+            Ok(s.into_owned())
         }
         _ => Err(missing),
     }
@@ -159,17 +299,19 @@ fn required(
 /// An optional string field: `""` plus an issue when missing or not a
 /// string; too long is fatal.
 fn optional(
-    object: &Map<String, Value>,
+    field_value: Option<Field<'_>>,
     field: &'static str,
     issues: &mut Vec<String>,
 ) -> Result<String, EnvelopeError> {
-    match object.get(field) {
-        Some(Value::String(s)) => {
-            check_len(field, s)?;
-            Ok(s.clone())
+    match field_value {
+        Some(Field {
+            string: Some(s), ..
+        }) => {
+            check_len(field, &s)?;
+            Ok(s.into_owned())
         }
         Some(other) => {
-            issues.push(format!("{field} is not a string (found {})", kind(other)));
+            issues.push(format!("{field} is not a string (found {})", other.kind));
             Ok(String::new())
         }
         None => {
@@ -179,19 +321,30 @@ fn optional(
     }
 }
 
-/// Parses one text frame received on `/agent/<route_session>/events`.
-pub fn parse_event(text: &str, route_session: &str) -> Result<Envelope, EnvelopeError> {
-    let value: Value = serde_json::from_str(text).map_err(|err| EnvelopeError::NotJson {
-        detail: clip(&err.to_string(), 200),
-    })?;
-    let Value::Object(object) = value else {
-        return Err(EnvelopeError::NotObject);
-    };
-    match object.get("type") {
-        Some(Value::String(t)) if t == "event" => {}
+/// The checked fields of an envelope.
+struct Checked {
+    event: String,
+    session_id: String,
+    worker_id: String,
+    request_id: String,
+    run_id: String,
+    sequence: Option<u64>,
+    known: bool,
+    issues: Vec<String>,
+}
+
+/// The correlation checks, in order, over the members `get` finds.
+fn check<'a>(
+    get: impl Fn(&str) -> Option<Field<'a>>,
+    route_session: &str,
+) -> Result<Checked, EnvelopeError> {
+    match get("type") {
+        Some(Field {
+            string: Some(t), ..
+        }) if t == "event" => {}
         Some(other) => {
             return Err(EnvelopeError::WrongType {
-                found: describe(other),
+                found: other.describe(),
             })
         }
         None => {
@@ -200,19 +353,25 @@ pub fn parse_event(text: &str, route_session: &str) -> Result<Envelope, Envelope
             })
         }
     }
-    let event = required(&object, "event", EnvelopeError::MissingEvent)?;
-    let worker_id = required(&object, "worker_id", EnvelopeError::MissingWorkerId)?;
-    let session_id = match object.get("session_id") {
-        Some(Value::String(s)) => {
-            check_len("session_id", s)?;
-            if !crate::session::is_valid_id(s) {
-                return Err(EnvelopeError::BadSessionId { value: quote(s) });
+    let event = required(get("event"), "event", EnvelopeError::MissingEvent)?;
+    let worker_id = required(
+        get("worker_id"),
+        "worker_id",
+        EnvelopeError::MissingWorkerId,
+    )?;
+    let session_id = match get("session_id") {
+        Some(Field {
+            string: Some(s), ..
+        }) => {
+            check_len("session_id", &s)?;
+            if !crate::session::is_valid_id(&s) {
+                return Err(EnvelopeError::BadSessionId { value: quote(&s) });
             }
-            s.clone()
+            s.into_owned()
         }
         Some(other) => {
             return Err(EnvelopeError::BadSessionId {
-                value: describe(other),
+                value: other.describe(),
             })
         }
         None => {
@@ -228,14 +387,18 @@ pub fn parse_event(text: &str, route_session: &str) -> Result<Envelope, Envelope
         });
     }
     let mut issues = Vec::new();
-    let request_id = optional(&object, "request_id", &mut issues)?;
-    let run_id = optional(&object, "run_id", &mut issues)?;
-    let sequence = match object.get("sequence") {
-        Some(Value::Number(n)) if n.as_u64().is_some() => n.as_u64(),
+    let request_id = optional(get("request_id"), "request_id", &mut issues)?;
+    let run_id = optional(get("run_id"), "run_id", &mut issues)?;
+    let sequence = match get("sequence") {
+        Some(Field {
+            kind: "number",
+            as_u64: Some(n),
+            ..
+        }) => Some(n),
         Some(other) => {
             issues.push(format!(
                 "sequence is not an unsigned 64-bit integer (found {})",
-                describe(other)
+                other.describe()
             ));
             None
         }
@@ -244,16 +407,13 @@ pub fn parse_event(text: &str, route_session: &str) -> Result<Envelope, Envelope
             None
         }
     };
-    match object.get("data") {
-        Some(Value::Object(_) | Value::Array(_)) => {}
-        Some(other) => issues.push(format!(
-            "data is not an object or array (found {})",
-            kind(other)
-        )),
+    match get("data").map(|f| f.kind) {
+        Some("object" | "array") => {}
+        Some(other) => issues.push(format!("data is not an object or array (found {other})")),
         None => issues.push("missing data".into()),
     }
     let known = KNOWN_EVENTS.contains(&event.as_str());
-    Ok(Envelope {
+    Ok(Checked {
         event,
         session_id,
         worker_id,
@@ -262,8 +422,69 @@ pub fn parse_event(text: &str, route_session: &str) -> Result<Envelope, Envelope
         sequence,
         known,
         issues,
-        object,
     })
+}
+
+/// Parses one text frame received on `/agent/<route_session>/events`.
+///
+/// A frame that already is `serde_json`'s compact encoding of itself (or
+/// is that plus whitespace) is checked and kept as text; its object and
+/// `data` are parsed only when asked for. Any other frame is parsed into
+/// a `Value` and re-encoded. Both paths give the same envelope.
+pub fn parse_event(text: &str, route_session: &str) -> Result<Envelope, EnvelopeError> {
+    let Some(canonical) = canonical::canonical_object(text) else {
+        return parse_value(text, route_session);
+    };
+    let (text, members) = (canonical.text, canonical.members);
+    let checked = {
+        let text: &str = &text;
+        let members = &members;
+        check(
+            |key| find_member(text, members, key).map(|m| Field::of_text(&text[m.value.clone()])),
+            route_session,
+        )?
+    };
+    Ok(envelope(
+        checked,
+        text.into_owned(),
+        members,
+        OnceLock::new(),
+    ))
+}
+
+/// The full path: parse into a `Value`, check, re-encode.
+fn parse_value(text: &str, route_session: &str) -> Result<Envelope, EnvelopeError> {
+    let value: Value = serde_json::from_str(text).map_err(|err| EnvelopeError::NotJson {
+        detail: clip(&err.to_string(), 200),
+    })?;
+    let Value::Object(object) = value else {
+        return Err(EnvelopeError::NotObject);
+    };
+    let checked = check(|key| object.get(key).map(Field::of_value), route_session)?;
+    let text = serde_json::to_string(&object).unwrap_or_else(|_| "{}".to_string());
+    Ok(envelope(checked, text, Vec::new(), OnceLock::from(object)))
+}
+
+fn envelope(
+    c: Checked,
+    text: String,
+    members: Vec<Member>,
+    object: OnceLock<Map<String, Value>>,
+) -> Envelope {
+    Envelope {
+        event: c.event,
+        session_id: c.session_id,
+        worker_id: c.worker_id,
+        request_id: c.request_id,
+        run_id: c.run_id,
+        sequence: c.sequence,
+        known: c.known,
+        issues: c.issues,
+        text,
+        members,
+        object,
+        data: OnceLock::new(),
+    }
 }
 
 /// Bounded metadata of an envelope without its data body, for the
@@ -277,7 +498,7 @@ pub fn parse_event(text: &str, route_session: &str) -> Result<Envelope, Envelope
 pub fn raw_metadata(env: &Envelope, frame_bytes: usize) -> Value {
     let mut out = Map::new();
     let mut omitted = 0u64;
-    for (key, value) in &env.object {
+    for (key, value) in env.object() {
         if key == "data" {
             continue;
         }
@@ -299,13 +520,77 @@ pub fn raw_metadata(env: &Envelope, frame_bytes: usize) -> Value {
     if omitted > 0 {
         out.insert("display_omitted_keys".into(), Value::from(omitted));
     }
-    let data_kind = match env.object.get("data") {
+    let data_kind = match env.object().get("data") {
         None => "missing",
         Some(v) => kind(v),
     };
     out.insert("data_kind".into(), Value::from(data_kind));
     out.insert("bytes".into(), Value::from(frame_bytes as u64));
     Value::Object(out)
+}
+
+/// Keys [`raw_metadata`] adds itself: a worker member of the same name
+/// would be overwritten in place.
+const RAW_OWN_KEYS: &[&str] = &["display_omitted_keys", "data_kind", "bytes"];
+
+/// Appends `serde_json::to_string(&raw_metadata(env, frame_bytes))` to
+/// `out`, from the canonical text when the frame took that path (no
+/// `Value` is built for plain members).
+pub fn write_raw_metadata(env: &Envelope, frame_bytes: usize, out: &mut String) {
+    let text = env.text.as_str();
+    let plain = !env.members.is_empty()
+        && env
+            .members
+            .iter()
+            .all(|m| member_key(text, m).is_some_and(|k| !RAW_OWN_KEYS.contains(&k)));
+    if !plain {
+        out.push_str(&raw_metadata(env, frame_bytes).to_string());
+        return;
+    }
+    out.push('{');
+    let mut kept = 0usize;
+    let mut omitted = 0u64;
+    let mut data_kind = "missing";
+    for m in &env.members {
+        let key = member_key(text, m).unwrap_or_default();
+        let value = &text[m.value.clone()];
+        if key == "data" {
+            data_kind = Field::of_text(value).kind;
+            continue;
+        }
+        if kept >= RAW_MEMBERS_MAX || key.len() > RAW_KEY_MAX {
+            omitted += 1;
+            continue;
+        }
+        if kept > 0 {
+            out.push(',');
+        }
+        kept += 1;
+        out.push_str(&text[m.key.clone()]);
+        out.push(':');
+        match value.as_bytes().first() {
+            Some(b'"') => match canonical::plain_string(value) {
+                Some(plain) if plain.len() <= RAW_STRING_MAX => out.push_str(value),
+                _ => {
+                    let decoded = serde_json::from_str::<String>(value).unwrap_or_default();
+                    out.push_str(&Value::String(clip(&decoded, RAW_STRING_MAX)).to_string());
+                }
+            },
+            Some(b'{' | b'[') => out.push_str(r#"{"display_omitted":true}"#),
+            _ => out.push_str(value),
+        }
+    }
+    use std::fmt::Write as _;
+    let sep = if kept > 0 { "," } else { "" };
+    if omitted > 0 {
+        let _ = write!(out, "{sep}\"display_omitted_keys\":{omitted},");
+    } else {
+        out.push_str(sep);
+    }
+    let _ = write!(
+        out,
+        "\"data_kind\":\"{data_kind}\",\"bytes\":{frame_bytes}}}"
+    );
 }
 
 #[cfg(test)]
@@ -352,7 +637,24 @@ mod tests {
         assert!(env.known);
         assert!(env.issues.is_empty());
         assert_eq!(env.data(), Some(&json!({})));
-        assert_eq!(env.object.len(), 8);
+        assert_eq!(env.object().len(), 8);
+    }
+
+    #[test]
+    fn the_canonical_and_the_full_path_agree() {
+        let canonical = frame(json!({"note": "x\ny", "n": 1.5, "k": "é", "bytes": 3}));
+        let spaced = canonical.replace(',', " ,\n ").replace(':', ": ");
+        let escaped = canonical.replace('é', "\\u00e9");
+        for text in [&canonical, &spaced, &escaped] {
+            let env = parse_event(text, "demo").unwrap();
+            assert_eq!(env.json(), canonical, "{text}");
+            assert_eq!(env, parse_event(&canonical, "demo").unwrap());
+            assert_eq!(env.data(), Some(&json!({})));
+            assert!(env.contains_key("bytes") && !env.contains_key("byte"));
+            let mut raw = String::new();
+            write_raw_metadata(&env, text.len(), &mut raw);
+            assert_eq!(raw, raw_metadata(&env, text.len()).to_string());
+        }
     }
 
     #[test]
@@ -370,10 +672,10 @@ mod tests {
             parse(json!({"event": "future_thing", "extra": {"nested": [1, 2]}, "z": 1})).unwrap();
         assert!(!env.known);
         assert!(env.issues.is_empty());
-        assert_eq!(env.object["extra"], json!({"nested": [1, 2]}));
-        assert_eq!(env.object["z"], json!(1));
+        assert_eq!(env.object()["extra"], json!({"nested": [1, 2]}));
+        assert_eq!(env.object()["z"], json!(1));
         // Order of the original object is preserved.
-        let keys: Vec<&String> = env.object.keys().collect();
+        let keys: Vec<&String> = env.object().keys().collect();
         assert_eq!(keys.last().unwrap().as_str(), "z");
     }
 
@@ -447,7 +749,7 @@ mod tests {
                 "run_id is not a string (found null)"
             ]
         );
-        assert_eq!(env.object["request_id"], json!(7));
+        assert_eq!(env.object()["request_id"], json!(7));
     }
 
     fn with_sequence(raw: &str) -> Envelope {
@@ -594,7 +896,7 @@ mod tests {
         assert_eq!(too_long.len(), 129);
         for field in ["worker_id", "request_id", "run_id", "event"] {
             let env = parse(json!({ field: ok })).unwrap();
-            assert_eq!(env.object[field], json!(ok));
+            assert_eq!(env.object()[field], json!(ok));
             let err = parse(json!({ field: too_long })).unwrap_err();
             let EnvelopeError::FieldTooLong {
                 field: f,

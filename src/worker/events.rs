@@ -148,36 +148,82 @@ fn record_protocol_error(hub: &Hub, session_id: &str, problem: &str) {
 const HUB_FIELDS: &[&str] = &["received_at", "known", "issues", "raw", "hub_sequence"];
 
 /// The entry's JSON without its closing brace and without `hub_sequence`,
-/// serialized outside any lock: the worker's object as received, then the
-/// hub's fields. A worker object that already uses one of the hub's names
-/// is rebuilt so the entry never carries a duplicate key.
-fn entry_prefix(env: &Envelope, raw: Value, now: &str) -> String {
-    let hub = json!({"received_at": now, "known": env.known, "issues": env.issues, "raw": raw});
-    let mut text = if HUB_FIELDS.iter().any(|k| env.object.contains_key(*k)) {
-        let mut object = env.object.clone();
+/// built outside any lock: the worker's object as `serde_json` encodes it
+/// (the frame's own text when it already is that), then the hub's fields.
+/// A worker object that already uses one of the hub's names is rebuilt so
+/// the entry never carries a duplicate key. Capacity is left for the
+/// `hub_sequence` member spliced in under the lock.
+fn entry_prefix(env: &Envelope, frame_bytes: usize, now: &str) -> String {
+    let rebuilt;
+    let object = if HUB_FIELDS.iter().any(|k| env.contains_key(k)) {
+        let mut object = env.object().clone();
         for key in HUB_FIELDS {
             object.remove(*key);
         }
-        Value::Object(object).to_string()
+        rebuilt = Value::Object(object).to_string();
+        rebuilt.as_str()
     } else {
-        serde_json::to_string(&env.object).unwrap_or_else(|_| "{}".to_string())
+        env.json()
     };
-    let hub_text = hub.to_string();
-    text.pop(); // the object's closing brace
+    let mut text = String::with_capacity(object.len() + 320 + SEQUENCE_ROOM);
+    text.push_str(&object[..object.len() - 1]); // the object's closing brace
     if text.len() > 1 {
         text.push(',');
     }
-    text.push_str(&hub_text[1..hub_text.len() - 1]);
+    text.push_str("\"received_at\":");
+    push_json_string(&mut text, now);
+    text.push_str(if env.known {
+        ",\"known\":true,\"issues\":"
+    } else {
+        ",\"known\":false,\"issues\":"
+    });
+    if env.issues.is_empty() {
+        text.push_str("[]");
+    } else {
+        text.push_str(&serde_json::to_string(&env.issues).unwrap_or_else(|_| "[]".into()));
+    }
+    text.push_str(",\"raw\":");
+    envelope::write_raw_metadata(env, frame_bytes, &mut text);
     text
+}
+
+/// Room for `,"hub_sequence":18446744073709551615}`.
+const SEQUENCE_ROOM: usize = 40;
+
+/// Appends `s` as a JSON string (as `serde_json` writes it).
+fn push_json_string(out: &mut String, s: &str) {
+    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+    } else {
+        out.push_str(&Value::from(s).to_string());
+    }
+}
+
+/// Completes an entry prefix with its `hub_sequence` (`null` when none).
+fn finish_entry(mut prefix: String, seq: Option<u64>) -> Arc<str> {
+    use std::fmt::Write as _;
+    match seq {
+        Some(seq) => {
+            let _ = write!(prefix, ",\"hub_sequence\":{seq}}}");
+        }
+        None => prefix.push_str(",\"hub_sequence\":null}"),
+    }
+    prefix.into()
 }
 
 /// Applies one parsed envelope to its session and publishes it. The entry
 /// is serialized before the lock; under it only `hub_sequence` is spliced.
 fn ingest(hub: &Arc<Hub>, session_id: &str, conn_id: u64, env: Envelope, frame_bytes: usize) {
-    let now = time::now_rfc3339();
+    let now = time::now_rfc3339_cached();
     let transient = TRANSIENT.contains(&env.event.as_str());
-    let raw = envelope::raw_metadata(&env, frame_bytes);
-    let prefix = entry_prefix(&env, raw, &now);
+    let prefix = entry_prefix(&env, frame_bytes, &now);
+    // The events whose `data` the session state reads: parse it before the
+    // lock (a headless child's projection parses under it, on first use).
+    if matches!(env.event.as_str(), "ready" | "status" | "input_rejected") {
+        let _ = env.data();
+    }
     let published = hub.with_session(session_id, |s| {
         let was_live = s.identity == IdentityState::Live;
         let request_change = observe(s, &env, &now);
@@ -188,10 +234,7 @@ fn ingest(hub: &Arc<Hub>, session_id: &str, conn_id: u64, env: Envelope, frame_b
         let child = crate::subagents::observe::observe(s, &env, &now);
         let headless = s.subagent.is_some();
         let seq = (!transient && !headless).then(|| s.transcript.next_sequence());
-        let json: Arc<str> = match seq {
-            Some(seq) => format!("{prefix},\"hub_sequence\":{seq}}}").into(),
-            None => format!("{prefix},\"hub_sequence\":null}}").into(),
-        };
+        let json = finish_entry(prefix, seq);
         if seq.is_some() {
             let (event, worker) = (&env.event, &env.worker_id);
             s.transcript.push(json.clone(), |seq, bytes| {
@@ -287,23 +330,26 @@ fn observe(s: &mut Session, env: &Envelope, now: &str) -> Option<Value> {
             _ => {}
         }
         let newest = last.map_or(seq, |last| last.max(seq));
-        s.last_sequence = Some((env.worker_id.clone(), newest));
+        match &mut s.last_sequence {
+            Some((worker, last)) if *worker == env.worker_id => *last = newest,
+            other => *other = Some((env.worker_id.clone(), newest)),
+        }
     }
     if !env.run_id.is_empty() {
-        s.last_run_id = Some(env.run_id.clone());
+        set_string(&mut s.last_run_id, &env.run_id);
         match env.event.as_str() {
-            "run_started" | "input_admitted" => s.active_run = Some(env.run_id.clone()),
+            "run_started" | "input_admitted" => set_string(&mut s.active_run, &env.run_id),
             "run_finished" if s.active_run.as_deref() == Some(env.run_id.as_str()) => {
                 s.active_run = None
             }
             _ => {}
         }
     }
-    s.last_event = Some(env.event.clone());
-    s.last_event_at = Some(now.to_string());
-    let data = env.data();
+    set_string(&mut s.last_event, &env.event);
+    set_string(&mut s.last_event_at, now);
     match env.event.as_str() {
         "ready" | "status" => {
+            let data = env.data();
             if let Some(caps) = data
                 .and_then(|d| d.get("capabilities"))
                 .and_then(Value::as_array)
@@ -322,6 +368,7 @@ fn observe(s: &mut Session, env: &Envelope, now: &str) -> Option<Value> {
         }
         "input_admitted" => settle_request(s, &env.request_id, RequestState::Admitted, None, now),
         "input_rejected" => {
+            let data = env.data();
             let id = data
                 .and_then(|d| d.get("request_id"))
                 .and_then(Value::as_str)
@@ -331,6 +378,19 @@ fn observe(s: &mut Session, env: &Envelope, now: &str) -> Option<Value> {
             settle_request(s, &id, RequestState::Rejected, data.cloned(), now)
         }
         _ => None,
+    }
+}
+
+/// `*slot = Some(value.to_string())`, reusing the slot's allocation.
+fn set_string(slot: &mut Option<String>, value: &str) {
+    match slot {
+        Some(current) => {
+            if current != value {
+                current.clear();
+                current.push_str(value);
+            }
+        }
+        None => *slot = Some(value.to_string()),
     }
 }
 
@@ -411,15 +471,12 @@ mod tests {
             json!({"type": "event", "event": "status", "session_id": "s",
             "worker_id": "w", "request_id": "", "run_id": "", "sequence": 1, "data": {"a": 1}}),
         );
-        let text = format!(
-            "{},\"hub_sequence\":7}}",
-            entry_prefix(&env, json!({"bytes": 1}), "t")
-        );
+        let text = format!("{},\"hub_sequence\":7}}", entry_prefix(&env, 1, "t"));
         let v: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["data"], json!({"a": 1}));
         assert_eq!(v["received_at"], "t");
         assert_eq!(v["hub_sequence"], 7);
-        assert_eq!(v["raw"], json!({"bytes": 1}));
+        assert_eq!(v["raw"], envelope::raw_metadata(&env, 1));
 
         // A worker that sends a field with a hub name gets no duplicate key.
         let env = parsed(
@@ -427,12 +484,12 @@ mod tests {
             "worker_id": "w", "request_id": "", "run_id": "", "sequence": 1, "data": {},
             "received_at": "forged", "hub_sequence": 999}),
         );
-        let text = format!(
-            "{},\"hub_sequence\":8}}",
-            entry_prefix(&env, json!({}), "real")
-        );
-        assert_eq!(text.matches("received_at").count(), 1);
-        assert_eq!(text.matches("hub_sequence").count(), 1);
+        let text = format!("{},\"hub_sequence\":8}}", entry_prefix(&env, 0, "real"));
+        // (`raw` shows the worker's members, nested.)
+        let top = crate::worker::canonical::canonical_object(&text).expect("no duplicate keys");
+        let keys: Vec<&str> = top.members.iter().map(|m| &text[m.key.clone()]).collect();
+        assert_eq!(keys.iter().filter(|k| **k == "\"received_at\"").count(), 1);
+        assert_eq!(keys.iter().filter(|k| **k == "\"hub_sequence\"").count(), 1);
         let v: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(
             (v["received_at"].clone(), v["hub_sequence"].clone()),

@@ -6,6 +6,7 @@
 //! requests and builds their responses, `plan` validates the plan routes'
 //! arguments. These submodules are pure: no I/O, clock or locks.
 
+pub mod canonical;
 pub mod display;
 pub mod envelope;
 pub mod payload;

@@ -481,8 +481,15 @@ impl Hub {
     /// Hands a notification to the panel layer. Never called with a lock
     /// held.
     pub fn notify(&self, note: Note) {
-        let _ordered = self.publish.lock().unwrap_or_else(|p| p.into_inner());
+        let _ordered = self.publishing();
         crate::panel::service::fan_out(self, &note);
+    }
+
+    /// The publish lock: held while frames are queued to panels, so
+    /// whoever holds it queues in the order the hub's state changed (taken
+    /// before any session lock, never the other way round).
+    pub fn publishing(&self) -> MutexGuard<'_, ()> {
+        self.publish.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn add_panel(&self, panel: Arc<PanelConn>) {

@@ -584,7 +584,9 @@ fn legacy_subscribe(
     request_id: Option<String>,
 ) {
     // Under the session lock: the entries after `since`, and the cursor
-    // moves to the end so later live events continue from there.
+    // moves to the end so later live events continue from there. Queued
+    // under the publish lock, so a later event's fan-out comes after it.
+    let _ordered = hub.publishing();
     let built = hub.with_session(session, |s| {
         let entries: Vec<Arc<str>> = s
             .transcript
@@ -638,7 +640,9 @@ fn logs_value(s: &crate::session::Session) -> Value {
 /// Sends the next replay page, then schedules the following one after the
 /// page has been written. The final frame (empty, `replay_more: false`) is
 /// built under the session lock together with switching to live delivery,
-/// so no event can slip between replay and live.
+/// and queued under the publish lock that live fan-out holds, so no event
+/// can slip between replay and live (an event pushed before the switch is
+/// in the page; one pushed after it is fanned out after the frame).
 fn replay_step(
     hub: Arc<Hub>,
     panel: Arc<PanelConn>,
@@ -649,6 +653,7 @@ fn replay_step(
     if panel.is_dead() {
         return;
     }
+    let ordered = hub.publishing();
     let step = hub.with_session(&session, |s| {
         let mut subs = panel.subs();
         let sub = subs
@@ -734,7 +739,9 @@ fn replay_step(
         panel.subs().remove(&session);
         return;
     }
-    if !panel.send_text(&frame) || !more {
+    let queued = panel.send_text(&frame);
+    drop(ordered);
+    if !queued || !more {
         return;
     }
     let next_panel = panel.clone();

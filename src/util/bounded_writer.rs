@@ -7,6 +7,9 @@
 //! opens (lazily, create + append, 0600) and writes the file. Drops are
 //! counted and reported by a caller-built omission marker before the next
 //! admitted record; an open or write failure disables the writer for good.
+//! A thread with nothing to write for [`IDLE_EXIT`] closes the file and
+//! exits (a session whose worker stopped keeps no thread); the next record
+//! starts a new one.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -33,6 +36,9 @@ const STACK_SIZE: usize = 128 * 1024;
 
 /// At most this many bytes are gathered from the channel into one write.
 const BATCH_BYTES: usize = 64 * 1024;
+
+/// How long a writer thread waits for more records before it exits.
+pub const IDLE_EXIT: Duration = Duration::from_secs(2);
 
 /// What happened to one record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,9 +80,15 @@ struct Shared {
     abandoned: AtomicBool,
     /// Warnings logged (tests check "exactly one").
     warnings: AtomicUsize,
+    /// Admission state; the writer thread takes it only to retire itself.
+    state: Mutex<State>,
 }
 
 impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn count_dropped(&self, records: u64, bytes: u64) {
         self.dropped_records.fetch_add(records, Ordering::Relaxed);
         self.dropped_bytes.fetch_add(bytes, Ordering::Relaxed);
@@ -117,7 +129,6 @@ pub struct BoundedWriter {
     shared: Arc<Shared>,
     budget: usize,
     marker: fn(u64, u64) -> String,
-    state: Mutex<State>,
 }
 
 impl BoundedWriter {
@@ -141,18 +152,18 @@ impl BoundedWriter {
                 failed: AtomicBool::new(false),
                 abandoned: AtomicBool::new(false),
                 warnings: AtomicUsize::new(0),
+                state: Mutex::new(State {
+                    sender: None,
+                    done: None,
+                    thread: None,
+                    closed: false,
+                    unreported_records: 0,
+                    unreported_bytes: 0,
+                    warned_drop: false,
+                }),
             }),
             budget,
             marker,
-            state: Mutex::new(State {
-                sender: None,
-                done: None,
-                thread: None,
-                closed: false,
-                unreported_records: 0,
-                unreported_bytes: 0,
-                warned_drop: false,
-            }),
         }
     }
 
@@ -298,7 +309,13 @@ impl BoundedWriter {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.shared.lock()
+    }
+
+    /// Whether a writer thread is running now.
+    #[cfg(test)]
+    fn has_thread(&self) -> bool {
+        self.lock().sender.is_some()
     }
 
     fn spawn(&self, state: &mut State) -> std::io::Result<()> {
@@ -340,11 +357,30 @@ impl Drop for BoundedWriter {
 
 /// The writer thread: gathers chunks, opens the file on the first one,
 /// writes, and releases their bytes from `pending`. Returns when every
-/// sender is gone (close) or when close abandoned it.
+/// sender is gone (close), when close abandoned it, or after [`IDLE_EXIT`]
+/// with nothing to write (it then retires itself from the state, under
+/// the lock admission holds while sending, so no record is left behind).
 fn run(shared: &Shared, rx: &Receiver<Chunk>) {
     let mut file: Option<File> = None;
     let mut batch: Vec<u8> = Vec::with_capacity(BATCH_BYTES);
-    while let Ok(first) = rx.recv() {
+    loop {
+        let first = match rx.recv_timeout(IDLE_EXIT) {
+            Ok(first) => first,
+            Err(RecvTimeoutError::Disconnected) => return,
+            Err(RecvTimeoutError::Timeout) => {
+                let mut state = shared.lock();
+                if !rx.is_empty() {
+                    continue;
+                }
+                if !state.closed {
+                    // Detached: this thread ends by itself right after.
+                    state.sender = None;
+                    state.done = None;
+                    state.thread = None;
+                }
+                return;
+            }
+        };
         let mut records = 1u64;
         let mut record_bytes = first.record_bytes;
         batch.clear();
@@ -453,6 +489,27 @@ mod tests {
 
     fn writer(path: PathBuf, budget: usize) -> BoundedWriter {
         BoundedWriter::new(path, budget, jsonl_omission_marker, "test".into())
+    }
+
+    #[test]
+    fn an_idle_thread_exits_and_the_next_record_starts_another() {
+        let dir = TempDir::new("idle");
+        let path = dir.join("events.jsonl");
+        let w = writer(path.clone(), DEFAULT_BUDGET);
+        assert_eq!(w.write_record("{\"n\":1}"), Admit::Admitted);
+        assert!(w.has_thread());
+        wait_until("the idle exit", IDLE_EXIT + PATIENCE, || !w.has_thread());
+        assert_eq!(w.pending_bytes(), 0);
+        assert_eq!(w.write_record("{\"n\":2}"), Admit::Admitted);
+        w.close(PATIENCE);
+        assert_eq!(fs::read_to_string(&path).unwrap(), "{\"n\":1}\n{\"n\":2}\n");
+        // Close after an idle exit returns at once and stops admission.
+        let w = writer(dir.join("other.jsonl"), DEFAULT_BUDGET);
+        assert_eq!(w.write_record("x"), Admit::Admitted);
+        wait_until("the idle exit", IDLE_EXIT + PATIENCE, || !w.has_thread());
+        w.close(PATIENCE);
+        assert_eq!(w.write_record("y"), Admit::Disabled);
+        assert_eq!(fs::read_to_string(dir.join("other.jsonl")).unwrap(), "x\n");
     }
 
     #[test]

@@ -80,6 +80,14 @@ fn fork(hub: &TestHub, parent: &str) -> String {
     id
 }
 
+/// Starts `parent`'s worker and forks one child that became ready.
+fn ready_child(hub: &TestHub, parent: &str) -> String {
+    start_parent(hub, parent);
+    let child = fork(hub, parent);
+    wait_session(hub, &child, |s| s["subagent"]["lifecycle"] == "ready");
+    child
+}
+
 fn listed(hub: &TestHub) -> Vec<String> {
     hub.get("/api/sessions").json()["sessions"]
         .as_array()
@@ -305,9 +313,7 @@ fn quotas_arguments_and_ownership_are_enforced() {
 fn stopping_the_parent_cascades_and_deletes_children() {
     let dir = TempDir::new("subagents-cascade");
     let hub = hub_with(&dir, default_config());
-    start_parent(&hub, "lead");
-    let child = fork(&hub, "lead");
-    wait_session(&hub, &child, |s| s["subagent"]["lifecycle"] == "ready");
+    let child = ready_child(&hub, "lead");
     // The child forks a grandchild of its own.
     run_tools(&hub, "lead", &format!("/send {child} /fork"));
     let mut grandchild = None;
@@ -372,9 +378,7 @@ fn pid_of(hub: &TestHub, id: &str) -> u32 {
 fn a_restarted_hub_keeps_a_ready_family_and_cleans_up_a_stale_one() {
     let dir = TempDir::new("subagents-restart");
     let mut first = hub_with(&dir, default_config());
-    start_parent(&first, "lead");
-    let child = fork(&first, "lead");
-    wait_session(&first, &child, |s| s["subagent"]["lifecycle"] == "ready");
+    let child = ready_child(&first, "lead");
     let parent_pid = pid_of(&first, "lead");
     let child_pid = pid_of(&first, &child);
 
@@ -409,9 +413,7 @@ fn a_failed_cleanup_is_retained_until_the_operator_retries() {
     let dir = TempDir::new("subagents-cleanup");
     let mut first = hub_with(&dir, default_config());
     let hub = &first;
-    start_parent(hub, "lead");
-    let child = fork(hub, "lead");
-    wait_session(hub, &child, |s| s["subagent"]["lifecycle"] == "ready");
+    let child = ready_child(hub, "lead");
     // A read-only child directory cannot be deleted.
     let mut undo = Undo(Vec::new());
     if !make_read_only(&child_dir(&hub.data_dir, &child), &mut undo) {
@@ -476,9 +478,7 @@ fn a_failed_cleanup_is_retained_until_the_operator_retries() {
 fn invalid_ownership_records_block_forks_and_launches() {
     let dir = TempDir::new("subagents-quarantine");
     let mut first = hub_with(&dir, default_config());
-    start_parent(&first, "lead");
-    let child = fork(&first, "lead");
-    wait_session(&first, &child, |s| s["subagent"]["lifecycle"] == "ready");
+    let child = ready_child(&first, "lead");
     let blocked = first.get("/api/subagents/recovery").json();
     assert_eq!(blocked, json!({"blocked": false, "reason": null}));
     signal(first.child.id(), libc::SIGKILL);
@@ -505,9 +505,7 @@ fn invalid_ownership_records_block_forks_and_launches() {
 fn an_uncertain_startup_waits_for_the_operator_attestation() {
     let dir = TempDir::new("subagents-uncertain");
     let mut first = hub_with(&dir, default_config());
-    start_parent(&first, "lead");
-    let child = fork(&first, "lead");
-    wait_session(&first, &child, |s| s["subagent"]["lifecycle"] == "ready");
+    let child = ready_child(&first, "lead");
     let child_pid = pid_of(&first, &child);
     let listen = format!("127.0.0.1:{}", first.addr.port());
     let tools = first.tools_addr.unwrap().port().to_string();
@@ -618,9 +616,7 @@ fn the_live_quota_counts_every_family() {
 fn hub_shutdown_stops_and_removes_every_child() {
     let dir = TempDir::new("subagents-shutdown");
     let mut hub = hub_with(&dir, default_config());
-    start_parent(&hub, "lead");
-    let child = fork(&hub, "lead");
-    wait_session(&hub, &child, |s| s["subagent"]["lifecycle"] == "ready");
+    let child = ready_child(&hub, "lead");
     let child_pid = pid_of(&hub, &child);
     assert!(hub.terminate().success());
     assert!(!pid_alive(child_pid));
@@ -634,9 +630,7 @@ fn hub_shutdown_stops_and_removes_every_child() {
 fn automatic_cleanup_retries_after_its_delay() {
     let dir = TempDir::new("subagents-autoretry");
     let hub = hub_with(&dir, default_config());
-    start_parent(&hub, "lead");
-    let child = fork(&hub, "lead");
-    wait_session(&hub, &child, |s| s["subagent"]["lifecycle"] == "ready");
+    let child = ready_child(&hub, "lead");
     let mut undo = Undo(Vec::new());
     if !make_read_only(&child_dir(&hub.data_dir, &child), &mut undo) {
         eprintln!("skipped: root here may not mount");
@@ -659,9 +653,7 @@ fn automatic_cleanup_retries_after_its_delay() {
 fn cleanup_never_follows_a_linked_child_directory() {
     let dir = TempDir::new("subagents-symlink");
     let hub = hub_with(&dir, default_config());
-    start_parent(&hub, "lead");
-    let child = fork(&hub, "lead");
-    wait_session(&hub, &child, |s| s["subagent"]["lifecycle"] == "ready");
+    let child = ready_child(&hub, "lead");
     // The child's directory is swapped for a link to outside data.
     let outside = dir.path().join("outside");
     std::fs::create_dir_all(&outside).unwrap();

@@ -35,6 +35,19 @@ const RETRY_TICK: Duration = Duration::from_secs(5);
 /// How often the startup watcher looks at a starting child.
 const STARTUP_POLL: Duration = Duration::from_millis(100);
 
+/// Stack of the short-lived subagent threads (launch, startup watch,
+/// conversation write, history refresh, cleanup ticker).
+const THREAD_STACK: usize = 256 * 1024;
+
+/// Runs `work` on a new named thread; `Err` when none could start.
+fn spawn_thread(name: &str, work: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .stack_size(THREAD_STACK)
+        .spawn(work)
+        .map(drop)
+}
+
 /// Startup snapshot files captured at every supervised launch.
 pub const STARTUP_WORKER: &str = "startup-worker.yaml";
 pub const STARTUP_LAUNCH: &str = "startup-launch.jsonc";
@@ -101,11 +114,6 @@ pub struct Caller {
     pub worker_id: String,
     pub run_id: String,
     pub request_id: String,
-}
-
-/// Milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    time::now_millis()
 }
 
 /// Restores children from the store into their (already loaded) sessions.
@@ -334,11 +342,7 @@ pub fn fork(
     });
     let hub2 = hub.clone();
     let id2 = id.clone();
-    let spawned = std::thread::Builder::new()
-        .name("subagent-start".into())
-        .stack_size(256 * 1024)
-        .spawn(move || launch(&hub2, &id2));
-    if let Err(err) = spawned {
+    if let Err(err) = spawn_thread("subagent-start", move || launch(&hub2, &id2)) {
         log::error!("cannot start a subagent launch thread: {err}");
         set_reason(hub, &id, "the hub could not schedule the startup");
         begin_stop(hub, &id, None);
@@ -501,24 +505,22 @@ fn descendants_of(hub: &Hub, root: &str) -> Vec<String> {
 /// Closes admission of every descendant of `parent` at once (its worker
 /// is being stopped): no forks, no sends through them.
 pub fn freeze_descendants(hub: &Hub, parent: &str) {
-    for id in descendants_of(hub, parent) {
-        hub.with_session(&id, |s| {
-            if let Some(c) = s.subagent.as_mut() {
-                c.frozen = true;
-            }
-        });
-    }
+    freeze(hub, descendants_of(hub, parent));
 }
 
 /// Closes admission of every family (hub shutdown).
 pub fn freeze_all(hub: &Hub) {
-    let ids: Vec<String> = hub
+    let ids = hub
         .sessions()
         .list()
         .into_iter()
         .filter(|s| s.subagent.is_some())
         .map(|s| s.id.clone())
         .collect();
+    freeze(hub, ids);
+}
+
+fn freeze(hub: &Hub, ids: Vec<String>) {
     for id in ids {
         hub.with_session(&id, |s| {
             if let Some(c) = s.subagent.as_mut() {
@@ -653,7 +655,7 @@ pub fn cleanup(hub: &Arc<Hub>, id: &str) {
                 parent: parent.clone(),
                 reason,
                 outcomes,
-                removed_ms: now_ms(),
+                removed_ms: time::now_millis(),
             });
             hub.notify(Note::SessionRemoved {
                 session: id.to_string(),
@@ -684,7 +686,7 @@ fn cleanup_failed(hub: &Arc<Hub>, id: &str, err: &str, counted: bool) {
             }
             let attempt = c.cleanup_attempts.max(1) as usize;
             if c.automatic_retry && attempt < MAX_CLEANUP_ATTEMPTS as usize {
-                c.retry_at_ms = Some(now_ms() + RETRY_DELAYS_MS[attempt - 1]);
+                c.retry_at_ms = Some(time::now_millis() + RETRY_DELAYS_MS[attempt - 1]);
             } else {
                 c.automatic_retry = false;
                 c.retry_at_ms = None;
@@ -754,26 +756,23 @@ fn start_ticker(hub: &Arc<Hub>) {
         *running = true;
     }
     let hub2 = hub.clone();
-    let spawned = std::thread::Builder::new()
-        .name("subagent-cleanup".into())
-        .stack_size(256 * 1024)
-        .spawn(move || loop {
-            let hub = &hub2;
-            std::thread::sleep(RETRY_TICK);
-            if hub.is_shutting_down() {
-                *lock(&hub.family.ticker) = false;
-                return;
-            }
-            let now = now_ms();
-            let (due, pending) = pending_cleanups(hub, now);
-            for id in due {
-                retry_cleanup(hub, &id);
-            }
-            if pending == 0 {
-                *lock(&hub.family.ticker) = false;
-                return;
-            }
-        });
+    let spawned = spawn_thread("subagent-cleanup", move || loop {
+        let hub = &hub2;
+        std::thread::sleep(RETRY_TICK);
+        if hub.is_shutting_down() {
+            *lock(&hub.family.ticker) = false;
+            return;
+        }
+        let now = time::now_millis();
+        let (due, pending) = pending_cleanups(hub, now);
+        for id in due {
+            retry_cleanup(hub, &id);
+        }
+        if pending == 0 {
+            *lock(&hub.family.ticker) = false;
+            return;
+        }
+    });
     if let Err(err) = spawned {
         log::error!("cannot start the subagent cleanup thread: {err}");
         *lock(&hub.family.ticker) = false;
@@ -874,20 +873,19 @@ pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
                 log::info!("subagent {id}: kept ready, awaiting its reconnection");
             }
             (Lifecycle::Preparing | Lifecycle::Starting, true) => {
-                let hub2 = hub.clone();
-                let id2 = id.clone();
-                let _ = std::thread::Builder::new()
-                    .name("subagent-start".into())
-                    .stack_size(256 * 1024)
-                    .spawn(move || watch_startup(&hub2, &id2, startup_deadline(&hub2)));
+                let (hub2, id2) = (hub.clone(), id.clone());
+                let deadline = startup_deadline(hub);
+                if let Err(err) = spawn_thread("subagent-start", move || {
+                    watch_startup(&hub2, &id2, deadline)
+                }) {
+                    log::error!("subagent {id}: cannot watch its startup: {err}");
+                }
             }
             (Lifecycle::Preparing, false) => {
-                let hub2 = hub.clone();
-                let id2 = id.clone();
-                let _ = std::thread::Builder::new()
-                    .name("subagent-start".into())
-                    .stack_size(256 * 1024)
-                    .spawn(move || launch(&hub2, &id2));
+                let (hub2, id2) = (hub.clone(), id.clone());
+                if let Err(err) = spawn_thread("subagent-start", move || launch(&hub2, &id2)) {
+                    log::error!("subagent {id}: cannot schedule its startup: {err}");
+                }
             }
             _ => {
                 set_reason(hub, &id, "the child worker is gone after a hub restart");
@@ -1119,13 +1117,10 @@ pub fn schedule_conversation_write(hub: &Arc<Hub>, id: &str) {
     }
     let hub2 = hub.clone();
     let id2 = id.to_string();
-    let spawned = std::thread::Builder::new()
-        .name("subagent-conv".into())
-        .stack_size(256 * 1024)
-        .spawn(move || {
-            std::thread::sleep(CONVERSATION_WINDOW);
-            write_conversation(&hub2, &id2);
-        });
+    let spawned = spawn_thread("subagent-conv", move || {
+        std::thread::sleep(CONVERSATION_WINDOW);
+        write_conversation(&hub2, &id2);
+    });
     if spawned.is_err() {
         write_conversation(hub, id);
     }
@@ -1206,11 +1201,11 @@ pub fn start_refresh(hub: &Arc<Hub>, id: &str) {
     let Some(refresh) = claimed else { return };
     let hub2 = hub.clone();
     let id2 = id.to_string();
-    let spawned = std::thread::Builder::new()
-        .name("subagent-refresh".into())
-        .stack_size(256 * 1024)
-        .spawn(move || run_refresh(&hub2, &id2, refresh));
-    if spawned.is_err() {
+    if spawn_thread("subagent-refresh", move || {
+        run_refresh(&hub2, &id2, refresh)
+    })
+    .is_err()
+    {
         hub.with_session(id, |s| {
             if let Some(c) = s.subagent.as_mut() {
                 c.refresh_running = false;

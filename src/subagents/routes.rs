@@ -106,7 +106,7 @@ impl<'a> Receipts<'a> {
             return Ok(None);
         };
         let ttl = self.hub.config.subagents.receipt_ttl_ms;
-        if family::now_ms().saturating_sub(stored.created_ms) > ttl {
+        if time::now_millis().saturating_sub(stored.created_ms) > ttl {
             return Ok(None);
         }
         if stored.hash != self.hash {
@@ -128,7 +128,7 @@ impl<'a> Receipts<'a> {
             key: self.key.clone(),
             hash: self.hash.clone(),
             result: result.clone(),
-            created_ms: family::now_ms(),
+            created_ms: time::now_millis(),
         }
     }
 
@@ -139,7 +139,7 @@ impl<'a> Receipts<'a> {
             .put_receipt(&self.record(result))
             .map_err(|err| Refusal::new("storage_error", err.to_string()))?;
         let limits = &self.hub.config.subagents;
-        let oldest = family::now_ms().saturating_sub(limits.receipt_ttl_ms);
+        let oldest = time::now_millis().saturating_sub(limits.receipt_ttl_ms);
         if let Err(err) = store.prune_receipts(oldest, limits.max_receipts) {
             log::warn!("subagent receipts not pruned: {err}");
         }
@@ -169,29 +169,26 @@ fn owned(hub: &Hub, me: &ParentRef, id: &str) -> Result<(), Refusal> {
 /// The caller's terminal record of `id`, if one is retained.
 fn retained(hub: &Hub, me: &ParentRef, id: &str) -> Option<family::Terminal> {
     hub.family
-        .terminals(family::now_ms(), hub.config.subagents.receipt_ttl_ms)
+        .terminals(time::now_millis(), hub.config.subagents.receipt_ttl_ms)
         .into_iter()
         .find(|t| t.id == id && &t.parent == me)
 }
 
-/// One child's status object.
+/// One child's status object: its description block plus what a parent
+/// needs to address it.
 fn status(s: &crate::session::Session) -> Option<Value> {
     let c = s.subagent.as_ref()?;
-    let live = s.identity == IdentityState::Live;
-    Some(json!({
-        "subagent_id": s.id,
-        "lifecycle": c.lifecycle.as_str(),
-        "connected": s.connected(),
-        "active_run": s.active_run.is_some(),
-        "health": c.health(s.connected(), live),
-        "observed_at": s.last_event_at,
-        "policy": c.policy.as_str(),
-        "reason": c.reason,
-        "pending_approvals": s.prompts.len(),
-        "created_at": c.created_at,
-        "worker_id": s.worker_id,
-        "retained": false,
-    }))
+    let mut out = super::describe(s, c);
+    for (key, value) in [
+        ("subagent_id", json!(s.id)),
+        ("connected", json!(s.connected())),
+        ("created_at", json!(c.created_at)),
+        ("worker_id", json!(s.worker_id)),
+        ("retained", json!(false)),
+    ] {
+        out[key] = value;
+    }
+    Some(out)
 }
 
 fn terminal_status(t: &family::Terminal) -> Value {
@@ -217,7 +214,7 @@ fn list(hub: &Hub, me: &ParentRef) -> Value {
         .collect();
     for t in hub
         .family
-        .terminals(family::now_ms(), hub.config.subagents.receipt_ttl_ms)
+        .terminals(time::now_millis(), hub.config.subagents.receipt_ttl_ms)
     {
         if &t.parent == me {
             children.push(terminal_status(&t));

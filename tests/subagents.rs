@@ -620,7 +620,11 @@ fn hub_shutdown_stops_and_removes_every_child() {
     let child_pid = pid_of(&hub, &child);
     assert!(hub.terminate().success());
     assert!(!pid_alive(child_pid));
-    assert!(!child_dir(&hub.data_dir, &child).exists());
+    assert!(
+        !child_dir(&hub.data_dir, &child).exists(),
+        "{}",
+        hub.log_text()
+    );
     // Nothing of the child is left for the next start.
     let again = hub_with(&dir, default_config());
     assert!(!listed(&again).contains(&child));

@@ -35,6 +35,11 @@ const RETRY_TICK: Duration = Duration::from_secs(5);
 /// How often the startup watcher looks at a starting child.
 const STARTUP_POLL: Duration = Duration::from_millis(100);
 
+/// How long hub shutdown waits for child cleanups running elsewhere, and
+/// how often it looks.
+const SHUTDOWN_SETTLE: Duration = Duration::from_secs(10);
+const SETTLE_POLL: Duration = Duration::from_millis(10);
+
 /// Stack of the short-lived subagent threads (launch, startup watch,
 /// conversation write, history refresh, cleanup ticker).
 const THREAD_STACK: usize = 256 * 1024;
@@ -900,25 +905,52 @@ pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
 }
 
 /// Hub shutdown, after every worker was stopped: cleans up every child
-/// whose process is gone (descendants first).
+/// whose process is gone (descendants first), and waits (bounded) for
+/// cleanups that worker waiter threads are running at the same time.
 pub fn shutdown(hub: &Arc<Hub>) {
-    let mut ids: Vec<(u32, String)> = hub
-        .sessions()
-        .list()
-        .into_iter()
-        .filter_map(|s| Some((s.subagent.as_ref()?.depth, s.id.clone())))
-        .collect();
-    ids.sort_by_key(|entry| std::cmp::Reverse(entry.0));
-    for (_, id) in ids {
-        hub.with_session(&id, |s| {
-            if let Some(c) = s.subagent.as_mut() {
-                if !c.lifecycle.is_closing() {
-                    c.lifecycle = Lifecycle::Stopping;
-                    c.reason.get_or_insert_with(|| "the hub shut down".into());
+    let deadline = Instant::now() + SHUTDOWN_SETTLE;
+    loop {
+        let mut ids: Vec<(u32, String)> = hub
+            .sessions()
+            .list()
+            .into_iter()
+            .filter_map(|s| Some((s.subagent.as_ref()?.depth, s.id.clone())))
+            .collect();
+        ids.sort_by_key(|entry| std::cmp::Reverse(entry.0));
+        for (_, id) in &ids {
+            hub.with_session(id, |s| {
+                if let Some(c) = s.subagent.as_mut() {
+                    if !c.lifecycle.is_closing() {
+                        c.lifecycle = Lifecycle::Stopping;
+                        c.reason.get_or_insert_with(|| "the hub shut down".into());
+                    }
                 }
-            }
-        });
-        cleanup(hub, &id);
+            });
+            cleanup(hub, id);
+        }
+        // A waiter thread may be removing a child right now (its worker
+        // exited during the stop), or may not have reported the exit yet:
+        // the hub must not exit under it.
+        let busy = ids
+            .iter()
+            .filter(|(_, id)| {
+                hub.with_session(id, |s| {
+                    let alive = s.process.as_ref().is_some_and(|p| p.state.is_active());
+                    alive || s.subagent.as_ref().is_some_and(|c| c.cleanup_in_flight)
+                })
+                .unwrap_or(false)
+            })
+            .count();
+        if busy == 0 {
+            return;
+        }
+        if Instant::now() >= deadline {
+            log::warn!(
+                "{busy} subagent cleanups still running at shutdown; left for the next start"
+            );
+            return;
+        }
+        std::thread::sleep(SETTLE_POLL);
     }
 }
 

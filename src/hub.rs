@@ -214,10 +214,11 @@ pub struct Hub {
     /// queued to panels under this lock, reading the state it describes at
     /// that moment, so panels see changes in the order they happened.
     publish: Mutex<()>,
-    /// Connected panels, for the notification fan-out.
     /// Connected panels, replaced whole on connect and disconnect so the
     /// fan-out's snapshot is one reference count.
     panels: Mutex<Arc<[Arc<PanelConn>]>>,
+    /// Idle panel sockets waiting for input.
+    pub panel_poller: crate::panel::poller::Poller,
     /// Every accepted WebSocket, so shutdown can close them all.
     sockets: Mutex<HashMap<u64, Arc<FrameWriter>>>,
     next_conn: AtomicU64,
@@ -257,6 +258,7 @@ impl Hub {
             plan_lock: Mutex::new(()),
             publish: Mutex::new(()),
             panels: Mutex::new(Arc::from(Vec::new())),
+            panel_poller: Default::default(),
             sockets: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             shutting_down: AtomicBool::new(false),

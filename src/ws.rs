@@ -1,7 +1,8 @@
 //! WebSocket plumbing shared by every socket the hub accepts: the upgrade
 //! handshake, a split stream (tungstenite parses incoming frames on the
-//! reader thread) and a `FrameWriter` that any thread may use to send
-//! complete server frames.
+//! reader thread; panel sockets read without waiting, for `panel::poller`)
+//! and a `FrameWriter` that any thread may use to send complete server
+//! frames.
 //!
 //! All writes to one socket, including tungstenite's automatic pong and
 //! close replies, go through that socket's `FrameWriter` mutex, so frames
@@ -11,7 +12,8 @@
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::time::{Duration, Instant};
 
 use tiny_http::{Header, Request, Response};
 use tungstenite::protocol::{Role, WebSocketConfig};
@@ -30,6 +32,10 @@ pub mod close {
     pub const TOO_BIG: u16 = 1009;
     pub const SUPERSEDED: u16 = 4001;
 }
+
+/// How long a close waits for a write in progress on the same socket
+/// before it ends the socket without its close frame.
+const CLOSE_LOCK_WAIT: Duration = Duration::from_millis(100);
 
 /// Size of the header of an unmasked server frame carrying `len` payload
 /// bytes: 2, 4 or 10 bytes.
@@ -176,14 +182,37 @@ impl FrameWriter {
             cut -= 1;
         }
         payload.extend_from_slice(&reason.as_bytes()[..cut]);
-        // Only if no write is in progress: a blocked writer must not delay
-        // the shutdown below.
-        if let Ok(mut stream) = self.stream.try_lock() {
+        // A write in progress (a status signal, a batch of frames) usually
+        // ends within microseconds, so wait for it briefly; one blocked on
+        // a peer that stopped reading must not delay the shutdown below,
+        // and then the close frame is skipped.
+        if let Some(mut stream) = self.lock_within(CLOSE_LOCK_WAIT) {
             if !self.closed.load(Ordering::Acquire) {
                 let _ = stream.write_all(&encode_frame(opcode::CLOSE, &payload));
             }
         }
         self.terminate();
+    }
+
+    /// The stream, if its lock frees up within `wait`.
+    fn lock_within(&self, wait: Duration) -> Option<MutexGuard<'_, TcpStream>> {
+        let deadline = Instant::now() + wait;
+        loop {
+            match self.stream.try_lock() {
+                Ok(guard) => return Some(guard),
+                Err(TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(TryLockError::WouldBlock) => return None,
+            }
+        }
+    }
+
+    /// Whether the connection was ended (by a failed write, a close or
+    /// `terminate`).
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
     }
 
     /// Ends the connection at once, without a close handshake.
@@ -199,12 +228,23 @@ impl FrameWriter {
 pub struct SplitStream {
     read: TcpStream,
     writer: Arc<FrameWriter>,
+    /// Reads return `WouldBlock` instead of waiting (the socket itself
+    /// stays blocking, so writes through the `FrameWriter` still wait).
+    nonblocking_reads: bool,
 }
 
 impl SplitStream {
     /// Sets the read timeout of the underlying socket.
     pub fn set_read_timeout(&self, timeout: Option<std::time::Duration>) -> io::Result<()> {
         self.read.set_read_timeout(timeout)
+    }
+
+    /// Makes reads return `WouldBlock` when no data is available, for a
+    /// socket whose readiness is watched by `poll` (panel sockets). Only
+    /// this handle's reads change: it uses `MSG_DONTWAIT` per call rather
+    /// than `O_NONBLOCK`, which the socket's other handles would share.
+    pub fn set_nonblocking_reads(&mut self, on: bool) {
+        self.nonblocking_reads = on;
     }
 
     /// Sets the write timeout of the underlying socket (shared with the
@@ -222,11 +262,45 @@ impl Read for SplitStream {
     /// (`panel::conn::hold_wakes`).
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         conn::release_wakes();
-        let n = self.read.read(buf)?;
+        let n = if self.nonblocking_reads {
+            recv_dontwait(&self.read, buf)?
+        } else {
+            self.read.read(buf)?
+        };
         if n > 0 {
             conn::hold_wakes();
         }
         Ok(n)
+    }
+}
+
+impl std::os::fd::AsRawFd for SplitStream {
+    fn as_raw_fd(&self) -> std::os::fd::RawFd {
+        self.read.as_raw_fd()
+    }
+}
+
+/// One `recv` that does not wait: `WouldBlock` when nothing is buffered.
+fn recv_dontwait(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    loop {
+        // SAFETY: `buf` is valid for writes of `buf.len()` bytes and the
+        // descriptor belongs to `stream`, which outlives the call.
+        let n = unsafe {
+            libc::recv(
+                stream.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
     }
 }
 
@@ -311,6 +385,7 @@ pub fn accept_with(
     let split = SplitStream {
         read,
         writer: writer.clone(),
+        nonblocking_reads: false,
     };
     Ok(Accepted {
         socket: WebSocket::from_raw_socket(split, Role::Server, Some(config)),
@@ -333,6 +408,40 @@ mod tests {
             let frame = encode_frame(opcode::TEXT, &vec![b'a'; len]);
             assert_eq!(frame.len(), frame_header_len(len) + len);
         }
+    }
+
+    #[test]
+    fn nonblocking_reads_leave_the_socket_blocking() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        let mut split = SplitStream {
+            read: server.try_clone().unwrap(),
+            writer: Arc::new(FrameWriter::new(server).unwrap()),
+            nonblocking_reads: true,
+        };
+        let mut buf = [0u8; 8];
+        let err = split.read(&mut buf).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut read_when_ready = |split: &mut SplitStream| loop {
+            match split.read(&mut buf) {
+                Ok(n) => break buf[..n].to_vec(),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    assert!(std::time::Instant::now() < deadline, "nothing arrived");
+                    std::thread::yield_now();
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        client.write_all(b"abc").unwrap();
+        assert_eq!(read_when_ready(&mut split), b"abc");
+        // The descriptor's own flags are untouched: writes still wait.
+        // SAFETY: a plain fcntl query on a descriptor we own.
+        let flags = unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&split), libc::F_GETFL) };
+        assert_eq!(flags & libc::O_NONBLOCK, 0);
+        drop(client);
+        assert_eq!(read_when_ready(&mut split), b"");
     }
 
     #[test]

@@ -1,9 +1,8 @@
-//! One panel WebSocket connection: a reader thread (parses and dispatches
-//! client messages, and notices a peer that went away) and a writer thread
-//! fed by the connection's queue. Every frame is charged to the
-//! connection's 4 MiB outbound budget before it is queued; a frame that
-//! would exceed it terminates the connection at once, without a close
-//! handshake.
+//! One panel WebSocket connection's outbound side: a writer thread fed by
+//! the connection's queue (input is read by `poller` and `service`). Every
+//! frame is charged to the connection's 4 MiB outbound budget before it is
+//! queued; a frame that would exceed it terminates the connection at once,
+//! without a close handshake.
 //!
 //! The writer takes everything queued at once and writes the frames with
 //! one `writev` (up to [`WRITE_BATCH_BYTES`]), so a burst of events costs
@@ -13,7 +12,7 @@
 //!
 //! A writer thread that has had nothing to write for
 //! [`WRITER_IDLE_EXIT`] exits, and the next frame starts a new one, so an
-//! idle panel costs one thread (its reader), not two.
+//! idle panel costs no thread at all (its socket waits in the poller).
 //!
 //! Waking a sleeping writer is deferred while the queuing thread is in the
 //! middle of a batch of input (see [`hold_wakes`]): a worker-events thread
@@ -48,8 +47,7 @@ pub const WRITER_STACK: usize = 128 * 1024;
 const WRITE_BATCH_FRAMES: usize = 256;
 
 /// A writer thread with nothing to write for this long exits; the next
-/// frame starts a new one. Idle panels then hold one thread (the reader),
-/// not two.
+/// frame starts a new one. Idle panels then hold no thread.
 const WRITER_IDLE_EXIT: Duration = Duration::from_millis(500);
 
 /// Queue capacity kept after a burst; a drained queue larger than this is
@@ -246,6 +244,11 @@ impl PanelConn {
 
     pub fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Acquire)
+    }
+
+    /// Whether the socket itself was ended (hub shutdown, a failed write).
+    pub fn writer_closed(&self) -> bool {
+        self.writer.is_closed()
     }
 
     pub fn subs(&self) -> MutexGuard<'_, HashMap<String, Subscription>> {

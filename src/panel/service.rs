@@ -2,8 +2,9 @@
 //! reader loop that dispatches client messages, subscription replay (legacy
 //! single frame or paged), and the fan-out of hub notifications.
 //!
-//! Each connection has a reader thread (this module) and a writer thread
-//! (`conn`). Broadcast frames are serialized and encoded once and shared by
+//! An idle connection has no reader thread: `poller` waits on its socket
+//! and runs [`drain`] on a short-lived thread when input arrives; frames
+//! go out through the connection's writer (`conn`). Broadcast frames are serialized and encoded once and shared by
 //! every recipient. Slow work (worker stop ladders) runs off the reader.
 
 use std::sync::Arc;
@@ -13,6 +14,7 @@ use tiny_http::Request;
 use tungstenite::{Error as WsError, Message};
 
 use super::conn::{self, Encoded, PanelConn, Subscription};
+use super::poller::{Drained, Parked};
 use super::protocol::{self, ClientMsg, Paging};
 use crate::http::{self, auth, url, ApiError};
 use crate::hub::{Hub, Note};
@@ -26,8 +28,8 @@ pub const MAX_CLIENT_MESSAGE: usize = 4 * 1024 * 1024;
 /// Transcript entries one replay step reads under the session lock.
 const REPLAY_BATCH: usize = 2048;
 
-/// Handles `GET /panel/ws`: token, Origin, then the upgrade and the two
-/// connection threads.
+/// Handles `GET /panel/ws`: token, Origin, the upgrade, the writer and the
+/// welcome; then the socket is parked with the poller until it has input.
 pub fn handle(hub: &Arc<Hub>, rq: Request, query: &str) {
     if let Err(err) = check(hub, &rq, query) {
         return http::respond_error(rq, &err);
@@ -43,30 +45,29 @@ pub fn handle(hub: &Arc<Hub>, rq: Request, query: &str) {
             return;
         }
     };
-    let ws::Accepted { socket, writer } = accepted;
+    let ws::Accepted { mut socket, writer } = accepted;
+    socket.get_mut().set_nonblocking_reads(true);
     let id = hub.register_socket(writer.clone());
     let (panel, rx) = PanelConn::new(id, writer);
     hub.add_panel(panel.clone());
     let writer_panel = panel.clone();
     let spawned = std::thread::Builder::new()
         .name("panel-writer".into())
-        .stack_size(128 * 1024)
+        .stack_size(conn::WRITER_STACK)
         .spawn(move || writer_panel.write_loop(rx));
     if spawned.is_err() {
         panel.terminate();
     }
-    let hub = hub.clone();
-    let reader = std::thread::Builder::new()
-        .name("panel-reader".into())
-        .stack_size(256 * 1024)
-        .spawn(move || {
-            read_loop(&hub, &panel, socket);
-            panel.terminate();
-            hub.remove_panel(panel.id);
-            hub.unregister_socket(panel.id);
-        });
-    if let Err(err) = reader {
-        log::error!("cannot start a panel reader: {err}");
+    send(
+        &panel,
+        &protocol::welcome(hub.panel_info(), hub.describe_sessions_for_panel()),
+    );
+    let parked = Parked {
+        panel,
+        socket: Box::new(socket),
+    };
+    if let Err(parked) = hub.panel_poller.park(hub, parked) {
+        release(hub, &parked.panel);
     }
 }
 
@@ -117,20 +118,20 @@ pub fn origin_matches(origin: &str, host: &str) -> bool {
     o.host == h.host && o.port.unwrap_or(default) == h.port.unwrap_or(default)
 }
 
-fn read_loop(
-    hub: &Arc<Hub>,
-    panel: &Arc<PanelConn>,
-    mut socket: tungstenite::WebSocket<ws::SplitStream>,
-) {
-    send(
-        panel,
-        &protocol::welcome(hub.panel_info(), hub.describe_sessions_for_panel()),
-    );
+/// Reads and handles the messages a parked socket has available (called
+/// on a reader thread by the poller): `Park` once it would block,
+/// `Closed` when the connection ended (and was released).
+pub fn drain(hub: &Arc<Hub>, mut parked: Parked) -> Drained {
+    let panel = parked.panel.clone();
     loop {
-        let message = match socket.read() {
+        let message = match parked.socket.read() {
             Ok(message) => message,
+            Err(WsError::Io(err)) if err.kind() == std::io::ErrorKind::WouldBlock => {
+                conn::release_wakes();
+                return Drained::Park(parked);
+            }
             Err(WsError::Capacity(_)) => {
-                reply_error(panel, "bad_message", "message too large", None);
+                reply_error(&panel, "bad_message", "message too large", None);
                 break;
             }
             Err(_) => break,
@@ -139,12 +140,12 @@ fn read_loop(
             Message::Text(text) => {
                 let text = text.as_str();
                 let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    dispatch(hub, panel, text);
+                    dispatch(hub, &panel, text);
                 }));
                 if outcome.is_err() {
                     log::error!("panel {}: handler failed on a message", panel.id);
                     reply_error(
-                        panel,
+                        &panel,
                         "internal_error",
                         "the hub failed to process the message",
                         None,
@@ -152,7 +153,7 @@ fn read_loop(
                 }
             }
             Message::Binary(_) => reply_error(
-                panel,
+                &panel,
                 "binary_not_supported",
                 "panel messages must be text",
                 None,
@@ -163,6 +164,16 @@ fn read_loop(
             break;
         }
     }
+    drop(parked);
+    release(hub, &panel);
+    Drained::Closed
+}
+
+/// Ends a panel connection and forgets it.
+pub fn release(hub: &Hub, panel: &PanelConn) {
+    panel.terminate();
+    hub.remove_panel(panel.id);
+    hub.unregister_socket(panel.id);
 }
 
 fn send(panel: &PanelConn, value: &Value) -> bool {

@@ -93,6 +93,10 @@ impl ProcessInfo {
         self.exit_code = code;
         self.signal = signal;
         self.exited_at = Some(now);
+        // Nothing may be signalled any more: close the pidfd now rather
+        // than when the session is deleted (a stop ladder still running
+        // keeps its own reference until it returns).
+        self.pinned = None;
         let clean = code == Some(0) || (code.is_none() && signal.is_none());
         self.state = if clean || self.stop_requested {
             ProcState::Exited
@@ -165,6 +169,22 @@ mod tests {
         let mut p = ProcessInfo::starting("w".into(), vec![], "/".into(), "l".into());
         p.ended(None, Some(9), "t".into());
         assert_eq!(p.state, ProcState::Failed);
+    }
+
+    #[test]
+    fn the_pin_is_released_at_exit() {
+        let pid = std::process::id();
+        let start = super::super::sys::proc_start_time(pid).unwrap();
+        let Ok(pinned) = Pinned::open(pid, start) else {
+            eprintln!("skipped: no pidfd support here");
+            return;
+        };
+        let pinned = Arc::new(pinned);
+        let mut p = ProcessInfo::starting("w".into(), vec![], "/".into(), "l".into());
+        p.pinned = Some(pinned.clone());
+        p.ended(Some(0), None, "t".into());
+        assert!(p.pinned.is_none());
+        assert_eq!(Arc::strong_count(&pinned), 1);
     }
 
     #[test]

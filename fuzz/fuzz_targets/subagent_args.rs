@@ -160,7 +160,7 @@ fn check_limit(args: &Map<String, Value>) {
         assert_eq!(encode(&value).len(), MAX_ARGUMENT_BYTES + extra);
         let refused = matches!(
             parse_call(RECEIVE, &value),
-            Some(Err(ArgError::TooLarge { bytes, max: MAX_ARGUMENT_BYTES }))
+            Some(Err(ArgError::TooLarge { bytes, max: MAX_ARGUMENT_BYTES, .. }))
                 if bytes == MAX_ARGUMENT_BYTES + 1
         );
         assert_eq!(refused, extra == 1);

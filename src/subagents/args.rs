@@ -10,12 +10,10 @@
 //! that case, `limit_exceeded` is the quota refusal, and an oversized
 //! object is a malformed call, not an exhausted resource.
 
-use std::fmt;
-
 use serde_json::{Map, Value};
 
 use crate::worker::display::{describe, kind, quote};
-use crate::worker::payload::{validate_content, validate_options, PayloadError};
+use crate::worker::payload::{validate_content, validate_options};
 use crate::worker::query::{self, SourceProblem, ANSWER_FIELDS};
 
 use crate::util::sha256;
@@ -27,6 +25,9 @@ pub const SEND: &str = "subagent/send";
 
 /// Largest argument object, as compact serialized UTF-8 bytes.
 pub const MAX_ARGUMENT_BYTES: usize = 64 * 1024;
+
+/// What [`MAX_ARGUMENT_BYTES`] measures, in refusals.
+const ARGUMENTS_SUBJECT: &str = "the argument object, serialized as UTF-8,";
 
 /// Default and largest `limit` of a conversation page.
 pub const DEFAULT_LIMIT: usize = 5;
@@ -100,87 +101,7 @@ impl SendOp {
     }
 }
 
-/// Why a subagent call's arguments were refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ArgError {
-    /// The arguments are not a JSON object.
-    NotAnObject { found: &'static str },
-    /// The serialized arguments exceed [`MAX_ARGUMENT_BYTES`].
-    TooLarge { bytes: usize, max: usize },
-    /// An argument (or nested field, dotted) the route does not take.
-    Unknown { route: &'static str, key: String },
-    /// A required argument is absent.
-    Missing { field: &'static str },
-    /// An argument of the wrong type or value.
-    Invalid {
-        field: &'static str,
-        expected: &'static str,
-        found: String,
-    },
-    /// An argument this operation refuses, even when null or empty.
-    Forbidden {
-        field: &'static str,
-        operation: &'static str,
-    },
-    /// Two arguments that exclude each other.
-    Conflict {
-        field: &'static str,
-        other: &'static str,
-    },
-    /// `options.confirmation`: the hub always sends `ask` itself.
-    ConfirmationForbidden,
-    /// `content` or `options` broke a worker payload rule.
-    Payload {
-        field: &'static str,
-        error: PayloadError,
-    },
-}
-
-impl ArgError {
-    /// The stable rejection code.
-    pub fn code(&self) -> &'static str {
-        "invalid_arguments"
-    }
-}
-
-impl fmt::Display for ArgError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::NotAnObject { found } => {
-                write!(f, "the arguments must be a JSON object, found {found}")
-            }
-            Self::TooLarge { bytes, max } => write!(
-                f,
-                "the arguments are {bytes} bytes of serialized UTF-8, more than the {max}-byte limit"
-            ),
-            Self::Unknown { route, key } => {
-                write!(f, "{route} does not take the argument {}", quote(key))
-            }
-            Self::Missing { field } => write!(f, "the argument {field} is required"),
-            Self::Invalid {
-                field,
-                expected,
-                found,
-            } => write!(f, "the argument {field} must be {expected}, found {found}"),
-            Self::Forbidden { field, operation } => write!(
-                f,
-                "operation {operation} does not take the argument {field}, even when null or empty"
-            ),
-            Self::Conflict { field, other } => write!(
-                f,
-                "the arguments {field} and {other} cannot be combined"
-            ),
-            Self::ConfirmationForbidden => write!(
-                f,
-                "the argument options.confirmation is forbidden: the hub always asks, and the \
-                 child's operator policy answers its confirmations"
-            ),
-            Self::Payload { field, error } => write!(f, "the argument {field} is invalid: {error}"),
-        }
-    }
-}
-
-impl std::error::Error for ArgError {}
+pub use crate::worker::route_args::ArgError;
 
 /// Whether `route` is one of the subagent routes.
 pub fn is_subagent_route(route: &str) -> bool {
@@ -231,6 +152,7 @@ fn parse(route: &'static str, arguments: &Value) -> Result<Call, ArgError> {
     let bytes = crate::worker::display::encoded_len(arguments);
     if bytes > MAX_ARGUMENT_BYTES {
         return Err(ArgError::TooLarge {
+            subject: ARGUMENTS_SUBJECT,
             bytes,
             max: MAX_ARGUMENT_BYTES,
         });
@@ -1108,6 +1030,7 @@ mod tests {
         assert_eq!(
             err(SEND, message_of_size(MAX_ARGUMENT_BYTES + 1)),
             ArgError::TooLarge {
+                subject: ARGUMENTS_SUBJECT,
                 bytes: MAX_ARGUMENT_BYTES + 1,
                 max: MAX_ARGUMENT_BYTES
             }

@@ -4,13 +4,15 @@
 //! the hub sends (payloads, signals, confirmation responses), `display`
 //! bounds untrusted JSON for display, `tool_frames` parses remote-tool
 //! requests and builds their responses, `plan` validates the plan routes'
-//! arguments. These submodules are pure: no I/O, clock or locks.
+//! arguments, `route_args` is the argument refusal the tool routes share.
+//! These submodules are pure: no I/O, clock or locks.
 
 pub mod canonical;
 pub mod display;
 pub mod envelope;
 pub mod payload;
 pub mod plan;
+pub mod route_args;
 pub mod tool_frames;
 
 // Socket-owning parts (not pure): one thread per socket.

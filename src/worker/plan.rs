@@ -4,8 +4,6 @@
 //! "clear". The hub's side effects live in `Hub::replace_plan`; the socket
 //! thread is `worker::tools`.
 
-use std::fmt;
-
 use serde_json::{json, Map, Value};
 
 use super::display::{kind, quote};
@@ -33,47 +31,7 @@ pub enum PlanCall {
     },
 }
 
-/// Why a plan call's arguments were refused (`invalid_arguments`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ArgError {
-    /// An argument the route does not take.
-    Unknown { route: &'static str, key: String },
-    /// `markdown` missing from `plan/replace`.
-    Missing { field: &'static str },
-    /// An argument of the wrong type or value.
-    Invalid {
-        field: &'static str,
-        expected: &'static str,
-        found: String,
-    },
-    /// `markdown` over [`MAX_PLAN_BYTES`] (or its encoding over
-    /// [`MAX_PLAN_ENCODED_BYTES`]).
-    TooLarge { bytes: usize, max: usize },
-}
-
-impl fmt::Display for ArgError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Unknown { route, key } => {
-                write!(f, "{route} does not take the argument {}", quote(key))
-            }
-            Self::Missing { field } => write!(f, "the argument {field} is required"),
-            Self::Invalid {
-                field,
-                expected,
-                found,
-            } => write!(f, "the argument {field} must be {expected}, found {found}"),
-            Self::TooLarge { bytes, max } => {
-                write!(
-                    f,
-                    "markdown is {bytes} bytes, more than the {max}-byte limit"
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for ArgError {}
+pub use super::route_args::ArgError;
 
 /// Whether `route` is one of the plan routes.
 pub fn is_plan_route(route: &str) -> bool {
@@ -144,6 +102,7 @@ fn parse_replace(arguments: &Map<String, Value>) -> Result<PlanCall, ArgError> {
     };
     if markdown.len() > MAX_PLAN_BYTES {
         return Err(ArgError::TooLarge {
+            subject: "markdown",
             bytes: markdown.len(),
             max: MAX_PLAN_BYTES,
         });
@@ -151,6 +110,7 @@ fn parse_replace(arguments: &Map<String, Value>) -> Result<PlanCall, ArgError> {
     let encoded = Value::String(markdown.clone()).to_string().len();
     if encoded > MAX_PLAN_ENCODED_BYTES {
         return Err(ArgError::TooLarge {
+            subject: "markdown, JSON-escaped,",
             bytes: encoded,
             max: MAX_PLAN_ENCODED_BYTES,
         });
@@ -272,6 +232,7 @@ mod tests {
         assert_eq!(
             parse_call(REPLACE, &args(json!({ "markdown": over }))),
             Some(Err(ArgError::TooLarge {
+                subject: "markdown",
                 bytes: MAX_PLAN_BYTES + 1,
                 max: MAX_PLAN_BYTES
             }))

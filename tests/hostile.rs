@@ -1333,6 +1333,31 @@ fn fragmented_messages_work_with_interleaved_control_frames() {
     assert_eq!(s["confirmations"][0]["state"], "awaiting-decision");
 }
 
+#[test]
+fn panel_messages_trickled_byte_by_byte_are_answered_with_bounded_threads() {
+    let dir = TempDir::new("hostile-panel-trickle");
+    let hub = TestHub::start(dir.path(), &[]);
+    let baseline = hub.threads();
+    let mut panels: Vec<RawWs> = (0..20).map(|_| panel(&hub)).collect();
+    let ping = frame(true, op::TEXT, br#"{"v":1,"type":"ping"}"#);
+    // One byte to each panel in turn: every socket wakes the poller for
+    // every byte, with a partial frame pending in between.
+    for i in 0..ping.len() {
+        for p in &mut panels {
+            p.write(&ping[i..i + 1]).unwrap();
+        }
+        // at most a reader and a writer per panel, plus the poll thread
+        assert!(hub.threads() <= baseline + 2 * panels.len() + 1);
+    }
+    for p in &mut panels {
+        assert!(p.next_text(|v| v["type"] == "pong")["at"].is_string());
+    }
+    // Idle again: only the poll thread remains for all twenty.
+    assert!(threads_settle(&hub, baseline + 1));
+    drop(panels);
+    assert!(threads_settle(&hub, baseline));
+}
+
 fn send_text_ready(ws: &mut RawWs, session: &str) {
     ws.text(&envelope(session, "w", 2, "ready", json!({})));
 }
@@ -1792,7 +1817,7 @@ fn a_peer_that_vanishes_mid_frame_frees_its_threads() {
     create(&hub, "g");
     let baseline = hub.threads();
     let mut healthy = panel(&hub);
-    let with_healthy = baseline + 2; // its reader and writer threads
+    let with_healthy = baseline + 2; // the poll thread, at most its writer
     for round in 0..3 {
         for path in [
             events_path(&hub, "g"),

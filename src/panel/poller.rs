@@ -3,7 +3,8 @@
 //! poll thread sleeps in one `poll(2)` over all parked sockets and, when
 //! one has input (or has ended), hands it to a short-lived reader thread.
 //! That thread reads and handles messages until the socket has nothing
-//! more to give (`WouldBlock`), then parks it here again and exits.
+//! more to give (`WouldBlock`) for [`LINGER_MS`], then parks it here again
+//! and exits.
 //!
 //! So one connection's messages are handled in order by at most one thread
 //! at a time, and a message whose handling blocks (a worker that stopped
@@ -29,6 +30,10 @@ const POLL_STACK: usize = 128 * 1024;
 
 /// Stack of a reader thread: it runs the message handlers.
 pub const READER_STACK: usize = 256 * 1024;
+
+/// A reader thread whose socket has nothing more waits this long for
+/// more input before it parks the socket and exits.
+const LINGER_MS: libc::c_int = 100;
 
 /// A parked socket is looked at at least this often, so a connection
 /// ended without its socket waking the poll (it always should) is still
@@ -185,14 +190,41 @@ fn hand_over(hub: &Arc<Hub>, entry: Parked) {
         .name("panel-reader".into())
         .stack_size(READER_STACK)
         .spawn(move || {
-            if let Drained::Park(entry) = service::drain(&hub2, entry) {
-                if let Err(entry) = hub2.panel_poller.park(&hub2, entry) {
+            let mut entry = entry;
+            loop {
+                let Drained::Park(done) = service::drain(&hub2, entry) else {
+                    return;
+                };
+                // A chatty panel (or one trickling a large message) keeps
+                // this thread a moment instead of costing a new one per
+                // read.
+                if readable_within(done.socket.get_ref().as_raw_fd(), LINGER_MS) {
+                    entry = done;
+                    continue;
+                }
+                if let Err(entry) = hub2.panel_poller.park(&hub2, done) {
                     service::release(&hub2, &entry.panel);
                 }
+                return;
             }
         });
     if let Err(err) = spawned {
         log::error!("panel {}: cannot start a reader: {err}", panel.id);
         service::release(hub, &panel);
+    }
+}
+
+/// Whether `fd` has input (or has ended) within `timeout_ms`.
+fn readable_within(fd: libc::c_int, timeout_ms: libc::c_int) -> bool {
+    let mut one = [pollfd(fd)];
+    loop {
+        // SAFETY: `one` is a valid array of one initialized pollfd.
+        let n = unsafe { libc::poll(one.as_mut_ptr(), 1, timeout_ms) };
+        if n >= 0 {
+            return n > 0;
+        }
+        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return false;
+        }
     }
 }

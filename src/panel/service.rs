@@ -1,11 +1,12 @@
 //! The panel socket service: `/panel/ws` upgrade checks, the welcome, the
-//! reader loop that dispatches client messages, subscription replay (legacy
+//! handling of a socket's messages (dispatch), subscription replay (legacy
 //! single frame or paged), and the fan-out of hub notifications.
 //!
 //! An idle connection has no reader thread: `poller` waits on its socket
 //! and runs [`drain`] on a short-lived thread when input arrives; frames
-//! go out through the connection's writer (`conn`). Broadcast frames are serialized and encoded once and shared by
-//! every recipient. Slow work (worker stop ladders) runs off the reader.
+//! go out through the connection's writer (`conn`). Broadcast frames are
+//! serialized and encoded once and shared by every recipient. Slow work
+//! (worker stop ladders) runs off the reader.
 
 use std::sync::Arc;
 

@@ -66,8 +66,9 @@ struct State {
     /// Sockets parked since the poll thread last looked.
     incoming: Vec<Parked>,
     /// The write end of the running poll thread's wake pipe; `None` when
-    /// no poll thread runs.
-    wake: Option<UnixStream>,
+    /// no poll thread runs. (The thread is started under this lock, so two
+    /// parks cannot start two.)
+    wake: Option<Arc<UnixStream>>,
 }
 
 impl Poller {
@@ -79,10 +80,13 @@ impl Poller {
     /// runs. `Err` gives the connection back when no thread could start.
     pub fn park(&self, hub: &Arc<Hub>, parked: Parked) -> Result<(), Parked> {
         let mut state = self.lock();
-        if let Some(mut wake) = state.wake.as_ref() {
-            // A full pipe already holds a wake.
-            let _ = wake.write(&[1]);
+        if let Some(wake) = state.wake.clone() {
             state.incoming.push(parked);
+            drop(state);
+            // Outside the lock. The poll thread cannot retire before it
+            // has taken the entry just pushed, so the pipe is still read;
+            // a full pipe already holds a wake.
+            let _ = (&*wake).write(&[1]);
             return Ok(());
         }
         let (tx, rx) = match UnixStream::pair().and_then(|(tx, rx)| {
@@ -106,7 +110,7 @@ impl Poller {
             return Err(parked);
         }
         state.incoming.push(parked);
-        state.wake = Some(tx);
+        state.wake = Some(Arc::new(tx));
         Ok(())
     }
 

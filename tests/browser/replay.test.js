@@ -42,7 +42,11 @@ describe('panel: replay gaps and queued input', { timeout: 120000 }, () => {
   });
 
   it('shows an input as queued until the worker admits it', async () => {
-    await sendMessage(page, '/sleep 2500');
+    // The run must still be going when the page looks: the running state
+    // and the queued chip are transient, so give them seconds on a loaded
+    // machine (one stressed run timed out here with a 2.5 s run, which can
+    // end before a starved browser draws it).
+    await sendMessage(page, '/sleep 8000');
     await page.locator('.run-end.running').waitFor();
     await sendMessage(page, 'waiting in line');
     const queued = page.locator('.pending .msg.queued', { hasText: 'waiting in line' });

@@ -47,6 +47,20 @@ export function removeDir(dir) {
   }
 }
 
+/** Every hub this test file started, for the failure dump below. */
+const startedHubs = [];
+
+// When a test in this file failed, print the tail of each hub's log, so a
+// CI failure shows what the hub saw (HUB_LOG=1 streams it live instead).
+process.on('exit', () => {
+  if (!process.exitCode || process.env.HUB_LOG) return;
+  for (const { dataDir, log } of startedHubs) {
+    const tail = log.slice(-300);
+    process.stderr.write(`--- hub log (${dataDir}), last ${tail.length} of ${log.length} lines kept ---\n`);
+    for (const line of tail) process.stderr.write(`[hub] ${line}\n`);
+  }
+});
+
 /**
  * Starts `simplex-hub serve --listen <listen> --data-dir <dataDir>` and
  * waits for its `panel: http://…` line on stderr.
@@ -56,6 +70,7 @@ export function startHub({ dataDir, listen = '127.0.0.1:0', args = [] }) {
   const argv = ['serve', '--listen', listen, '--data-dir', dataDir, ...defaultFlags(bin), ...args];
   const proc = spawn(bin, argv, { stdio: ['ignore', 'ignore', 'pipe'] });
   const log = [];
+  startedHubs.push({ dataDir, log });
   let buffer = '';
   return new Promise((resolve, reject) => {
     const timer = setTimeout(() => {

@@ -3,7 +3,7 @@
 //! poll thread sleeps in one `poll(2)` over all parked sockets and, when
 //! one has input (or has ended), hands it to a short-lived reader thread.
 //! That thread reads and handles messages until the socket has nothing
-//! more to give (`WouldBlock`) for [`LINGER_MS`], then parks it here again
+//! more to give (`WouldBlock`) for [`LINGER`], then parks it here again
 //! and exits.
 //!
 //! So one connection's messages are handled in order by at most one thread
@@ -17,12 +17,14 @@ use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use tungstenite::WebSocket;
 
 use super::conn::PanelConn;
 use super::service;
 use crate::hub::Hub;
+use crate::util::poll::{pollin, readable};
 use crate::ws::SplitStream;
 
 /// Stack of the poll thread (it touches a few KiB plus the poll array).
@@ -33,7 +35,7 @@ pub const READER_STACK: usize = 256 * 1024;
 
 /// A reader thread whose socket has nothing more waits this long for
 /// more input before it parks the socket and exits.
-const LINGER_MS: libc::c_int = 100;
+const LINGER: Duration = Duration::from_millis(100);
 
 /// A parked socket is looked at at least this often, so a connection
 /// ended without its socket waking the poll (it always should) is still
@@ -138,11 +140,11 @@ fn run(hub: &Arc<Hub>, mut wake: UnixStream) {
             return;
         }
         fds.clear();
-        fds.push(pollfd(wake.as_raw_fd()));
+        fds.push(pollin(wake.as_raw_fd()));
         fds.extend(
             parked
                 .iter()
-                .map(|p| pollfd(p.socket.get_ref().as_raw_fd())),
+                .map(|p| pollin(p.socket.get_ref().as_raw_fd())),
         );
         // SAFETY: `fds` is a valid, initialized array of `fds.len()`
         // pollfd structs that outlives the call.
@@ -177,14 +179,6 @@ fn run(hub: &Arc<Hub>, mut wake: UnixStream) {
     }
 }
 
-fn pollfd(fd: libc::c_int) -> libc::pollfd {
-    libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    }
-}
-
 /// Runs `drain` for a socket with input on a reader thread, which parks
 /// the socket again when it is done.
 fn hand_over(hub: &Arc<Hub>, entry: Parked) {
@@ -202,7 +196,7 @@ fn hand_over(hub: &Arc<Hub>, entry: Parked) {
                 // A chatty panel (or one trickling a large message) keeps
                 // this thread a moment instead of costing a new one per
                 // read.
-                if readable_within(done.socket.get_ref().as_raw_fd(), LINGER_MS) {
+                if readable(done.socket.get_ref().as_raw_fd(), LINGER) {
                     entry = done;
                     continue;
                 }
@@ -215,20 +209,5 @@ fn hand_over(hub: &Arc<Hub>, entry: Parked) {
     if let Err(err) = spawned {
         log::error!("panel {}: cannot start a reader: {err}", panel.id);
         service::release(hub, &panel);
-    }
-}
-
-/// Whether `fd` has input (or has ended) within `timeout_ms`.
-fn readable_within(fd: libc::c_int, timeout_ms: libc::c_int) -> bool {
-    let mut one = [pollfd(fd)];
-    loop {
-        // SAFETY: `one` is a valid array of one initialized pollfd.
-        let n = unsafe { libc::poll(one.as_mut_ptr(), 1, timeout_ms) };
-        if n >= 0 {
-            return n > 0;
-        }
-        if io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            return false;
-        }
     }
 }

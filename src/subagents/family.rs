@@ -908,31 +908,31 @@ pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
 /// whose process is gone (descendants first), and waits (bounded) for
 /// cleanups that worker waiter threads are running at the same time.
 pub fn shutdown(hub: &Arc<Hub>) {
-    let deadline = Instant::now() + SHUTDOWN_SETTLE;
-    loop {
-        let mut ids: Vec<(u32, String)> = hub
-            .sessions()
-            .list()
-            .into_iter()
-            .filter_map(|s| Some((s.subagent.as_ref()?.depth, s.id.clone())))
-            .collect();
-        ids.sort_by_key(|entry| std::cmp::Reverse(entry.0));
-        for (_, id) in &ids {
-            hub.with_session(id, |s| {
-                if let Some(c) = s.subagent.as_mut() {
-                    if !c.lifecycle.is_closing() {
-                        c.lifecycle = Lifecycle::Stopping;
-                        c.reason.get_or_insert_with(|| "the hub shut down".into());
-                    }
+    let mut ids: Vec<(u32, String)> = hub
+        .sessions()
+        .list()
+        .into_iter()
+        .filter_map(|s| Some((s.subagent.as_ref()?.depth, s.id.clone())))
+        .collect();
+    ids.sort_by_key(|entry| std::cmp::Reverse(entry.0));
+    // One attempt each, as at any stop: a failed one leaves the child
+    // `cleanup-pending` with its attempt counted, for the next start.
+    for (_, id) in &ids {
+        hub.with_session(id, |s| {
+            if let Some(c) = s.subagent.as_mut() {
+                if !c.lifecycle.is_closing() {
+                    c.lifecycle = Lifecycle::Stopping;
+                    c.reason.get_or_insert_with(|| "the hub shut down".into());
                 }
-            });
-            cleanup(hub, id);
-        }
-        // A waiter thread may be removing a child right now (its worker
-        // exited during the stop), or may not have reported the exit yet:
-        // the hub must not exit under it.
-        let busy = ids
-            .iter()
+            }
+        });
+        cleanup(hub, id);
+    }
+    // A waiter thread may be removing a child right now (its worker
+    // exited during the stop), or may not have reported the exit yet (it
+    // then cleans up itself): the hub must not exit under it.
+    let busy = || {
+        ids.iter()
             .filter(|(_, id)| {
                 hub.with_session(id, |s| {
                     let alive = s.process.as_ref().is_some_and(|p| p.state.is_active());
@@ -940,13 +940,17 @@ pub fn shutdown(hub: &Arc<Hub>) {
                 })
                 .unwrap_or(false)
             })
-            .count();
-        if busy == 0 {
+            .count()
+    };
+    let deadline = Instant::now() + SHUTDOWN_SETTLE;
+    loop {
+        let left = busy();
+        if left == 0 {
             return;
         }
         if Instant::now() >= deadline {
             log::warn!(
-                "{busy} subagent cleanups still running at shutdown; left for the next start"
+                "{left} subagent cleanups still running at shutdown; left for the next start"
             );
             return;
         }

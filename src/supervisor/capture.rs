@@ -136,7 +136,7 @@ fn read_pipe(
                 break;
             }
         }
-        if !readable(fd, Duration::from_millis(250)) {
+        if !crate::util::poll::readable(fd, Duration::from_millis(250)) {
             continue;
         }
         match pipe.read(&mut buf) {
@@ -151,19 +151,6 @@ fn read_pipe(
     }
     splitter.finish(&mut lines);
     deliver(hub, session, lifecycle, stream, &mut lines, file);
-}
-
-/// Waits until `fd` is readable (or hung up), at most `timeout`.
-fn readable(fd: i32, timeout: Duration) -> bool {
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd for the duration of the call; `fd` is owned
-    // by the pipe this thread holds open. EINTR simply reads as "not yet".
-    let n = unsafe { libc::poll(&mut pfd, 1, timeout.as_millis() as libc::c_int) };
-    n > 0
 }
 
 /// Hands finished lines to the ring (one lock per batch) and the file.

@@ -1,5 +1,5 @@
 //! Small, dependency-free helpers shared by every module: wall-clock
-//! timestamps, atomic private file writes, identifiers.
+//! timestamps, atomic private file writes, identifiers, `poll(2)`.
 //!
 //! Nothing here holds state or locks; every function is safe to call from
 //! any thread.
@@ -10,6 +10,7 @@ pub mod fsutil;
 mod fuzz_regressions;
 pub mod line_splitter;
 pub mod log_ring;
+pub mod poll;
 pub mod sha256;
 #[cfg(test)]
 pub mod testkit;

@@ -6,7 +6,7 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { startHub, hubApi, launchBrowser, watch, tempDir, removeDir, sendMessage, workerAction, shot, SOON } from './helpers.js';
+import { startHub, hubApi, launchBrowser, watch, tempDir, removeDir, sendMessage, workerAction, shot, waitFor, SOON } from './helpers.js';
 
 describe('panel: hub restart', { timeout: 180000 }, () => {
   let dataDir;
@@ -67,8 +67,17 @@ describe('panel: hub restart', { timeout: 180000 }, () => {
   it('keeps working after the restart', async () => {
     // The adopted worker's stdout and stderr were pipes to the killed hub,
     // so it may die at its next log line; restart it to continue.
+    // Until the restart takes effect the header still shows the old
+    // worker as running and attached, so wait for the new pid (a message
+    // sent to the old worker while it stops is lost with it).
+    const session = async () => (await hubApi(hub, 'GET', '/api/sessions/gamma')).body.session;
+    const oldPid = (await session()).process.pid;
     await workerAction(page, 'Restart');
-    await page.locator('#session-header .badge', { hasText: /running · pid/ }).waitFor();
+    const fresh = await waitFor(async () => {
+      const s = await session();
+      return s.process?.pid !== oldPid && s.process?.state === 'running' && s.connected && s;
+    }, { what: 'the restarted worker to connect' });
+    await page.locator('#session-header .badge', { hasText: `running · pid ${fresh.process.pid}` }).waitFor();
     await page.locator('#session-header .badge', { hasText: 'worker attached' }).waitFor();
     await sendMessage(page, 'after the restart');
     await page.locator('.msg.assistant', { hasText: 'echo: after the restart' }).waitFor();

@@ -2,6 +2,9 @@
 // and textContent: untrusted text (model output, tool output, logs, ids) is
 // never parsed as HTML, and nothing here uses innerHTML or eval.
 
+/** The panel's element with this id. */
+export const $ = (id) => document.getElementById(id);
+
 /**
  * Creates an element. `attrs` keys: `class`, `text`, `dataset` (object),
  * `on<Event>` (listener), boolean `hidden`/`disabled`, anything else through

@@ -32,6 +32,12 @@ macro_rules! asset {
 pub const ASSETS: &[Asset] = &[
     asset!("index.html", "text/html; charset=utf-8"),
     asset!("app.js", "text/javascript; charset=utf-8"),
+    asset!("state.js", "text/javascript; charset=utf-8"),
+    asset!("messages.js", "text/javascript; charset=utf-8"),
+    asset!("history.js", "text/javascript; charset=utf-8"),
+    asset!("actions.js", "text/javascript; charset=utf-8"),
+    asset!("render.js", "text/javascript; charset=utf-8"),
+    asset!("dialogs.js", "text/javascript; charset=utf-8"),
     asset!("dom.js", "text/javascript; charset=utf-8"),
     asset!("net.js", "text/javascript; charset=utf-8"),
     asset!("views.js", "text/javascript; charset=utf-8"),

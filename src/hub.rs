@@ -19,7 +19,6 @@ use serde_json::{json, Value};
 
 use crate::capabilities;
 use crate::config::Config;
-use crate::panel::conn::PanelConn;
 use crate::session::{self, Registry, RequestRecord, RequestState, Session, SpecDefaults};
 use crate::store::{PlanRecord, ProcessRecord, SessionRecord, Store, StoreError};
 use crate::transcript::Transcript;
@@ -74,6 +73,14 @@ pub enum Note {
     },
 }
 
+/// A front-end that pushes changes to its clients (the panel socket, and
+/// the Shard transports after it). `publish` runs under the hub's publish
+/// lock, on the thread that made the change: it reads what it needs
+/// through the hub, queues frames without blocking, and returns.
+pub trait Subscriber: Send + Sync {
+    fn publish(&self, hub: &Hub, note: &Note);
+}
+
 /// Why an input or signal was not sent.
 #[derive(Debug)]
 pub enum SendError {
@@ -111,8 +118,13 @@ pub enum HubError {
         id: String,
         reason: &'static str,
     },
-    /// The store or the session directory could not be written.
-    Storage(String),
+    /// The store refused or failed a read or write.
+    Store(StoreError),
+    /// A session directory could not be created.
+    Files {
+        path: PathBuf,
+        err: std::io::Error,
+    },
 }
 
 impl fmt::Display for HubError {
@@ -134,12 +146,27 @@ impl fmt::Display for HubError {
                 "session {} is busy: {reason}",
                 crate::worker::display::quote(id)
             ),
-            HubError::Storage(msg) => write!(f, "storage failure: {msg}"),
+            HubError::Store(err) => write!(f, "storage failure: {err}"),
+            HubError::Files { path, err } => {
+                write!(
+                    f,
+                    "storage failure: cannot create {}: {err}",
+                    path.display()
+                )
+            }
         }
     }
 }
 
-impl std::error::Error for HubError {}
+impl std::error::Error for HubError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            HubError::Store(err) => Some(err),
+            HubError::Files { err, .. } => Some(err),
+            _ => None,
+        }
+    }
+}
 
 /// Failures that stop the hub from starting.
 #[derive(Debug)]
@@ -211,14 +238,13 @@ pub struct Hub {
     /// notes follow commit order. Never held with another hub lock.
     plan_lock: Mutex<()>,
     /// Serializes publishing: every notification is turned into frames and
-    /// queued to panels under this lock, reading the state it describes at
-    /// that moment, so panels see changes in the order they happened.
+    /// queued to subscribers under this lock, reading the state it
+    /// describes at that moment, so they see changes in the order they
+    /// happened.
     publish: Mutex<()>,
-    /// Connected panels, replaced whole on connect and disconnect so the
-    /// fan-out's snapshot is one reference count.
-    panels: Mutex<Arc<[Arc<PanelConn>]>>,
-    /// Idle panel sockets waiting for input.
-    pub panel_poller: crate::panel::poller::Poller,
+    /// Who hears of changes (the panel front-end, later Shard), set by the
+    /// start-up wiring.
+    subscribers: Mutex<Arc<[Arc<dyn Subscriber>]>>,
     /// Every accepted WebSocket, so shutdown can close them all.
     sockets: Mutex<HashMap<u64, Arc<FrameWriter>>>,
     next_conn: AtomicU64,
@@ -257,8 +283,7 @@ impl Hub {
             tool_sockets: Arc::new(AtomicUsize::new(0)),
             plan_lock: Mutex::new(()),
             publish: Mutex::new(()),
-            panels: Mutex::new(Arc::from(Vec::new())),
-            panel_poller: Default::default(),
+            subscribers: Mutex::new(Arc::from(Vec::new())),
             sockets: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             shutting_down: AtomicBool::new(false),
@@ -410,17 +435,6 @@ impl Hub {
             .collect()
     }
 
-    /// Pids of worker processes this hub waits on itself.
-    pub fn worker_pids(&self) -> Vec<u32> {
-        self.sessions()
-            .list()
-            .into_iter()
-            .filter_map(|s| s.process.as_ref())
-            .filter(|p| !p.adopted)
-            .filter_map(|p| p.pid)
-            .collect()
-    }
-
     /// Recorded worker processes from the store (for adoption at start).
     pub fn stored_processes(&self) -> Vec<ProcessRecord> {
         self.store().load_processes().unwrap_or_else(|err| {
@@ -480,41 +494,33 @@ impl Hub {
         self.shutting_down.load(Ordering::Acquire)
     }
 
-    /// Hands a notification to the panel layer. Never called with a lock
-    /// held.
+    /// Announces a change to every subscriber, in the order changes are
+    /// announced. Never called with a registry or store lock held.
     pub fn notify(&self, note: Note) {
+        let subscribers = self
+            .subscribers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         let _ordered = self.publishing();
-        crate::panel::service::fan_out(self, &note);
-    }
-
-    /// The publish lock: held while frames are queued to panels, so
-    /// whoever holds it queues in the order the hub's state changed (taken
-    /// before any session lock, never the other way round).
-    pub fn publishing(&self) -> MutexGuard<'_, ()> {
-        self.publish.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    pub fn add_panel(&self, panel: Arc<PanelConn>) {
-        let mut panels = self.panels.lock().unwrap_or_else(|p| p.into_inner());
-        let mut list = panels.to_vec();
-        list.push(panel);
-        *panels = list.into();
-    }
-
-    pub fn remove_panel(&self, id: u64) {
-        let mut panels = self.panels.lock().unwrap_or_else(|p| p.into_inner());
-        if panels.iter().any(|p| p.id == id) {
-            let list: Vec<Arc<PanelConn>> = panels.iter().filter(|p| p.id != id).cloned().collect();
-            *panels = list.into();
+        for subscriber in subscribers.iter() {
+            subscriber.publish(self, &note);
         }
     }
 
-    /// A snapshot of the connected panels (the lock is released at once).
-    pub fn panels(&self) -> Arc<[Arc<PanelConn>]> {
-        self.panels
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+    /// Adds a subscriber to every later notification.
+    pub fn subscribe(&self, subscriber: Arc<dyn Subscriber>) {
+        let mut list = self.subscribers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = list.to_vec();
+        next.push(subscriber);
+        *list = next.into();
+    }
+
+    /// The publish lock: held while notifications are queued to
+    /// subscribers, so whoever holds it queues in the order the hub's state
+    /// changed (taken before any session lock, never the other way round).
+    pub fn publishing(&self) -> MutexGuard<'_, ()> {
+        self.publish.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The `hub` object of the panel's `welcome`.
@@ -531,9 +537,7 @@ impl Hub {
     /// The stored plan of session `id` (revision 0, empty, no timestamp
     /// when none was ever written).
     pub fn read_plan(&self, id: &str) -> Result<PlanRecord, HubError> {
-        self.store()
-            .get_plan(id)
-            .map_err(|err| HubError::Storage(err.to_string()))
+        self.store().get_plan(id).map_err(HubError::Store)
     }
 
     /// Replaces the plan of session `id` with `markdown` (already
@@ -556,9 +560,7 @@ impl Hub {
             revision: current.revision + 1,
             updated_at: Some(time::now_rfc3339()),
         };
-        self.store()
-            .put_plan(id, &next)
-            .map_err(|err| HubError::Storage(err.to_string()))?;
+        self.store().put_plan(id, &next).map_err(HubError::Store)?;
         let value = plan_json(&next);
         let path = self.session_dir(id).join("plan.json");
         let text = serde_json::to_vec_pretty(&value).unwrap_or_default();
@@ -753,22 +755,6 @@ impl Hub {
             .collect()
     }
 
-    /// Descriptions for an aggregate panel frame (`welcome`, `sessions`):
-    /// all approval previews together share 512 KiB (less when the rest of
-    /// the frame nears the 2 MiB ceiling), small ones kept whole and the
-    /// largest reduced first.
-    pub fn describe_sessions_for_panel(&self) -> Vec<Value> {
-        let sessions = self.sessions();
-        describe_under_share(&sessions.list())
-    }
-
-    /// One description for a `session` frame, under the same rules.
-    pub fn describe_session_for_panel(&self, id: &str) -> Option<Value> {
-        let sessions = self.sessions();
-        let s = sessions.get(id)?;
-        describe_under_share(&[s]).pop()
-    }
-
     /// The current description of one open prompt (64 KiB preview).
     pub fn describe_prompt(&self, session: &str, confirmation_id: &str) -> Option<Value> {
         self.with_session(session, |s| {
@@ -794,6 +780,14 @@ impl Hub {
             .is_some_and(|s| s.subagent.is_some() || s.kind == crate::subagents::KIND)
     }
 
+    /// `None` for an unknown session, else whether it is headless (one
+    /// registry look for the command layer's checks).
+    pub fn session_kind(&self, id: &str) -> Option<bool> {
+        self.sessions()
+            .get(id)
+            .map(|s| s.subagent.is_some() || s.kind == crate::subagents::KIND)
+    }
+
     /// Creates a session: validates, records it durably, creates its
     /// directory, then makes it visible.
     pub fn create_session(&self, id: &str, spec: Option<&Value>) -> Result<Value, HubError> {
@@ -816,15 +810,12 @@ impl Hub {
             Err(StoreError::SessionExists { .. }) => {
                 return Err(HubError::SessionExists(id.into()))
             }
-            Err(err) => return Err(HubError::Storage(err.to_string())),
+            Err(err) => return Err(HubError::Store(err)),
         }
         let dir = self.session_dir(id);
         if let Err(err) = fsutil::create_private_dir(&dir) {
             let _ = self.store().delete_session(id);
-            return Err(HubError::Storage(format!(
-                "cannot create {}: {err}",
-                dir.display()
-            )));
+            return Err(HubError::Files { path: dir, err });
         }
         let session = self.new_session(record);
         let described = session.describe();
@@ -849,10 +840,7 @@ impl Hub {
             }
             session.removing = true;
         }
-        let result = self
-            .store()
-            .delete_session(id)
-            .map_err(|err| HubError::Storage(err.to_string()));
+        let result = self.store().delete_session(id).map_err(HubError::Store);
         if let Err(err) = result {
             if let Some(s) = self.sessions().get_mut(id) {
                 s.removing = false;
@@ -875,8 +863,8 @@ impl Hub {
     }
 
     /// Closes every worker and confirmation socket (prompts are retired by
-    /// their threads), then flushes the events files with a one-second
-    /// deadline. The store closes when the hub is dropped.
+    /// their threads), flushes the events files with a one-second
+    /// deadline, then checkpoints and closes the store.
     pub fn shutdown(&self) {
         self.shutting_down.store(true, Ordering::Release);
         self.close_sockets();
@@ -890,31 +878,13 @@ impl Hub {
         for file in files {
             file.close(deadline.saturating_duration_since(std::time::Instant::now()));
         }
+        // Connection threads may still hold the hub; the store is closed
+        // here, not when the last of them lets go.
+        if let Err(err) = self.store().close() {
+            log::warn!("the store did not close cleanly: {err}");
+        }
         log::info!("hub stopped");
     }
-}
-
-/// Describes `list` with every approval preview bounded so that all of
-/// them together fit the frame's approval allowance.
-fn describe_under_share(list: &[&Session]) -> Vec<Value> {
-    use crate::panel::protocol;
-    let sizes: Vec<Vec<usize>> = list.iter().map(|s| s.preview_sizes()).collect();
-    let flat: Vec<usize> = sizes.iter().flatten().copied().collect();
-    // Everything but the previews: the descriptions with minimal previews.
-    let other: usize = list
-        .iter()
-        .map(|s| s.describe_with(&mut |_| 0).to_string().len())
-        .sum();
-    let caps = protocol::allocate_previews(&flat, protocol::approvals_allowance(other));
-    let mut next = 0;
-    list.iter()
-        .zip(&sizes)
-        .map(|(s, sz)| {
-            let base = next;
-            next += sz.len();
-            s.describe_with(&mut |i| caps.get(base + i).copied().unwrap_or(0))
-        })
-        .collect()
 }
 
 /// A plan as panels and `plan.json` carry it.
@@ -992,66 +962,6 @@ pub(crate) fn new_token() -> String {
     )
 }
 
-/// A started hub: the shared state and the two listener handles.
-pub struct Running {
-    pub hub: Arc<Hub>,
-    server: tiny_http::ServerHandle,
-    tools: tiny_http::ServerHandle,
-}
-
-impl Running {
-    /// Opens, binds both listeners (main, then remote tools) and starts
-    /// serving. If either bind or start fails, whatever was already bound
-    /// is released (dropping a listener or a server handle closes it) and
-    /// the start fails naming the listener.
-    pub fn start(config: Config, options: RunOptions) -> Result<Running, StartError> {
-        let hub = Arc::new(Hub::open(config, options)?);
-        if let Err(err) = crate::supervisor::sys::set_child_subreaper() {
-            log::warn!("cannot become a child subreaper: {err}");
-        }
-        let listener = hub.bind()?;
-        // On failure `listener` is dropped here, releasing the main port.
-        let tools_listener = hub.bind_tools()?;
-        let recorded = hub.stored_processes();
-        let launched: Vec<String> = recorded.iter().map(|r| r.session_id.clone()).collect();
-        crate::supervisor::control::adopt(&hub, recorded);
-        crate::subagents::family::restore(&hub, &launched);
-        let server = crate::http::start(hub.clone(), listener).map_err(|err| StartError::Bind {
-            listener: MAIN_LISTENER,
-            addr: crate::http::display_addr(&hub.local_addr()),
-            err,
-        })?;
-        let tools_addr = tools_listener.local_addr().ok();
-        let tools = match crate::http::tools::start(hub.clone(), tools_listener) {
-            Ok(tools) => tools,
-            Err(err) => {
-                server.shutdown();
-                return Err(StartError::Bind {
-                    listener: TOOLS_LISTENER,
-                    addr: tools_addr.map_or_else(String::new, |a| crate::http::display_addr(&a)),
-                    err,
-                });
-            }
-        };
-        if let Some(addr) = hub.tools_addr() {
-            log::info!("tools: ws://{}", crate::http::display_addr(&addr));
-        }
-        Ok(Running { hub, server, tools })
-    }
-
-    /// The documented shutdown order: stop accepting on both listeners,
-    /// stop workers, close every socket (tool sockets included), then close
-    /// the store when the hub is dropped.
-    pub fn stop(self) {
-        self.server.shutdown();
-        self.tools.shutdown();
-        crate::subagents::family::freeze_all(&self.hub);
-        crate::supervisor::control::stop_all(&self.hub);
-        crate::subagents::family::shutdown(&self.hub);
-        self.hub.shutdown();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1095,7 +1005,7 @@ mod tests {
         // A session that does not exist cannot get a plan.
         assert!(matches!(
             hub.replace_plan("nope", "x"),
-            Err(HubError::Storage(_))
+            Err(HubError::Store(_))
         ));
     }
 

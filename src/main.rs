@@ -79,7 +79,7 @@ fn serve(args: ServeArgs) -> Result<(), BoxError> {
     let options = hub::RunOptions {
         static_dir: args.static_dir,
     };
-    let running = hub::Running::start(loaded.config, options)?;
+    let running = simplex_hub::run::Running::start(loaded.config, options)?;
     log::info!(
         "panel: http://{}",
         http::display_addr(&running.hub.local_addr())

@@ -283,6 +283,28 @@ pub struct Store {
 }
 
 impl Store {
+    /// Checkpoints the WAL into the database file and closes the
+    /// connection (at hub shutdown, so the file on disk is complete by
+    /// itself). Any later call fails: the store is then an empty
+    /// in-memory database with none of the hub's tables.
+    pub fn close(&mut self) -> Result<(), StoreError> {
+        self.conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .map_err(|err| StoreError::Sqlite {
+                op: "checkpoint the WAL",
+                err,
+            })?;
+        let spare = Connection::open_in_memory().map_err(|err| StoreError::Sqlite {
+            op: "close the store",
+            err,
+        })?;
+        let conn = std::mem::replace(&mut self.conn, spare);
+        conn.close().map_err(|(_, err)| StoreError::Sqlite {
+            op: "close the store",
+            err,
+        })
+    }
+
     /// Opens (creating if absent, mode 0600) and migrates the database at
     /// `path`. Refuses files that are not SQLite, not ours, too new or
     /// corrupt, without modifying them.

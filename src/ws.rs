@@ -19,8 +19,7 @@ use tiny_http::{Header, Request, Response};
 use tungstenite::protocol::{Role, WebSocketConfig};
 use tungstenite::WebSocket;
 
-use crate::http::{header, ApiError};
-use crate::panel::conn;
+use crate::util::wakes;
 
 /// Close codes the hub sends.
 pub mod close {
@@ -259,16 +258,16 @@ impl Read for SplitStream {
     /// up, so this is where one batch of input ends and the next begins:
     /// panel writers this thread queued frames for are woken here, once,
     /// and their wakes are held again while the new data is handled
-    /// (`panel::conn::hold_wakes`).
+    /// (`util::wakes`).
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        conn::release_wakes();
+        wakes::release();
         let n = if self.nonblocking_reads {
             recv_dontwait(&self.read, buf)?
         } else {
             self.read.read(buf)?
         };
         if n > 0 {
-            conn::hold_wakes();
+            wakes::hold();
         }
         Ok(n)
     }
@@ -306,7 +305,7 @@ fn recv_dontwait(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
 
 impl Drop for SplitStream {
     fn drop(&mut self) {
-        conn::release_wakes();
+        wakes::release();
     }
 }
 
@@ -327,21 +326,39 @@ pub struct Accepted {
     pub writer: Arc<FrameWriter>,
 }
 
+/// An upgrade request that is not a WebSocket handshake (the front door
+/// answers 400 `bad_request` with this reason).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BadUpgrade(pub &'static str);
+
+impl std::fmt::Display for BadUpgrade {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+/// A request header's value (the first of that name, case-insensitive).
+fn header<'a>(rq: &'a Request, name: &str) -> Option<&'a str> {
+    rq.headers()
+        .iter()
+        .find(|h| h.field.as_str().as_str().eq_ignore_ascii_case(name))
+        .map(|h| h.value.as_str())
+}
+
 /// Checks the upgrade headers and returns the `Sec-WebSocket-Accept` value.
-pub fn check_upgrade(rq: &Request) -> Result<String, ApiError> {
-    let bad = |msg: &str| ApiError::new(400, "bad_request", msg.to_string());
+pub fn check_upgrade(rq: &Request) -> Result<String, BadUpgrade> {
     let upgrade = header(rq, "Upgrade").unwrap_or("");
     if !upgrade.eq_ignore_ascii_case("websocket") {
-        return Err(bad("Upgrade must be websocket"));
+        return Err(BadUpgrade("Upgrade must be websocket"));
     }
     let connection = header(rq, "Connection").unwrap_or("").to_ascii_lowercase();
     if !connection.split(',').any(|t| t.trim() == "upgrade") {
-        return Err(bad("Connection must include upgrade"));
+        return Err(BadUpgrade("Connection must include upgrade"));
     }
     if header(rq, "Sec-WebSocket-Version") != Some("13") {
-        return Err(bad("Sec-WebSocket-Version must be 13"));
+        return Err(BadUpgrade("Sec-WebSocket-Version must be 13"));
     }
-    let key = header(rq, "Sec-WebSocket-Key").ok_or_else(|| bad("missing Sec-WebSocket-Key"))?;
+    let key = header(rq, "Sec-WebSocket-Key").ok_or(BadUpgrade("missing Sec-WebSocket-Key"))?;
     Ok(tungstenite::handshake::derive_accept_key(
         key.trim().as_bytes(),
     ))

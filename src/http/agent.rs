@@ -109,7 +109,7 @@ fn upgrade(
     }
     let accept_key = match ws::check_upgrade(&rq) {
         Ok(key) => key,
-        Err(err) => return Err((rq, err)),
+        Err(err) => return Err((rq, err.into())),
     };
     let max = match kind {
         Kind::Events => hub.config.limits.max_message_bytes,

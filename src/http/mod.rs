@@ -8,7 +8,6 @@
 //! response.
 
 pub mod agent;
-pub mod answer;
 pub mod api;
 pub mod assets;
 pub mod auth;
@@ -24,6 +23,7 @@ use serde_json::Value;
 use tiny_http::{Header, Method, Request, Response, ServerHandle, ServerLimits};
 
 use crate::hub::Hub;
+use crate::panel::Panels;
 
 /// Content-Security-Policy of every response: only same-origin scripts,
 /// styles, images and sockets; no plugins, framing, base or form targets.
@@ -33,9 +33,13 @@ base-uri 'none'; form-action 'none'";
 
 /// Starts serving `listener` with the configured limits. Connection threads
 /// call [`handle`] for each request.
-pub fn start(hub: Arc<Hub>, listener: TcpListener) -> std::io::Result<ServerHandle> {
+pub fn start(
+    hub: Arc<Hub>,
+    panels: Arc<Panels>,
+    listener: TcpListener,
+) -> std::io::Result<ServerHandle> {
     let limits = server_limits(&hub);
-    let handler: Arc<dyn Fn(Request) + Send + Sync> = Arc::new(move |rq| handle(&hub, rq));
+    let handler: Arc<dyn Fn(Request) + Send + Sync> = Arc::new(move |rq| handle(&hub, &panels, rq));
     tiny_http::Server::serve_with_limits(listener, limits, handler)
 }
 
@@ -63,6 +67,8 @@ pub struct ApiError {
     pub status: u16,
     pub code: &'static str,
     pub message: String,
+    /// More members of the error object (after `error` and `message`).
+    pub details: serde_json::Map<String, serde_json::Value>,
 }
 
 impl ApiError {
@@ -71,12 +77,33 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            details: Default::default(),
+        }
+    }
+}
+
+/// A malformed WebSocket handshake: 400 `bad_request`.
+impl From<crate::ws::BadUpgrade> for ApiError {
+    fn from(err: crate::ws::BadUpgrade) -> ApiError {
+        ApiError::new(400, crate::ops::code::BAD_REQUEST, err.0)
+    }
+}
+
+/// A refused command, as the JSON API answers it: the kind's status and
+/// code, the message, and the command's details.
+impl From<crate::ops::OpError> for ApiError {
+    fn from(err: crate::ops::OpError) -> ApiError {
+        ApiError {
+            status: err.http_status(),
+            code: err.code(),
+            message: err.message,
+            details: err.details,
         }
     }
 }
 
 /// Serves one request. Runs on the connection's thread.
-fn handle(hub: &Arc<Hub>, mut rq: Request) {
+fn handle(hub: &Arc<Hub>, panels: &Arc<Panels>, mut rq: Request) {
     let method = rq.method().clone();
     let target = rq.url().to_string();
     let (path, query) = match url::split_target(&target) {
@@ -111,7 +138,7 @@ fn handle(hub: &Arc<Hub>, mut rq: Request) {
         return respond(rq, response);
     }
     if path == "/panel/ws" && is_upgrade {
-        return crate::panel::service::handle(hub, rq, query);
+        return crate::panel::service::handle(hub, panels, rq, query);
     }
     if let Some(rest) = path.strip_prefix("/agent/") {
         return agent::handle(hub, rq, rest, query, is_upgrade);
@@ -258,12 +285,15 @@ impl Reply {
     }
 
     pub fn error(err: &ApiError) -> Reply {
-        let mut reply = Reply::json(
-            err.status,
-            &serde_json::json!({"error": err.code, "message": err.message}),
-        );
-        if err.status == 413 {
-            reply.extra.push(("Connection", "close".into()));
+        let mut body = serde_json::json!({"error": err.code, "message": err.message});
+        for (key, value) in &err.details {
+            body[key] = value.clone();
+        }
+        let mut reply = Reply::json(err.status, &body);
+        match err.status {
+            413 => reply.extra.push(("Connection", "close".into())),
+            429 => reply.extra.push(("Retry-After", "1".into())),
+            _ => {}
         }
         reply
     }

@@ -92,7 +92,7 @@ fn upgrade(hub: &Arc<Hub>, rq: Request) -> Result<(), (Request, ApiError)> {
     };
     let accept_key = match ws::check_upgrade(&rq) {
         Ok(key) => key,
-        Err(err) => return Err((rq, err)),
+        Err(err) => return Err((rq, err.into())),
     };
     let max = hub
         .config

@@ -23,7 +23,6 @@
 //! paged replay and live events never duplicate or reorder: a live event
 //! is sent only when it is newer than the cursor and replay has caught up.
 
-use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::io::IoSlice;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -31,6 +30,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use super::protocol;
+use crate::util::wakes::{self, Wake};
 use crate::ws::{self, FrameWriter};
 
 /// Items one connection may have queued, whatever their size (the byte
@@ -122,28 +122,23 @@ impl Queue {
         if !state.sleeping {
             return Pushed::Queued;
         }
-        let holding = DEFERRED
-            .try_with(|d| d.try_borrow().is_ok_and(|d| d.holding))
-            .unwrap_or(false);
-        if !holding {
+        if !wakes::holding() {
             state.sleeping = false;
             drop(state);
             self.ready.notify_one();
         } else if !state.wake_deferred {
             state.wake_deferred = true;
             drop(state);
-            let queue = self.clone();
-            let recorded = DEFERRED
-                .try_with(|d| d.try_borrow_mut().map(|mut d| d.queues.push(queue)).is_ok())
-                .unwrap_or(false);
-            if !recorded {
+            if !wakes::defer(self.clone()) {
                 self.wake();
             }
         }
         Pushed::Queued
     }
+}
 
-    /// Wakes the writer if it sleeps (a deferred wake, or `terminate`).
+/// Wakes the writer if it sleeps (a deferred wake, or `terminate`).
+impl Wake for Queue {
     fn wake(&self) {
         let mut state = self.lock();
         state.wake_deferred = false;
@@ -155,50 +150,15 @@ impl Queue {
     }
 }
 
-/// Wakes deferred by the current thread, see [`hold_wakes`].
-struct Deferred {
-    holding: bool,
-    queues: Vec<Arc<Queue>>,
-}
-
-impl Drop for Deferred {
-    fn drop(&mut self) {
-        for queue in self.queues.drain(..) {
-            queue.wake();
-        }
-    }
-}
-
-thread_local! {
-    static DEFERRED: RefCell<Deferred> = const {
-        RefCell::new(Deferred {
-            holding: false,
-            queues: Vec::new(),
-        })
-    };
-}
-
 /// From now on, frames this thread queues for a sleeping writer wake it
-/// only at the next [`release_wakes`] (or when the thread exits). The
-/// WebSocket reader calls this when a read returned data, and
-/// `release_wakes` before it reads again, so a batch of messages from one
-/// read costs one wake per panel.
+/// only at the next [`release_wakes`] (see `util::wakes`).
 pub fn hold_wakes() {
-    let _ = DEFERRED.try_with(|d| d.borrow_mut().holding = true);
+    wakes::hold();
 }
 
 /// Wakes every writer this thread deferred a wake for, and stops holding.
 pub fn release_wakes() {
-    let queues = DEFERRED
-        .try_with(|d| {
-            let mut d = d.borrow_mut();
-            d.holding = false;
-            std::mem::take(&mut d.queues)
-        })
-        .unwrap_or_default();
-    for queue in queues {
-        queue.wake();
-    }
+    wakes::release();
 }
 
 /// A connected panel.

@@ -1,9 +1,64 @@
 //! The panel WebSocket protocol v1: pure message handling in `protocol`;
 //! connections and fan-out elsewhere (`conn`: one connection's budgeted
 //! writer; `poller`: one thread waiting on every idle panel socket;
-//! `service`: the `/panel/ws` route, dispatch, replay and fan-out).
+//! `service`: the `/panel/ws` route, dispatch, replay and fan-out;
+//! `describe`: session descriptions under the frame's approval share).
+//!
+//! [`Panels`] is the panel front-end's own state: the connected panels and
+//! the poller. The start-up wiring creates it, subscribes it to the hub's
+//! notifications, and hands it to the HTTP front door for `/panel/ws`.
+
+use std::sync::{Arc, Mutex};
+
+use crate::hub::{Hub, Note, Subscriber};
 
 pub mod conn;
+pub mod describe;
 pub mod poller;
 pub mod protocol;
 pub mod service;
+
+use conn::PanelConn;
+
+/// The connected panels and their poller.
+#[derive(Default)]
+pub struct Panels {
+    /// Replaced whole on connect and disconnect, so the fan-out's snapshot
+    /// is one reference count.
+    list: Mutex<Arc<[Arc<PanelConn>]>>,
+    /// Idle panel sockets waiting for input.
+    poller: poller::Poller,
+}
+
+impl Panels {
+    pub fn new() -> Arc<Panels> {
+        Arc::new(Panels::default())
+    }
+
+    pub fn add(&self, panel: Arc<PanelConn>) {
+        let mut panels = self.list.lock().unwrap_or_else(|p| p.into_inner());
+        let mut list = panels.to_vec();
+        list.push(panel);
+        *panels = list.into();
+    }
+
+    pub fn remove(&self, id: u64) {
+        let mut panels = self.list.lock().unwrap_or_else(|p| p.into_inner());
+        if panels.iter().any(|p| p.id == id) {
+            let list: Vec<Arc<PanelConn>> = panels.iter().filter(|p| p.id != id).cloned().collect();
+            *panels = list.into();
+        }
+    }
+
+    /// A snapshot of the connected panels (the lock is released at once).
+    pub fn snapshot(&self) -> Arc<[Arc<PanelConn>]> {
+        self.list.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Panels hear every hub notification (under the hub's publish lock).
+impl Subscriber for Panels {
+    fn publish(&self, hub: &Hub, note: &Note) {
+        service::fan_out(hub, self, note);
+    }
+}

@@ -22,16 +22,11 @@ use std::time::Duration;
 use tungstenite::WebSocket;
 
 use super::conn::PanelConn;
-use super::service;
+use super::{service, Panels};
 use crate::hub::Hub;
 use crate::util::poll::{pollin, readable};
+use crate::util::thread::{self, Stack};
 use crate::ws::SplitStream;
-
-/// Stack of the poll thread (it touches a few KiB plus the poll array).
-const POLL_STACK: usize = 128 * 1024;
-
-/// Stack of a reader thread: it runs the message handlers.
-pub const READER_STACK: usize = 256 * 1024;
 
 /// A reader thread whose socket has nothing more waits this long for
 /// more input before it parks the socket and exits.
@@ -57,7 +52,7 @@ pub enum Drained {
     Closed,
 }
 
-/// The panel sockets waiting for input; owned by the hub.
+/// The panel sockets waiting for input; part of [`Panels`].
 #[derive(Default)]
 pub struct Poller {
     state: Mutex<State>,
@@ -80,8 +75,8 @@ impl Poller {
 
     /// Parks `parked` until it has input, starting the poll thread if none
     /// runs. `Err` gives the connection back when no thread could start.
-    pub fn park(&self, hub: &Arc<Hub>, parked: Parked) -> Result<(), Parked> {
-        let mut state = self.lock();
+    pub fn park(panels: &Arc<Panels>, hub: &Arc<Hub>, parked: Parked) -> Result<(), Parked> {
+        let mut state = panels.poller.lock();
         if let Some(wake) = state.wake.clone() {
             state.incoming.push(parked);
             drop(state);
@@ -103,10 +98,10 @@ impl Poller {
             }
         };
         let hub2 = hub.clone();
-        let spawned = std::thread::Builder::new()
-            .name("panel-poll".into())
-            .stack_size(POLL_STACK)
-            .spawn(move || run(&hub2, rx));
+        let panels2 = panels.clone();
+        let spawned = thread::spawn("panel-poll", Stack::Medium, move || {
+            run(&hub2, &panels2, rx)
+        });
         if let Err(err) = spawned {
             log::error!("panel poller: cannot start its thread: {err}");
             return Err(parked);
@@ -131,12 +126,12 @@ impl Poller {
 }
 
 /// The poll thread: waits on the wake pipe and every parked socket.
-fn run(hub: &Arc<Hub>, mut wake: UnixStream) {
+fn run(hub: &Arc<Hub>, panels: &Arc<Panels>, mut wake: UnixStream) {
     let mut parked: Vec<Parked> = Vec::new();
     let mut fds: Vec<libc::pollfd> = Vec::new();
     loop {
         let idle = parked.is_empty();
-        if !hub.panel_poller.take_incoming(&mut parked, idle) {
+        if !panels.poller.take_incoming(&mut parked, idle) {
             return;
         }
         fds.clear();
@@ -171,9 +166,9 @@ fn run(hub: &Arc<Hub>, mut wake: UnixStream) {
             }
             let entry = parked.swap_remove(i);
             if ended {
-                service::release(hub, &entry.panel);
+                service::release(hub, panels, &entry.panel);
             } else {
-                hand_over(hub, entry);
+                hand_over(hub, panels, entry);
             }
         }
     }
@@ -181,33 +176,31 @@ fn run(hub: &Arc<Hub>, mut wake: UnixStream) {
 
 /// Runs `drain` for a socket with input on a reader thread, which parks
 /// the socket again when it is done.
-fn hand_over(hub: &Arc<Hub>, entry: Parked) {
+fn hand_over(hub: &Arc<Hub>, panels: &Arc<Panels>, entry: Parked) {
     let panel = entry.panel.clone();
     let hub2 = hub.clone();
-    let spawned = std::thread::Builder::new()
-        .name("panel-reader".into())
-        .stack_size(READER_STACK)
-        .spawn(move || {
-            let mut entry = entry;
-            loop {
-                let Drained::Park(done) = service::drain(&hub2, entry) else {
-                    return;
-                };
-                // A chatty panel (or one trickling a large message) keeps
-                // this thread a moment instead of costing a new one per
-                // read.
-                if readable(done.socket.get_ref().as_raw_fd(), LINGER) {
-                    entry = done;
-                    continue;
-                }
-                if let Err(entry) = hub2.panel_poller.park(&hub2, done) {
-                    service::release(&hub2, &entry.panel);
-                }
+    let panels2 = panels.clone();
+    let spawned = thread::spawn("panel-reader", Stack::Large, move || {
+        let mut entry = entry;
+        loop {
+            let Drained::Park(done) = service::drain(&hub2, &panels2, entry) else {
                 return;
+            };
+            // A chatty panel (or one trickling a large message) keeps
+            // this thread a moment instead of costing a new one per
+            // read.
+            if readable(done.socket.get_ref().as_raw_fd(), LINGER) {
+                entry = done;
+                continue;
             }
-        });
+            if let Err(entry) = Poller::park(&panels2, &hub2, done) {
+                service::release(&hub2, &panels2, &entry.panel);
+            }
+            return;
+        }
+    });
     if let Err(err) = spawned {
         log::error!("panel {}: cannot start a reader: {err}", panel.id);
-        service::release(hub, &panel);
+        service::release(hub, panels, &panel);
     }
 }

@@ -15,11 +15,15 @@ use tiny_http::Request;
 use tungstenite::{Error as WsError, Message};
 
 use super::conn::{self, Encoded, PanelConn, Subscription};
-use super::poller::{Drained, Parked};
+use super::poller::{Drained, Parked, Poller};
 use super::protocol::{self, ClientMsg, Paging};
+use super::Panels;
 use crate::http::{self, auth, url, ApiError};
 use crate::hub::{Hub, Note};
-use crate::supervisor::control;
+use crate::ops::sessions::LogBounds;
+use crate::ops::worker::{Action, ActionDone};
+use crate::ops::{self, code, OpError};
+use crate::util::thread::{self, Stack};
 use crate::ws;
 
 /// Largest client message (panel input is bounded by the payload rules; a
@@ -31,13 +35,13 @@ const REPLAY_BATCH: usize = 2048;
 
 /// Handles `GET /panel/ws`: token, Origin, the upgrade, the writer and the
 /// welcome; then the socket is parked with the poller until it has input.
-pub fn handle(hub: &Arc<Hub>, rq: Request, query: &str) {
+pub fn handle(hub: &Arc<Hub>, panels: &Arc<Panels>, rq: Request, query: &str) {
     if let Err(err) = check(hub, &rq, query) {
         return http::respond_error(rq, &err);
     }
     let key = match ws::check_upgrade(&rq) {
         Ok(key) => key,
-        Err(err) => return http::respond_error(rq, &err),
+        Err(err) => return http::respond_error(rq, &err.into()),
     };
     let accepted = match ws::accept_with(rq, &key, MAX_CLIENT_MESSAGE, ws::SMALL_READ_BUFFER) {
         Ok(accepted) => accepted,
@@ -50,25 +54,24 @@ pub fn handle(hub: &Arc<Hub>, rq: Request, query: &str) {
     socket.get_mut().set_nonblocking_reads(true);
     let id = hub.register_socket(writer.clone());
     let (panel, rx) = PanelConn::new(id, writer);
-    hub.add_panel(panel.clone());
+    panels.add(panel.clone());
     let writer_panel = panel.clone();
-    let spawned = std::thread::Builder::new()
-        .name("panel-writer".into())
-        .stack_size(conn::WRITER_STACK)
-        .spawn(move || writer_panel.write_loop(rx));
+    let spawned = thread::spawn("panel-writer", Stack::Medium, move || {
+        writer_panel.write_loop(rx)
+    });
     if spawned.is_err() {
         panel.terminate();
     }
     send(
         &panel,
-        &protocol::welcome(hub.panel_info(), hub.describe_sessions_for_panel()),
+        &protocol::welcome(hub.panel_info(), super::describe::all(hub)),
     );
     let parked = Parked {
         panel,
         socket: Box::new(socket),
     };
-    if let Err(parked) = hub.panel_poller.park(hub, parked) {
-        release(hub, &parked.panel);
+    if let Err(parked) = Poller::park(panels, hub, parked) {
+        release(hub, panels, &parked.panel);
     }
 }
 
@@ -122,7 +125,7 @@ pub fn origin_matches(origin: &str, host: &str) -> bool {
 /// Reads and handles the messages a parked socket has available (called
 /// on a reader thread by the poller): `Park` once it would block,
 /// `Closed` when the connection ended (and was released).
-pub fn drain(hub: &Arc<Hub>, mut parked: Parked) -> Drained {
+pub fn drain(hub: &Arc<Hub>, panels: &Panels, mut parked: Parked) -> Drained {
     let panel = parked.panel.clone();
     loop {
         let message = match parked.socket.read() {
@@ -166,14 +169,14 @@ pub fn drain(hub: &Arc<Hub>, mut parked: Parked) -> Drained {
         }
     }
     drop(parked);
-    release(hub, &panel);
+    release(hub, panels, &panel);
     Drained::Closed
 }
 
 /// Ends a panel connection and forgets it.
-pub fn release(hub: &Hub, panel: &PanelConn) {
+pub fn release(hub: &Hub, panels: &Panels, panel: &PanelConn) {
     panel.terminate();
-    hub.remove_panel(panel.id);
+    panels.remove(panel.id);
     hub.unregister_socket(panel.id);
 }
 
@@ -186,7 +189,14 @@ fn reply_error(panel: &PanelConn, code: &str, message: &str, request_id: Option<
     send(panel, &protocol::error(code, message, request));
 }
 
-/// Parses and handles one client message.
+/// Answers a refused command with an `error` frame echoing the
+/// message's `request_id` (when it had one).
+fn refuse(panel: &PanelConn, err: &OpError, request_id: Option<&str>) {
+    reply_error(panel, err.code(), &err.message, request_id);
+}
+
+/// Parses one client message, calls its command, and renders the result
+/// as this socket's frames.
 fn dispatch(hub: &Arc<Hub>, panel: &Arc<PanelConn>, text: &str) {
     let msg = match protocol::parse_client(text) {
         Ok(msg) => msg,
@@ -194,44 +204,15 @@ fn dispatch(hub: &Arc<Hub>, panel: &Arc<PanelConn>, text: &str) {
             return reply_error(panel, err.code, &err.message, request_id.as_deref());
         }
     };
-    // Headless sessions: only listing, description, confirmations and the
-    // operator policy (seed 002); the same check guards the JSON API.
-    if let Some(session) = msg.session() {
-        if !msg.allowed_for_headless() && hub.is_headless(session) {
-            return reply_error(
-                panel,
-                protocol::code::HEADLESS_RESTRICTED,
-                &format!(
-                    "{} is not available for the headless session {}: it is driven by its parent worker",
-                    msg.kind(),
-                    crate::worker::display::quote(session)
-                ),
-                msg.request_id(),
-            );
-        }
-    }
-    let known = |id: &str| -> bool {
-        if hub.describe_session(id).is_some() {
-            true
-        } else {
-            reply_error(
-                panel,
-                "unknown_session",
-                &format!("no session {}", crate::worker::display::quote(id)),
-                None,
-            );
-            false
-        }
-    };
+    let request_id = msg.request_id().map(str::to_string);
+    let request_id = request_id.as_deref();
+    let refused = |err: OpError| refuse(panel, &err, request_id);
     match msg {
         ClientMsg::Ping => {
             send(panel, &protocol::pong(&crate::util::time::now_rfc3339()));
         }
         ClientMsg::ListSessions => {
-            send(
-                panel,
-                &protocol::sessions(hub.describe_sessions_for_panel()),
-            );
+            send(panel, &protocol::sessions(super::describe::all(hub)));
         }
         ClientMsg::Unknown { .. } => {}
         ClientMsg::Subscribe {
@@ -240,54 +221,35 @@ fn dispatch(hub: &Arc<Hub>, panel: &Arc<PanelConn>, text: &str) {
             paged,
             replace,
             request_id,
-        } => {
-            if known(&session) {
-                subscribe(hub, panel, &session, since, paged, replace, request_id);
-            }
-        }
+        } => match ops::sessions::watchable(hub, &session) {
+            Ok(()) => subscribe(hub, panel, &session, since, paged, replace, request_id),
+            Err(err) => refused(err),
+        },
         ClientMsg::Unsubscribe { session } => {
             panel.subs().remove(&session);
         }
         ClientMsg::CreateSession { session, spec } => {
-            match hub.create_session(&session, spec.as_ref()) {
+            match ops::sessions::create(hub, &session, spec.as_ref()) {
                 Ok(desc) => {
-                    send(panel, &protocol::created(desc.clone()));
-                    hub.notify(Note::SessionChanged { session });
+                    send(panel, &protocol::created(desc));
                 }
-                Err(err) => {
-                    let code = crate::http::api::hub_error(err).code;
-                    reply_error(
-                        panel,
-                        code,
-                        &format!("cannot create {}", crate::worker::display::quote(&session)),
-                        None,
-                    )
-                }
+                Err(err) => refused(err),
             }
         }
-        ClientMsg::DeleteSession { session } => match hub.delete_session(&session) {
-            Ok(()) => hub.notify(Note::SessionRemoved { session }),
-            Err(err) => {
-                let api = crate::http::api::hub_error(err);
-                reply_error(panel, api.code, &api.message, None)
+        ClientMsg::DeleteSession { session } => {
+            if let Err(err) = ops::sessions::delete(hub, &session) {
+                refused(err);
             }
-        },
+        }
         ClientMsg::Worker {
             session,
             action,
             spec,
-        } => {
-            if known(&session) {
-                worker_action(hub, panel, session, action, spec);
-            }
-        }
-        ClientMsg::Input { session, input } => {
-            let request_id = input
-                .get("request_id")
-                .and_then(Value::as_str)
-                .map(str::to_string);
-            send_input(hub, panel, &session, "input", &input, request_id.as_deref());
-        }
+        } => worker_action(hub, panel, session, action, spec),
+        ClientMsg::Input { session, input } => match ops::worker::input(hub, &session, &input) {
+            Ok(id) => accepted_request(panel, "input", &session, &id),
+            Err(err) => refused(err),
+        },
         ClientMsg::History {
             session,
             request_id,
@@ -295,46 +257,30 @@ fn dispatch(hub: &Arc<Hub>, panel: &Arc<PanelConn>, text: &str) {
             step,
             limit,
         } => {
-            let mut input = json!({"operation": "history"});
-            for (key, value) in [("start", start), ("step", step), ("limit", limit)] {
-                if let Some(value) = value {
-                    input[key] = value;
-                }
+            let page = ops::worker::HistoryPage {
+                request_id,
+                start,
+                step,
+                limit,
+            };
+            match ops::worker::history(hub, &session, page) {
+                Ok(id) => accepted_request(panel, "history", &session, &id),
+                Err(err) => refused(err),
             }
-            if let Some(id) = &request_id {
-                input["request_id"] = json!(id);
-            }
-            send_input(
-                hub,
-                panel,
-                &session,
-                "history",
-                &input,
-                request_id.as_deref(),
-            );
         }
         ClientMsg::Signal {
             session,
             operation,
             run_id,
-        } => match hub.send_signal(&session, &operation, run_id.as_deref()) {
+        } => match ops::worker::signal(hub, &session, &operation, run_id.as_deref()) {
             Ok(()) => {
+                let extra = json!({"operation": operation});
                 send(
                     panel,
-                    &protocol::accepted(
-                        "signal",
-                        Some(&session),
-                        json!({"operation": operation}),
-                        None,
-                    ),
+                    &protocol::accepted("signal", Some(&session), extra, None),
                 );
             }
-            Err(err) => reply_error(
-                panel,
-                send_code(&err, "signal_not_sent"),
-                &err.to_string(),
-                None,
-            ),
+            Err(err) => refused(err),
         },
         ClientMsg::Confirmation {
             session,
@@ -344,177 +290,90 @@ fn dispatch(hub: &Arc<Hub>, panel: &Arc<PanelConn>, text: &str) {
             request_id,
         } => {
             let approved = matches!(decision, protocol::Decision::Approved);
-            match crate::worker::confirm::decide(
-                hub,
-                &session,
-                &confirmation_id,
-                approved,
-                reason.as_deref(),
-            ) {
+            let decided =
+                ops::confirm::decide(hub, &session, &confirmation_id, approved, reason.as_deref());
+            match decided {
                 Ok(()) => {
+                    let extra = json!({"confirmation_id": confirmation_id});
                     send(
                         panel,
                         &protocol::accepted(
                             "confirmation",
                             Some(&session),
-                            json!({"confirmation_id": confirmation_id}),
+                            extra,
                             request_id.as_deref(),
                         ),
                     );
                 }
                 Err(err) => {
-                    let code = match err {
-                        crate::worker::confirm::DecideError::Unknown => "unknown_confirmation",
-                        crate::worker::confirm::DecideError::Rejected(_) => "confirmation_rejected",
-                    };
                     let request =
                         json!({"confirmation_id": confirmation_id, "request_id": request_id});
                     send(
                         panel,
-                        &protocol::error(code, &err.to_string(), Some(request)),
+                        &protocol::error(err.code(), &err.message, Some(request)),
                     );
                 }
             }
         }
         ClientMsg::Logs { session, limit } => {
-            let lines = limit.map_or(protocol::MAX_LOG_LINES, |l| {
-                (l as usize).min(protocol::MAX_LOG_LINES)
-            });
-            let reply = hub.with_session(&session, |s| {
-                let (lines, omitted) = crate::util::log_ring::panel_tail(
-                    &s.logs,
-                    lines,
-                    protocol::LOG_TAIL_BYTES,
-                    protocol::LOG_LINE_PREVIEW,
-                );
-                protocol::logs(&session, lines, s.logs.dropped(), omitted)
-            });
-            match reply {
-                Some(reply) => {
+            let bounds = LogBounds {
+                lines: limit.map_or(protocol::MAX_LOG_LINES, |l| {
+                    (l as usize).min(protocol::MAX_LOG_LINES)
+                }),
+                bytes: protocol::LOG_TAIL_BYTES,
+                line_bytes: protocol::LOG_LINE_PREVIEW,
+            };
+            match ops::sessions::logs(hub, &session, bounds) {
+                Ok(tail) => {
+                    let reply = protocol::logs(&session, tail.lines, tail.dropped, tail.omitted);
                     send(panel, &reply);
                 }
-                None => reply_error(
-                    panel,
-                    "unknown_session",
-                    &format!("no session {}", crate::worker::display::quote(&session)),
-                    None,
-                ),
+                Err(err) => refused(err),
             }
         }
         ClientMsg::StatusSnapshot { session, since } => {
-            let built = hub.with_session(&session, |s| {
-                let entries: Vec<Arc<str>> = s
-                    .transcript
-                    .since(since, usize::MAX)
-                    .into_iter()
-                    .map(|e| e.json)
-                    .collect();
-                protocol::snapshot(&session, s.describe(), &entries)
-            });
-            match built {
-                Some(frame) if protocol::wire_cost(frame.len()) <= protocol::FRAME_CEILING => {
-                    panel.send_text(&frame);
+            match ops::sessions::transcript(hub, &session, since) {
+                Ok((described, page)) => {
+                    let frame = protocol::snapshot(&session, described, &page.entries);
+                    if protocol::wire_cost(frame.len()) <= protocol::FRAME_CEILING {
+                        panel.send_text(&frame);
+                    } else {
+                        refused(ops::sessions::too_large(
+                            "the snapshot does not fit one frame; use paged subscribe or the events API",
+                        ));
+                    }
                 }
-                Some(_) => reply_error(
-                    panel,
-                    "display_snapshot_too_large",
-                    "the snapshot does not fit one frame; use paged subscribe or the events API",
-                    None,
-                ),
-                None => reply_error(
-                    panel,
-                    "unknown_session",
-                    &format!("no session {}", crate::worker::display::quote(&session)),
-                    None,
-                ),
+                Err(err) => refused(err),
             }
         }
         ClientMsg::SubagentPolicy {
-            session,
-            policy,
-            request_id,
-        } => subagent_policy(hub, panel, &session, &policy, request_id.as_deref()),
+            session, policy, ..
+        } => match ops::headless::set_policy(hub, &session, &policy) {
+            Ok(policy) => {
+                let extra = json!({"policy": policy.as_str()});
+                send(
+                    panel,
+                    &protocol::accepted("subagent_policy", Some(&session), extra, request_id),
+                );
+            }
+            Err(err) => refused(err),
+        },
     }
 }
 
-/// `subagent_policy`: sets a headless child's operator policy (new
-/// confirmation requests only) and answers `accepted {policy}`;
-/// `invalid_policy` for an ordinary session or an unknown value,
-/// `unknown_session` when there is no such session.
-fn subagent_policy(
-    hub: &Hub,
-    panel: &PanelConn,
-    session: &str,
-    policy: &str,
-    request_id: Option<&str>,
-) {
-    use crate::subagents::{child::Policy, family};
-    let Some(policy) = Policy::parse(policy) else {
-        return reply_error(
-            panel,
-            protocol::code::INVALID_POLICY,
-            "policy must be one of ask, deny, approve",
-            request_id,
-        );
-    };
-    match family::set_policy(hub, session, policy) {
-        Ok(_) => {
-            send(
-                panel,
-                &protocol::accepted(
-                    "subagent_policy",
-                    Some(session),
-                    json!({"policy": policy.as_str()}),
-                    request_id,
-                ),
-            );
-        }
-        Err(refusal) => {
-            let code = match refusal.code {
-                "not_found" => protocol::code::UNKNOWN_SESSION,
-                other => other,
-            };
-            reply_error(panel, code, &refusal.message, request_id);
-        }
-    }
+/// `accepted` for a command that the worker will answer under `id`.
+fn accepted_request(panel: &PanelConn, action: &str, session: &str, id: &str) {
+    let extra = json!({"request_id": id});
+    send(
+        panel,
+        &protocol::accepted(action, Some(session), extra, Some(id)),
+    );
 }
 
-/// Sends an input (or history query) and answers `accepted` with its
-/// request id, or `input_not_sent`.
-fn send_input(
-    hub: &Hub,
-    panel: &PanelConn,
-    session: &str,
-    action: &str,
-    input: &Value,
-    request_id: Option<&str>,
-) {
-    match hub.send_input(session, input) {
-        Ok(id) => {
-            let extra = json!({"request_id": id});
-            send(
-                panel,
-                &protocol::accepted(action, Some(session), extra, Some(&id)),
-            );
-        }
-        Err(err) => reply_error(
-            panel,
-            send_code(&err, "input_not_sent"),
-            &err.to_string(),
-            request_id,
-        ),
-    }
-}
-
-fn send_code(err: &crate::hub::SendError, code: &'static str) -> &'static str {
-    match err {
-        crate::hub::SendError::UnknownSession(_) => "unknown_session",
-        _ => code,
-    }
-}
-
-/// Worker actions answer through a callback: a start at once, a stop when
-/// its ladder ends (on the ladder's thread), so the reader keeps serving.
+/// Runs a worker action on a short-lived thread of its own (a start forks
+/// the worker and writes SQLite; a stop waits on its ladder), so this
+/// socket's reader keeps serving; the answer is queued from whichever
+/// thread completes the action.
 fn worker_action(
     hub: &Arc<Hub>,
     panel: &Arc<PanelConn>,
@@ -522,34 +381,44 @@ fn worker_action(
     action: protocol::WorkerAction,
     spec: Option<Value>,
 ) {
-    let Some(action) = control::Action::parse(action.as_str()) else {
+    let Some(action) = Action::parse(action.as_str()) else {
         return;
     };
-    let panel = panel.clone();
-    let sid = session.clone();
-    control::act(
-        hub,
-        &session,
-        action,
-        spec,
-        Box::new(move |result| {
-            let name = action.as_str();
-            if result["ok"] == json!(true) {
-                let reply = protocol::accepted(name, Some(&sid), json!({"result": result}), None);
-                send(&panel, &reply);
-            } else {
-                let message = result["error"]
-                    .as_str()
-                    .unwrap_or("the action failed")
-                    .to_string();
-                let request = json!({"action": name, "session": sid, "result": result});
-                send(
-                    &panel,
-                    &protocol::error("worker_action_failed", &message, Some(request)),
-                );
-            }
-        }),
+    let input = (hub.clone(), panel.clone(), session, spec);
+    let started = thread::spawn_with(
+        "panel-action",
+        Stack::Large,
+        input,
+        move |(hub, panel, session, spec)| {
+            let sid = session.clone();
+            let done: ActionDone = Box::new(move |outcome| match outcome {
+                Ok(result) if result.is_ok() => {
+                    let extra = json!({"result": result.to_json()});
+                    let reply = protocol::accepted(action.as_str(), Some(&sid), extra, None);
+                    send(&panel, &reply);
+                }
+                Ok(result) => {
+                    let message = result.error().unwrap_or_else(|| "the action failed".into());
+                    let request = json!({"action": action.as_str(), "session": sid, "result": result.to_json()});
+                    send(
+                        &panel,
+                        &protocol::error(code::WORKER_ACTION_FAILED, &message, Some(request)),
+                    );
+                }
+                Err(err) => refuse(&panel, &err, None),
+            });
+            ops::worker::act(&hub, &session, action, spec, done);
+        },
     );
+    if let Err((err, (_, panel, session, _))) = started {
+        log::error!("session {session}: cannot start a panel action thread: {err}");
+        reply_error(
+            panel.as_ref(),
+            code::INTERNAL_ERROR,
+            "the hub could not start the worker action",
+            None,
+        );
+    }
 }
 
 /// Starts a subscription: legacy (one frame) or paged replay.
@@ -763,8 +632,8 @@ fn replay_step(
 }
 
 /// Delivers a hub notification to the panels that should see it.
-pub fn fan_out(hub: &Hub, note: &Note) {
-    let panels = hub.panels();
+pub fn fan_out(hub: &Hub, registry: &Panels, note: &Note) {
+    let panels = registry.snapshot();
     if panels.is_empty() {
         return;
     }
@@ -873,7 +742,7 @@ fn to_subscribers(panels: &[Arc<PanelConn>], session: &str, frame: &Encoded) {
 }
 
 fn broadcast_session(hub: &Hub, panels: &[Arc<PanelConn>], session: &str) {
-    let Some(desc) = hub.describe_session_for_panel(session) else {
+    let Some(desc) = super::describe::one(hub, session) else {
         return;
     };
     let frame = conn::encode(&protocol::session(desc).to_string());

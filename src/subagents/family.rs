@@ -373,9 +373,7 @@ fn launch(hub: &Arc<Hub>, id: &str) {
     }) {
         return;
     }
-    let result = control::start(hub, id, None);
-    if !result.ok {
-        let why = result.error.unwrap_or_else(|| "unknown".into());
+    if let Err(why) = control::start(hub, id, None) {
         log::warn!("subagent {id}: start failed: {why}");
         set_reason(hub, id, &format!("start failed: {why}"));
         begin_stop(hub, id, None);
@@ -591,15 +589,10 @@ fn stop_worker(hub: &Arc<Hub>, id: &str, mode: StopMode) {
         hub,
         id,
         mode,
-        Box::new(move |result| {
-            if !result.ok {
-                let why = result
-                    .error
-                    .unwrap_or_else(|| "the worker's end is not confirmed".into());
-                cleanup_failed(&hub2, &id2, &why, false);
-            } else if matches!(result.how, "not-started" | "already-exited") {
-                cleanup(&hub2, &id2);
-            }
+        Box::new(move |result| match result {
+            Err(failed) => cleanup_failed(&hub2, &id2, &failed.reason, false),
+            Ok(stopped) if stopped.how.found_nothing() => cleanup(&hub2, &id2),
+            Ok(_) => {}
         }),
     );
 }

@@ -8,17 +8,19 @@
 //! readers (see `capture`). Each stop has one ladder thread. Signals only
 //! ever go through the pinned incarnation.
 
+use std::fmt;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use super::process::{ProcState, ProcessInfo};
 use super::sys::{self, Identity, Pinned};
 use super::{capture, launch, render};
 use crate::hub::{Hub, Note};
 use crate::store::ProcessRecord;
+use crate::util::thread::{self, Stack};
 use crate::util::{fsutil, time};
 
 /// How a stop is carried out.
@@ -30,76 +32,104 @@ pub enum StopMode {
     ForceKill,
 }
 
-/// Outcome of a stop: `{ok, how, forced}`.
-#[derive(Debug, Clone)]
-pub struct StopResult {
-    pub ok: bool,
-    pub how: &'static str,
+/// How a stop ended, or where it gave up (`how` on the wire).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopHow {
+    /// No worker was ever started for the session.
+    NotStarted,
+    /// The worker had already ended.
+    AlreadyExited,
+    /// The worker obeyed the protocol `shutdown` signal.
+    ShutdownSignal,
+    Sigterm,
+    Sigkill,
+    SigkillProcessGroup,
+}
+
+impl StopHow {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StopHow::NotStarted => "not-started",
+            StopHow::AlreadyExited => "already-exited",
+            StopHow::ShutdownSignal => "shutdown-signal",
+            StopHow::Sigterm => "sigterm",
+            StopHow::Sigkill => "sigkill",
+            StopHow::SigkillProcessGroup => "sigkill-process-group",
+        }
+    }
+
+    /// Whether no worker process was running when the stop began.
+    pub fn found_nothing(self) -> bool {
+        matches!(self, StopHow::NotStarted | StopHow::AlreadyExited)
+    }
+}
+
+/// A stop that ended the worker (or found none to end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stopped {
+    pub how: StopHow,
+    /// A signal, not the protocol, ended it.
     pub forced: bool,
-    pub error: Option<String>,
 }
 
-impl StopResult {
-    fn done(how: &'static str, forced: bool) -> StopResult {
-        StopResult {
-            ok: true,
-            how,
-            forced,
-            error: None,
-        }
-    }
-
-    pub fn to_json(&self) -> Value {
-        let mut v = json!({"ok": self.ok, "how": self.how, "forced": self.forced});
-        if let Some(err) = &self.error {
-            v["error"] = json!(err);
-        }
-        v
-    }
+/// A stop that could not confirm the worker's end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StopFailed {
+    pub how: StopHow,
+    pub forced: bool,
+    pub reason: String,
 }
 
-/// Outcome of a start: `{ok, pid?, config}` or `{ok: false, error}`.
-#[derive(Debug, Clone)]
-pub struct StartResult {
-    pub ok: bool,
-    pub pid: Option<u32>,
-    pub config: Option<String>,
-    pub error: Option<String>,
+/// The outcome of a stop.
+pub type StopResult = Result<Stopped, StopFailed>;
+
+/// A started worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Started {
+    pub pid: u32,
+    /// The worker configuration it was started with.
+    pub config: String,
 }
 
-impl StartResult {
-    fn failed(error: String) -> StartResult {
-        StartResult {
-            ok: false,
-            pid: None,
-            config: None,
-            error: Some(error),
-        }
-    }
+/// Why a start failed (nothing is left running).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StartFailed(pub String);
 
-    pub fn to_json(&self) -> Value {
-        if self.ok {
-            json!({"ok": true, "pid": self.pid, "config": self.config})
-        } else {
-            json!({"ok": false, "error": self.error})
-        }
+impl fmt::Display for StartFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
     }
 }
 
-/// Serializes spawning against orphan reaping, so a just-spawned worker is
-/// registered before the reaper could mistake it for an orphan.
-static SPAWN_LOCK: Mutex<()> = Mutex::new(());
+/// The outcome of a start.
+pub type StartResult = Result<Started, StartFailed>;
+
+fn stopped(how: StopHow, forced: bool) -> StopResult {
+    Ok(Stopped { how, forced })
+}
+
+/// The pids of the children this hub waits on itself (each has a waiter
+/// thread in `wait()`). The lock is the spawn lock: it is held across
+/// `spawn()` and the insert of the new pid, and across the orphan reaper's
+/// `waitpid` calls, so the reaper never takes a just-spawned worker for an
+/// orphan. Nothing else happens under it (no `/proc` read, SQLite call or
+/// other lock).
+static WAITED: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+
+fn waited() -> std::sync::MutexGuard<'static, Vec<u32>> {
+    WAITED.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// Starts the worker of session `id`. `spec` (optional) overrides launch
 /// fields of the session's spec for this and later starts.
 pub fn start(hub: &Arc<Hub>, id: &str, spec: Option<&Value>) -> StartResult {
     if hub.is_shutting_down() {
-        return StartResult::failed("the hub is shutting down".into());
+        return Err(StartFailed("the hub is shutting down".into()));
     }
     if let Some(reason) = hub.family.blocked() {
-        return StartResult::failed(format!(
+        return Err(StartFailed(format!(
             "worker launches are blocked until the subagent storage is repaired: {reason}"
-        ));
+        )));
     }
     let lifecycle_id = uuid::Uuid::new_v4().to_string();
     // Reserve the start under the lock: a second start is refused.
@@ -122,8 +152,8 @@ pub fn start(hub: &Arc<Hub>, id: &str, spec: Option<&Value>) -> StartResult {
         Ok((s.spec.clone(), s.token.clone()))
     });
     let (current_spec, token) = match reserved {
-        None => return StartResult::failed(format!("no session {id:?}")),
-        Some(Err(err)) => return StartResult::failed(err),
+        None => return Err(StartFailed(format!("no session {id:?}"))),
+        Some(Err(err)) => return Err(StartFailed(err)),
         Some(Ok(v)) => v,
     };
     // The lifecycle id is durable, so it means the same after a restart
@@ -132,7 +162,7 @@ pub fn start(hub: &Arc<Hub>, id: &str, spec: Option<&Value>) -> StartResult {
         log::warn!("session {id}: lifecycle id not stored: {err}");
     }
     match spawn(hub, id, &lifecycle_id, current_spec, spec, &token) {
-        Ok(result) => result,
+        Ok(started) => Ok(started),
         Err(error) => {
             log::warn!("session {id}: worker start failed: {error}");
             let now = time::now_rfc3339();
@@ -152,7 +182,7 @@ pub fn start(hub: &Arc<Hub>, id: &str, spec: Option<&Value>) -> StartResult {
                     process,
                 });
             }
-            StartResult::failed(error)
+            Err(StartFailed(error))
         }
     }
 }
@@ -164,7 +194,7 @@ fn spawn(
     current_spec: Value,
     override_spec: Option<&Value>,
     token: &str,
-) -> Result<StartResult, String> {
+) -> Result<Started, String> {
     let config = &hub.config;
     let session_dir = hub.session_dir(id);
     let config_dir = session_dir.join("config");
@@ -250,10 +280,14 @@ fn spawn(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
-    let guard = SPAWN_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let mut child = command
-        .spawn()
-        .map_err(|e| format!("cannot spawn {}: {e}", invocation.program))?;
+    let mut child = {
+        let mut waited = waited();
+        let child = command
+            .spawn()
+            .map_err(|e| format!("cannot spawn {}: {e}", invocation.program))?;
+        waited.push(child.id());
+        child
+    };
     let pid = child.id();
     let start_time = sys::proc_start_time(pid).ok();
     let pinned = start_time
@@ -306,7 +340,6 @@ fn spawn(
         s.reset_logs(writer.clone());
         s.describe_process()
     });
-    drop(guard);
     if let Some(process) = described {
         hub.notify(Note::Process {
             session: id.to_string(),
@@ -327,32 +360,36 @@ fn spawn(
     let hub2 = hub.clone();
     let sid = id.to_string();
     let lid = lifecycle_id.to_string();
-    std::thread::Builder::new()
-        .name("worker-wait".into())
-        .stack_size(64 * 1024)
-        .spawn(move || {
-            let status = child.wait();
-            exited.set();
-            let (code, signal) = match status {
-                Ok(status) => {
-                    use std::os::unix::process::ExitStatusExt;
-                    (status.code(), status.signal())
-                }
-                Err(_) => (None, None),
-            };
-            process_ended(&hub2, &sid, &lid, code, signal);
-            for reader in readers {
-                let _ = reader.join();
+    let waiter = thread::spawn_with("worker-wait", Stack::Small, child, move |mut child| {
+        let status = child.wait();
+        waited().retain(|&p| p != pid);
+        exited.set();
+        let (code, signal) = match status {
+            Ok(status) => {
+                use std::os::unix::process::ExitStatusExt;
+                (status.code(), status.signal())
             }
-            reap_orphans(&hub2);
-            crate::subagents::family::process_gone(&hub2, &sid);
-        })
-        .map_err(|e| format!("cannot start the waiter thread: {e}"))?;
-    Ok(StartResult {
-        ok: true,
-        pid: Some(pid),
-        config: Some(config_path.display().to_string()),
-        error: None,
+            Err(_) => (None, None),
+        };
+        process_ended(&hub2, &sid, &lid, code, signal);
+        for reader in readers {
+            let _ = reader.join();
+        }
+        reap_orphans();
+        crate::subagents::family::process_gone(&hub2, &sid);
+    });
+    if let Err((err, mut child)) = waiter {
+        // Without a waiter nobody would notice its end: the worker this
+        // start launched is killed and reaped here, and the start fails.
+        let _ = child.kill();
+        let _ = child.wait();
+        waited().retain(|&p| p != pid);
+        let _ = hub.store_clear_process(id);
+        return Err(format!("cannot start the waiter thread: {err}"));
+    }
+    Ok(Started {
+        pid,
+        config: config_path.display().to_string(),
     })
 }
 
@@ -386,19 +423,18 @@ fn process_ended(hub: &Hub, id: &str, lifecycle_id: &str, code: Option<i32>, sig
 pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopResult) + Send>) {
     let begun = hub.with_session(id, |s| {
         let p = match s.process.as_mut() {
-            None => return Err(StopResult::done("not-started", false)),
+            None => return Err(stopped(StopHow::NotStarted, false)),
             Some(p) => p,
         };
         if !p.state.is_active() {
-            return Err(StopResult::done("already-exited", false));
+            return Err(stopped(StopHow::AlreadyExited, false));
         }
         let Some(pinned) = p.pinned.clone() else {
-            return Err(StopResult {
-                ok: false,
-                how: "not-started",
+            return Err(Err(StopFailed {
+                how: StopHow::NotStarted,
                 forced: false,
-                error: Some("the worker has no verified process identity".into()),
-            });
+                reason: "the worker has no verified process identity".into(),
+            }));
         };
         p.stop_requested = true;
         p.state = ProcState::Stopping;
@@ -406,12 +442,11 @@ pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopR
     });
     let (pinned, connected, described) = match begun {
         None => {
-            return done(StopResult {
-                ok: false,
-                how: "not-started",
+            return done(Err(StopFailed {
+                how: StopHow::NotStarted,
                 forced: false,
-                error: Some(format!("no session {id:?}")),
-            })
+                reason: format!("no session {id:?}"),
+            }))
         }
         Some(Err(result)) => return done(result),
         Some(Ok(v)) => v,
@@ -421,20 +456,45 @@ pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopR
         session: id.to_string(),
         process: described,
     });
-    let hub = hub.clone();
-    let id = id.to_string();
-    let spawned = std::thread::Builder::new()
-        .name("worker-stop".into())
-        .stack_size(64 * 1024)
-        .spawn(move || {
+    let input = (hub.clone(), id.to_string(), done);
+    let spawned = thread::spawn_with(
+        "worker-stop",
+        Stack::Small,
+        input,
+        move |(hub, id, done)| {
             let result = ladder(&hub, &id, &pinned, connected, mode);
-            if !result.ok {
-                log::warn!("session {id}: stop did not end the worker ({})", result.how);
+            if let Err(failed) = &result {
+                log::warn!(
+                    "session {id}: stop did not end the worker ({})",
+                    failed.how.as_str()
+                );
             }
             done(result);
+        },
+    );
+    if let Err((err, (hub, id, done))) = spawned {
+        // Nothing was signalled: the worker runs on as before.
+        log::error!("session {id}: cannot start a stop thread: {err}");
+        let described = hub.with_session(&id, |s| {
+            let p = s.process.as_mut()?;
+            if p.state != ProcState::Stopping {
+                return None;
+            }
+            p.state = ProcState::Running;
+            p.stop_requested = false;
+            Some(s.describe_process())
         });
-    if let Err(err) = spawned {
-        log::error!("cannot start a stop thread: {err}");
+        if let Some(Some(process)) = described {
+            hub.notify(Note::Process {
+                session: id.clone(),
+                process,
+            });
+        }
+        done(Err(StopFailed {
+            how: StopHow::NotStarted,
+            forced: false,
+            reason: format!("the hub could not start the stop: {err}"),
+        }));
     }
 }
 
@@ -447,14 +507,14 @@ fn ladder(hub: &Hub, id: &str, pinned: &Pinned, connected: bool, mode: StopMode)
             && hub.send_signal(id, "shutdown", None).is_ok()
             && pinned.wait_exit(Duration::from_millis(w.stop_timeout_ms))
         {
-            return StopResult::done("shutdown-signal", false);
+            return stopped(StopHow::ShutdownSignal, false);
         }
         if !pinned.is_alive() {
-            return StopResult::done("shutdown-signal", false);
+            return stopped(StopHow::ShutdownSignal, false);
         }
         let _ = pinned.signal(libc::SIGTERM);
         if pinned.wait_exit(Duration::from_millis(w.sigterm_grace_ms)) {
-            return StopResult::done("sigterm", true);
+            return stopped(StopHow::Sigterm, true);
         }
     }
     let how = if group_kill {
@@ -464,103 +524,25 @@ fn ladder(hub: &Hub, id: &str, pinned: &Pinned, connected: bool, mode: StopMode)
             }
         });
         let _ = pinned.signal_group(libc::SIGKILL);
-        "sigkill-process-group"
+        StopHow::SigkillProcessGroup
     } else {
         let _ = pinned.signal(libc::SIGKILL);
-        "sigkill"
+        StopHow::Sigkill
     };
     if pinned.wait_exit(Duration::from_millis(w.sigkill_grace_ms)) {
-        StopResult::done(how, true)
+        stopped(how, true)
     } else {
-        StopResult {
-            ok: false,
+        Err(StopFailed {
             how,
             forced: true,
-            error: Some("the worker is still alive after SIGKILL".into()),
-        }
-    }
-}
-
-/// A worker action requested by an operator.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Action {
-    Start,
-    Stop,
-    Restart,
-    ForceKill,
-}
-
-impl Action {
-    pub fn parse(name: &str) -> Option<Action> {
-        Some(match name {
-            "start" => Action::Start,
-            "stop" => Action::Stop,
-            "restart" => Action::Restart,
-            "force-kill" => Action::ForceKill,
-            _ => return None,
+            reason: "the worker is still alive after SIGKILL".into(),
         })
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Action::Start => "start",
-            Action::Stop => "stop",
-            Action::Restart => "restart",
-            Action::ForceKill => "force-kill",
-        }
-    }
-}
-
-/// Runs a worker action and hands its result (`{ok, ...}`) to `done`. A
-/// start answers at once; stop, force-kill and restart answer from the
-/// ladder thread, so the caller's thread never waits through deadlines.
-pub fn act(
-    hub: &Arc<Hub>,
-    id: &str,
-    action: Action,
-    spec: Option<Value>,
-    done: Box<dyn FnOnce(Value) + Send>,
-) {
-    match action {
-        Action::Start => done(start(hub, id, spec.as_ref()).to_json()),
-        Action::Stop | Action::ForceKill => {
-            let mode = if action == Action::Stop {
-                StopMode::Graceful
-            } else {
-                StopMode::ForceKill
-            };
-            stop(
-                hub,
-                id,
-                mode,
-                Box::new(move |result| done(result.to_json())),
-            );
-        }
-        Action::Restart => {
-            let hub2 = hub.clone();
-            let sid = id.to_string();
-            stop(
-                hub,
-                id,
-                StopMode::Graceful,
-                Box::new(move |stopped| {
-                    let mut result = if stopped.ok {
-                        wait_recorded_exit(&hub2, &sid);
-                        start(&hub2, &sid, spec.as_ref()).to_json()
-                    } else {
-                        json!({"ok": false, "error": "the stop did not end the worker"})
-                    };
-                    result["stop"] = stopped.to_json();
-                    done(result);
-                }),
-            );
-        }
     }
 }
 
 /// Waits (briefly) until the waiter thread has recorded the exit that a
 /// successful stop observed through the pidfd.
-fn wait_recorded_exit(hub: &Hub, id: &str) {
+pub fn wait_recorded_exit(hub: &Hub, id: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
     while hub
         .with_session(id, |s| {
@@ -616,15 +598,17 @@ pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
         }
         log::info!("session {id}: adopted running worker pid {}", rec.pid);
         let hub2 = hub.clone();
-        let _ = std::thread::Builder::new()
-            .name("worker-watch".into())
-            .stack_size(64 * 1024)
-            .spawn(move || {
-                while !pinned.wait_exit(Duration::from_secs(3600)) {}
-                // Not our child: no exit status is available.
-                process_ended(&hub2, &id, &lifecycle_id, None, None);
-                crate::subagents::family::process_gone(&hub2, &id);
-            });
+        let watched = thread::spawn("worker-watch", Stack::Small, move || {
+            while !pinned.wait_exit(Duration::from_secs(3600)) {}
+            // Not our child: no exit status is available.
+            process_ended(&hub2, &id, &lifecycle_id, None, None);
+            crate::subagents::family::process_gone(&hub2, &id);
+        });
+        if let Err(err) = watched {
+            // The worker runs on and stays stoppable through its pidfd;
+            // only its own exit would go unnoticed.
+            log::error!("cannot watch an adopted worker: {err}");
+        }
     }
 }
 
@@ -646,16 +630,25 @@ pub fn stop_all(hub: &Arc<Hub>) {
     }
     drop(tx);
     for (id, result) in rx.iter() {
-        log::info!("session {id}: worker stopped at shutdown ({})", result.how);
+        let how = match &result {
+            Ok(stopped) => stopped.how,
+            Err(failed) => failed.how,
+        };
+        log::info!(
+            "session {id}: worker stopped at shutdown ({})",
+            how.as_str()
+        );
     }
 }
 
 /// Reaps exited orphans (daemonized grandchildren reparented to the hub as
 /// subreaper) while leaving our own workers to their waiter threads.
-pub fn reap_orphans(hub: &Hub) {
-    let _guard = SPAWN_LOCK.lock().unwrap_or_else(|p| p.into_inner());
-    let keep = hub.worker_pids();
-    let reaped = sys::reap_orphans(&keep);
+pub fn reap_orphans() {
+    let children = sys::list_children();
+    let reaped = {
+        let keep = waited();
+        sys::reap_exited(&children, &keep)
+    };
     if !reaped.is_empty() {
         log::debug!("reaped orphaned processes {reaped:?}");
     }

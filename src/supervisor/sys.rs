@@ -318,8 +318,15 @@ pub fn set_child_subreaper() -> io::Result<()> {
 /// (any `std::process::Child`) must be in `keep`, or its `wait` fails with
 /// ECHILD; spawn under the same lock that builds `keep`.
 pub fn reap_orphans(keep: &[u32]) -> Vec<u32> {
+    reap_exited(&list_children(), keep)
+}
+
+/// The reaping half of [`reap_orphans`]: `waitpid(pid, WNOHANG)` for each
+/// of `children` (from [`list_children`]) not in `keep`. A caller that
+/// lists without a lock takes its spawn lock only around this call.
+pub fn reap_exited(children: &[u32], keep: &[u32]) -> Vec<u32> {
     let mut reaped = Vec::new();
-    for child in list_children() {
+    for &child in children {
         if keep.contains(&child) {
             continue;
         }
@@ -499,7 +506,7 @@ fn read_stat(pid: u32) -> io::Result<Stat> {
 }
 
 /// This process's children (any thread's), zombies included.
-fn list_children() -> Vec<u32> {
+pub fn list_children() -> Vec<u32> {
     let me = std::process::id();
     let probe = format!("/proc/self/task/{me}/children");
     if Path::new(&probe).exists() {

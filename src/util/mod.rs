@@ -14,4 +14,6 @@ pub mod poll;
 pub mod sha256;
 #[cfg(test)]
 pub mod testkit;
+pub mod thread;
 pub mod time;
+pub mod wakes;

@@ -1,0 +1,378 @@
+//! Why a command was refused: an [`ErrorKind`] that knows its stable wire
+//! code and its HTTP status, and a message for people. Every front-end
+//! renders these in its own shape (the JSON API as `{error, message}` with
+//! the status, the panel socket as an `error` frame, Shard as its own
+//! registry), but the code and the status are decided here, once.
+
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use crate::hub::{HubError, SendError};
+use crate::subagents::Refusal;
+use crate::worker::confirm::DecideError;
+use crate::worker::query::QueryError;
+
+/// The stable wire codes of panel protocol v1 and the JSON API, in one
+/// place. Front-ends spell a code only through these constants.
+pub mod code {
+    pub const BAD_REQUEST: &str = "bad_request";
+    pub const BAD_JSON: &str = "bad_json";
+    pub const BAD_MESSAGE: &str = "bad_message";
+    pub const UNSUPPORTED_VERSION: &str = "unsupported_version";
+    pub const UNAUTHORIZED: &str = "unauthorized";
+    pub const NOT_FOUND: &str = "not_found";
+    pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
+    pub const UNKNOWN_SESSION: &str = "unknown_session";
+    pub const INVALID_SESSION: &str = "invalid_session";
+    pub const SESSION_EXISTS: &str = "session_exists";
+    pub const SESSION_BUSY: &str = "session_busy";
+    pub const HEADLESS_RESTRICTED: &str = "headless_restricted";
+    pub const INVALID_POLICY: &str = "invalid_policy";
+    pub const INVALID_ARGUMENTS: &str = "invalid_arguments";
+    pub const STALE_LIFECYCLE: &str = "stale_lifecycle";
+    pub const RECOVERY_CONFLICT: &str = "recovery_conflict";
+    pub const CLEANUP_FAILED: &str = "cleanup_failed";
+    pub const INPUT_NOT_SENT: &str = "input_not_sent";
+    pub const SIGNAL_NOT_SENT: &str = "signal_not_sent";
+    pub const UNKNOWN_CONFIRMATION: &str = "unknown_confirmation";
+    pub const CONFIRMATION_REJECTED: &str = "confirmation_rejected";
+    pub const WORKER_ACTION_FAILED: &str = "worker_action_failed";
+    pub const BINARY_NOT_SUPPORTED: &str = "binary_not_supported";
+    pub const DISPLAY_SNAPSHOT_TOO_LARGE: &str = "display_snapshot_too_large";
+    pub const TOO_MANY_QUERIES: &str = "too_many_queries";
+    pub const ANSWER_UNAVAILABLE: &str = "answer_unavailable";
+    pub const STORAGE_ERROR: &str = "storage_error";
+    pub const INTERNAL_ERROR: &str = "internal_error";
+}
+
+/// Why an input or a signal did not reach the worker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotSent {
+    /// Validation failed before anything was written (400).
+    Invalid,
+    /// No worker is connected, or it lacks the needed capability (409).
+    NotConnected,
+    /// The socket write failed; nothing was recorded as sent (409).
+    WriteFailed,
+}
+
+/// What went wrong, as far as a client can act on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The request itself is malformed (a path escape, a query number).
+    BadRequest,
+    /// A body or message is not JSON.
+    BadJson,
+    /// No such route or action.
+    NotFound,
+    /// The session id names no session.
+    UnknownSession,
+    /// The id or the spec of a new session is not acceptable.
+    InvalidSession,
+    SessionExists,
+    /// The session is in use (a worker runs, a delete is under way).
+    SessionBusy,
+    /// Direct conversation and control of a headless session.
+    HeadlessRestricted,
+    /// A headless-only operation on an ordinary session, or a policy value.
+    InvalidPolicy,
+    /// An argument of an operator route is missing or wrong.
+    InvalidArguments,
+    /// A recovery named a lifecycle that is not the child's current one.
+    StaleLifecycle,
+    /// A recovery that the child's state does not allow now.
+    RecoveryConflict,
+    /// A cleanup ran and did not complete.
+    CleanupFailed,
+    InputNotSent(NotSent),
+    SignalNotSent(NotSent),
+    /// No open confirmation has this id.
+    UnknownConfirmation,
+    /// The confirmation cannot take this decision now.
+    ConfirmationRejected,
+    /// A start, stop, restart or force-kill did not do what was asked.
+    WorkerActionFailed,
+    /// The answer does not fit one frame.
+    DisplaySnapshotTooLarge,
+    /// Too many read-only worker queries are pending; nothing was sent.
+    TooManyQueries,
+    /// A complete-answer page could not be read from the worker.
+    AnswerUnavailable,
+    /// The store or a session file could not be written.
+    Storage,
+    /// A defect of the hub.
+    Internal,
+}
+
+impl ErrorKind {
+    /// The stable wire code.
+    pub fn code(self) -> &'static str {
+        use ErrorKind::*;
+        match self {
+            BadRequest => code::BAD_REQUEST,
+            BadJson => code::BAD_JSON,
+            NotFound => code::NOT_FOUND,
+            UnknownSession => code::UNKNOWN_SESSION,
+            InvalidSession => code::INVALID_SESSION,
+            SessionExists => code::SESSION_EXISTS,
+            SessionBusy => code::SESSION_BUSY,
+            HeadlessRestricted => code::HEADLESS_RESTRICTED,
+            InvalidPolicy => code::INVALID_POLICY,
+            InvalidArguments => code::INVALID_ARGUMENTS,
+            StaleLifecycle => code::STALE_LIFECYCLE,
+            RecoveryConflict => code::RECOVERY_CONFLICT,
+            CleanupFailed => code::CLEANUP_FAILED,
+            InputNotSent(_) => code::INPUT_NOT_SENT,
+            SignalNotSent(_) => code::SIGNAL_NOT_SENT,
+            UnknownConfirmation => code::UNKNOWN_CONFIRMATION,
+            ConfirmationRejected => code::CONFIRMATION_REJECTED,
+            WorkerActionFailed => code::WORKER_ACTION_FAILED,
+            DisplaySnapshotTooLarge => code::DISPLAY_SNAPSHOT_TOO_LARGE,
+            TooManyQueries => code::TOO_MANY_QUERIES,
+            AnswerUnavailable => code::ANSWER_UNAVAILABLE,
+            Storage => code::STORAGE_ERROR,
+            Internal => code::INTERNAL_ERROR,
+        }
+    }
+
+    /// The HTTP status the JSON API answers with.
+    pub fn http_status(self) -> u16 {
+        use ErrorKind::*;
+        match self {
+            BadRequest | BadJson | InvalidSession | InvalidPolicy | InvalidArguments => 400,
+            InputNotSent(NotSent::Invalid) | SignalNotSent(NotSent::Invalid) => 400,
+            NotFound | UnknownSession | UnknownConfirmation => 404,
+            SessionExists | SessionBusy | HeadlessRestricted | StaleLifecycle
+            | RecoveryConflict | CleanupFailed | ConfirmationRejected | WorkerActionFailed
+            | AnswerUnavailable => 409,
+            InputNotSent(_) | SignalNotSent(_) => 409,
+            DisplaySnapshotTooLarge => 413,
+            TooManyQueries => 429,
+            Storage | Internal => 500,
+        }
+    }
+}
+
+/// A refused command: what kind of refusal, a diagnostic, and members a
+/// front-end adds to its error object (`reason`, `worker_error`, ...).
+#[derive(Debug, Clone, PartialEq)]
+pub struct OpError {
+    pub kind: ErrorKind,
+    pub message: String,
+    pub details: Map<String, Value>,
+}
+
+impl OpError {
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> OpError {
+        OpError {
+            kind,
+            message: message.into(),
+            details: Map::new(),
+        }
+    }
+
+    /// The same error with one more detail member.
+    pub fn with(mut self, key: &str, value: Value) -> OpError {
+        self.details.insert(key.to_string(), value);
+        self
+    }
+
+    pub fn code(&self) -> &'static str {
+        self.kind.code()
+    }
+
+    pub fn http_status(&self) -> u16 {
+        self.kind.http_status()
+    }
+
+    /// `unknown_session` naming `id`.
+    pub fn unknown_session(id: &str) -> OpError {
+        OpError::new(
+            ErrorKind::UnknownSession,
+            format!("no session {}", crate::worker::display::quote(id)),
+        )
+    }
+
+    /// `headless_restricted`: `what` is not for the headless session `id`.
+    pub fn headless_restricted(what: &str, id: &str) -> OpError {
+        OpError::new(
+            ErrorKind::HeadlessRestricted,
+            format!(
+                "{what} is not available for the headless session {}: it is driven by its parent worker",
+                crate::worker::display::quote(id)
+            ),
+        )
+    }
+
+    /// `invalid_arguments` with `message`.
+    pub fn invalid_arguments(message: impl Into<String>) -> OpError {
+        OpError::new(ErrorKind::InvalidArguments, message)
+    }
+}
+
+impl fmt::Display for OpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for OpError {}
+
+/// Hub failures (session registry, store, files).
+impl From<HubError> for OpError {
+    fn from(err: HubError) -> OpError {
+        let kind = match &err {
+            HubError::InvalidSession(_) => ErrorKind::InvalidSession,
+            HubError::SessionExists(_) => ErrorKind::SessionExists,
+            HubError::UnknownSession(_) => ErrorKind::UnknownSession,
+            HubError::SessionBusy { .. } => ErrorKind::SessionBusy,
+            HubError::Store(_) | HubError::Files { .. } => ErrorKind::Storage,
+        };
+        OpError::new(kind, err.to_string())
+    }
+}
+
+/// Confirmation decisions.
+impl From<DecideError> for OpError {
+    fn from(err: DecideError) -> OpError {
+        let kind = match err {
+            DecideError::Unknown => ErrorKind::UnknownConfirmation,
+            DecideError::Rejected(_) => ErrorKind::ConfirmationRejected,
+        };
+        OpError::new(kind, err.to_string())
+    }
+}
+
+/// Operator routes of headless children share the refusals of the
+/// `subagent/*` tool routes; these are the ones an operator can meet.
+impl From<Refusal> for OpError {
+    fn from(refusal: Refusal) -> OpError {
+        let kind = match refusal.code {
+            "not_found" => ErrorKind::UnknownSession,
+            code::INVALID_POLICY => ErrorKind::InvalidPolicy,
+            code::INVALID_ARGUMENTS => ErrorKind::InvalidArguments,
+            code::STALE_LIFECYCLE => ErrorKind::StaleLifecycle,
+            code::RECOVERY_CONFLICT => ErrorKind::RecoveryConflict,
+            code::CLEANUP_FAILED => ErrorKind::CleanupFailed,
+            code::STORAGE_ERROR => ErrorKind::Storage,
+            other => {
+                log::error!("an operator route met the tool refusal {other}");
+                ErrorKind::Internal
+            }
+        };
+        OpError::new(kind, refusal.message)
+    }
+}
+
+/// A send failure of an input (`input_not_sent`) or a signal
+/// (`signal_not_sent`).
+pub(crate) fn not_sent(err: SendError, kind: fn(NotSent) -> ErrorKind) -> OpError {
+    let reason = match &err {
+        SendError::UnknownSession(_) => {
+            return OpError::new(ErrorKind::UnknownSession, err.to_string())
+        }
+        SendError::Invalid(_) => NotSent::Invalid,
+        SendError::NotConnected(_) => NotSent::NotConnected,
+        SendError::WriteFailed(_) => NotSent::WriteFailed,
+    };
+    OpError::new(kind(reason), err.to_string())
+}
+
+/// Read-only worker queries (`answer`): the failure's `reason`, and the
+/// worker's own refusal under `worker_error`.
+impl From<QueryError> for OpError {
+    fn from(err: QueryError) -> OpError {
+        let kind = match &err {
+            QueryError::UnknownSession(_) => ErrorKind::UnknownSession,
+            QueryError::Invalid(_) => ErrorKind::InvalidArguments,
+            QueryError::Busy { .. } => ErrorKind::TooManyQueries,
+            _ => ErrorKind::AnswerUnavailable,
+        };
+        let mut op = OpError::new(kind, err.to_string()).with("reason", err.reason().into());
+        if let QueryError::Rejected { code, message } = &err {
+            op = op.with(
+                "worker_error",
+                serde_json::json!({"code": code, "message": message}),
+            );
+        }
+        op
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every kind (each `NotSent` reason once).
+    const ALL: [ErrorKind; 27] = {
+        use ErrorKind::*;
+        [
+            BadRequest,
+            BadJson,
+            NotFound,
+            UnknownSession,
+            InvalidSession,
+            SessionExists,
+            SessionBusy,
+            HeadlessRestricted,
+            InvalidPolicy,
+            InvalidArguments,
+            StaleLifecycle,
+            RecoveryConflict,
+            CleanupFailed,
+            InputNotSent(NotSent::Invalid),
+            InputNotSent(NotSent::NotConnected),
+            InputNotSent(NotSent::WriteFailed),
+            SignalNotSent(NotSent::Invalid),
+            SignalNotSent(NotSent::NotConnected),
+            SignalNotSent(NotSent::WriteFailed),
+            UnknownConfirmation,
+            ConfirmationRejected,
+            WorkerActionFailed,
+            DisplaySnapshotTooLarge,
+            TooManyQueries,
+            AnswerUnavailable,
+            Storage,
+            Internal,
+        ]
+    };
+
+    #[test]
+    fn codes_and_statuses_follow_the_seed() {
+        use ErrorKind::*;
+        let cases = [
+            (UnknownSession, "unknown_session", 404),
+            (InvalidSession, "invalid_session", 400),
+            (SessionExists, "session_exists", 409),
+            (SessionBusy, "session_busy", 409),
+            (HeadlessRestricted, "headless_restricted", 409),
+            (InvalidPolicy, "invalid_policy", 400),
+            (InputNotSent(NotSent::Invalid), "input_not_sent", 400),
+            (InputNotSent(NotSent::NotConnected), "input_not_sent", 409),
+            (SignalNotSent(NotSent::WriteFailed), "signal_not_sent", 409),
+            (UnknownConfirmation, "unknown_confirmation", 404),
+            (ConfirmationRejected, "confirmation_rejected", 409),
+            (Storage, "storage_error", 500),
+        ];
+        for (kind, code, status) in cases {
+            assert_eq!(
+                (kind.code(), kind.http_status()),
+                (code, status),
+                "{kind:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn every_code_is_lowercase_snake_case() {
+        for kind in ALL {
+            let code = kind.code();
+            assert!(
+                code.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{code}"
+            );
+            assert!((400..600).contains(&kind.http_status()), "{kind:?}");
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! The command layer: one function per command a client can give the hub,
+//! used by every front-end. A front-end (the JSON API, the panel socket,
+//! and the Shard transports after them) parses its own wire, calls one of
+//! these functions, and renders the typed result or [`OpError`] in its own
+//! shape; it decides no refusal and spells no error code itself.
+//!
+//! - [`sessions`]: list, describe, create, delete; events, transcript
+//!   snapshots, worker logs, the worker's state snapshot.
+//! - [`worker`]: start, stop, restart, force-kill; input, history,
+//!   signals; complete-answer pages.
+//! - [`confirm`]: an operator's decision on an open confirmation.
+//! - [`headless`]: the operator's policy and recovery of headless children.
+//!
+//! Which commands a headless session takes is decided here too: each
+//! command that is not for one refuses it with `headless_restricted`
+//! (seed 002: description, confirmations, policy and recovery only).
+//!
+//! Commands announce what they changed through `Hub::notify` (the
+//! publisher), so every front-end's subscribers hear of a change whichever
+//! front-end asked for it.
+
+pub mod confirm;
+pub mod error;
+pub mod headless;
+pub mod sessions;
+pub mod worker;
+
+pub use error::{code, ErrorKind, NotSent, OpError};
+
+use crate::hub::Hub;
+
+/// The session exists and may be driven by an operator: `unknown_session`
+/// when it does not exist, `headless_restricted` (naming `what`) when it is
+/// a headless child, which only its parent worker drives.
+pub fn operable(hub: &Hub, id: &str, what: &str) -> Result<(), OpError> {
+    match hub.session_kind(id) {
+        None => Err(OpError::unknown_session(id)),
+        Some(true) => Err(OpError::headless_restricted(what, id)),
+        Some(false) => Ok(()),
+    }
+}
+
+/// The session exists: `unknown_session` otherwise.
+pub fn exists(hub: &Hub, id: &str) -> Result<(), OpError> {
+    match hub.session_kind(id) {
+        None => Err(OpError::unknown_session(id)),
+        Some(_) => Ok(()),
+    }
+}

@@ -1,0 +1,149 @@
+//! Session commands: list, describe, create, delete, and the reads of a
+//! session's transcript, worker logs and worker state.
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use super::{operable, ErrorKind, OpError};
+use crate::hub::{Hub, Note};
+
+/// Every session's description.
+pub fn list(hub: &Hub) -> Vec<Value> {
+    hub.describe_sessions()
+}
+
+/// One session's description (headless sessions included).
+pub fn describe(hub: &Hub, id: &str) -> Result<Value, OpError> {
+    hub.describe_session(id)
+        .ok_or_else(|| OpError::unknown_session(id))
+}
+
+/// Creates a session and announces it. A headless child's id is refused
+/// (its spec is not the operator's to replace).
+pub fn create(hub: &Hub, id: &str, spec: Option<&Value>) -> Result<Value, OpError> {
+    if hub.session_kind(id) == Some(true) {
+        return Err(OpError::headless_restricted("a new spec", id));
+    }
+    let described = hub.create_session(id, spec)?;
+    hub.notify(Note::SessionChanged {
+        session: id.to_string(),
+    });
+    Ok(described)
+}
+
+/// Deletes a session that is not busy and announces it.
+pub fn delete(hub: &Hub, id: &str) -> Result<(), OpError> {
+    operable(hub, id, "deletion")?;
+    hub.delete_session(id)?;
+    hub.notify(Note::SessionRemoved {
+        session: id.to_string(),
+    });
+    Ok(())
+}
+
+/// Retained transcript entries after a cursor.
+#[derive(Debug, Clone)]
+pub struct Entries {
+    /// The newest `hub_sequence` the session has assigned.
+    pub latest: u64,
+    /// Serialized entries, oldest first.
+    pub entries: Vec<Arc<str>>,
+}
+
+/// At most `limit` retained entries after `since`.
+pub fn events(hub: &Hub, id: &str, since: u64, limit: usize) -> Result<Entries, OpError> {
+    operable(hub, id, "events")?;
+    let (latest, entries) = hub
+        .events_since(id, since, limit)
+        .ok_or_else(|| OpError::unknown_session(id))?;
+    Ok(Entries { latest, entries })
+}
+
+/// A session's description with every retained entry after `since`.
+pub fn transcript(hub: &Hub, id: &str, since: u64) -> Result<(Value, Entries), OpError> {
+    operable(hub, id, "status_snapshot")?;
+    hub.with_session(id, |s| {
+        let entries = s
+            .transcript
+            .since(since, usize::MAX)
+            .into_iter()
+            .map(|e| e.json)
+            .collect();
+        let latest = s.transcript.latest();
+        (s.describe(), Entries { latest, entries })
+    })
+    .ok_or_else(|| OpError::unknown_session(id))
+}
+
+/// What a front-end may show of the worker's captured output.
+#[derive(Debug, Clone, Copy)]
+pub struct LogBounds {
+    /// Newest lines at most.
+    pub lines: usize,
+    /// Bytes of line text at most, all lines together.
+    pub bytes: usize,
+    /// Bytes of one line's text at most (a longer line is cut with a
+    /// notice).
+    pub line_bytes: usize,
+}
+
+impl LogBounds {
+    /// The newest `lines` lines, whole.
+    pub fn lines(lines: usize) -> LogBounds {
+        LogBounds {
+            lines,
+            bytes: usize::MAX,
+            line_bytes: usize::MAX,
+        }
+    }
+}
+
+/// The tail of a worker's captured output.
+#[derive(Debug, Clone)]
+pub struct LogTail {
+    /// `{stream, text, at}` objects, oldest first.
+    pub lines: Vec<Value>,
+    /// Lines the ring evicted to keep its bounds.
+    pub dropped: u64,
+    /// Older ring lines the bounds left out of `lines`.
+    pub omitted: u64,
+    /// The current worker's log file.
+    pub log_path: Option<String>,
+}
+
+/// The newest lines of the worker's output within `bounds`.
+pub fn logs(hub: &Hub, id: &str, bounds: LogBounds) -> Result<LogTail, OpError> {
+    operable(hub, id, "logs")?;
+    hub.with_session(id, |s| {
+        let (lines, omitted) = crate::util::log_ring::panel_tail(
+            &s.logs,
+            bounds.lines,
+            bounds.bytes,
+            bounds.line_bytes,
+        );
+        LogTail {
+            lines,
+            dropped: s.logs.dropped(),
+            omitted,
+            log_path: s.process.as_ref().and_then(|p| p.log_path.clone()),
+        }
+    })
+    .ok_or_else(|| OpError::unknown_session(id))
+}
+
+/// The read-only view of the worker's persisted state.
+pub fn snapshot(hub: &Hub, id: &str) -> Result<Value, OpError> {
+    operable(hub, id, "snapshot")?;
+    Ok(crate::supervisor::snapshot::read(id, &hub.session_dir(id)))
+}
+
+/// The session may be subscribed to (its transcript watched).
+pub fn watchable(hub: &Hub, id: &str) -> Result<(), OpError> {
+    operable(hub, id, "subscribe")
+}
+
+/// `display_snapshot_too_large` with `message`.
+pub fn too_large(message: &str) -> OpError {
+    OpError::new(ErrorKind::DisplaySnapshotTooLarge, message)
+}

@@ -1,0 +1,233 @@
+//! Worker commands: start, stop, restart and force-kill of a session's
+//! worker process; inputs, history queries and signals sent to the
+//! connected worker; complete-answer pages read from it.
+//!
+//! Threads: a start runs on the caller's thread (fork/exec, SQLite writes),
+//! so front-ends whose thread serves many requests (a panel socket's
+//! reader) call [`act`] from a short-lived thread of their own. A stop, a
+//! force-kill and a restart hand their result over from the stop ladder's
+//! thread; the caller never waits through the ladder's deadlines.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::error::not_sent;
+use super::{operable, ErrorKind, OpError};
+use crate::hub::Hub;
+use crate::supervisor::control::{self, StartResult, StopMode, StopResult};
+use crate::worker::query;
+
+/// A worker action requested by an operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Start,
+    Stop,
+    Restart,
+    ForceKill,
+}
+
+impl Action {
+    pub const ALL: [Action; 4] = [
+        Action::Start,
+        Action::Stop,
+        Action::Restart,
+        Action::ForceKill,
+    ];
+
+    pub fn parse(name: &str) -> Option<Action> {
+        Action::ALL.into_iter().find(|a| a.as_str() == name)
+    }
+
+    /// The wire spelling (`"force-kill"` for [`Action::ForceKill`]).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Start => "start",
+            Action::Stop => "stop",
+            Action::Restart => "restart",
+            Action::ForceKill => "force-kill",
+        }
+    }
+}
+
+/// What a worker action did.
+#[derive(Debug, Clone)]
+pub enum ActionResult {
+    Start(StartResult),
+    Stop(StopResult),
+    /// `start` is `None` when the stop did not end the worker.
+    Restart {
+        stop: StopResult,
+        start: Option<StartResult>,
+    },
+}
+
+impl ActionResult {
+    /// Whether the action did what was asked.
+    pub fn is_ok(&self) -> bool {
+        match self {
+            ActionResult::Start(start) => start.is_ok(),
+            ActionResult::Stop(stop) => stop.is_ok(),
+            ActionResult::Restart { stop, start } => {
+                stop.is_ok() && start.as_ref().is_some_and(Result::is_ok)
+            }
+        }
+    }
+
+    /// Why it did not, for people.
+    pub fn error(&self) -> Option<String> {
+        match self {
+            ActionResult::Start(Err(failed)) => Some(failed.0.clone()),
+            ActionResult::Stop(Err(failed)) => Some(failed.reason.clone()),
+            ActionResult::Restart { start: None, .. } => {
+                Some("the stop did not end the worker".into())
+            }
+            ActionResult::Restart {
+                start: Some(Err(failed)),
+                ..
+            } => Some(failed.0.clone()),
+            _ => None,
+        }
+    }
+
+    /// The result object both front-ends show: `{ok, pid, config}` for a
+    /// start, `{ok, how, forced}` for a stop (with `error` when it
+    /// failed), a restart's start result with its `stop` inside.
+    pub fn to_json(&self) -> Value {
+        match self {
+            ActionResult::Start(start) => start_json(start),
+            ActionResult::Stop(stop) => stop_json(stop),
+            ActionResult::Restart { stop, start } => {
+                let mut out = match start {
+                    Some(start) => start_json(start),
+                    None => json!({"ok": false, "error": self.error()}),
+                };
+                out["stop"] = stop_json(stop);
+                out
+            }
+        }
+    }
+}
+
+fn start_json(start: &StartResult) -> Value {
+    match start {
+        Ok(started) => json!({"ok": true, "pid": started.pid, "config": started.config}),
+        Err(failed) => json!({"ok": false, "error": failed.0}),
+    }
+}
+
+fn stop_json(stop: &StopResult) -> Value {
+    match stop {
+        Ok(stopped) => json!({"ok": true, "how": stopped.how.as_str(), "forced": stopped.forced}),
+        Err(failed) => json!({
+            "ok": false,
+            "how": failed.how.as_str(),
+            "forced": failed.forced,
+            "error": failed.reason,
+        }),
+    }
+}
+
+/// What [`act`] hands its outcome to.
+pub type ActionDone = Box<dyn FnOnce(Result<ActionResult, OpError>) + Send>;
+
+/// Runs a worker action on session `id`; `spec` (start and restart)
+/// overrides launch fields of the session's spec for this and later
+/// starts. `done` gets the outcome: on this thread for a refusal and a
+/// start, on the stop ladder's thread for the others.
+pub fn act(hub: &Arc<Hub>, id: &str, action: Action, spec: Option<Value>, done: ActionDone) {
+    if let Err(err) = operable(hub, id, &format!("worker {}", action.as_str())) {
+        return done(Err(err));
+    }
+    match action {
+        Action::Start => done(Ok(ActionResult::Start(control::start(
+            hub,
+            id,
+            spec.as_ref(),
+        )))),
+        Action::Stop | Action::ForceKill => {
+            let mode = if action == Action::Stop {
+                StopMode::Graceful
+            } else {
+                StopMode::ForceKill
+            };
+            let stopped = Box::new(move |stop| done(Ok(ActionResult::Stop(stop))));
+            control::stop(hub, id, mode, stopped);
+        }
+        Action::Restart => {
+            let hub2 = hub.clone();
+            let sid = id.to_string();
+            let stopped = Box::new(move |stop: StopResult| {
+                let start = stop.is_ok().then(|| {
+                    control::wait_recorded_exit(&hub2, &sid);
+                    control::start(&hub2, &sid, spec.as_ref())
+                });
+                done(Ok(ActionResult::Restart { stop, start }))
+            });
+            control::stop(hub, id, StopMode::Graceful, stopped);
+        }
+    }
+}
+
+/// Sends an input (a message, `continue`, `compact`, or a read-only
+/// query) to the connected worker; returns its request id. Nothing is
+/// ever resent.
+pub fn input(hub: &Hub, id: &str, input: &Value) -> Result<String, OpError> {
+    operable(hub, id, "input")?;
+    hub.send_input(id, input)
+        .map_err(|err| not_sent(err, ErrorKind::InputNotSent))
+}
+
+/// A `history` query's page arguments, as the client gave them.
+#[derive(Debug, Clone, Default)]
+pub struct HistoryPage {
+    pub request_id: Option<String>,
+    pub start: Option<Value>,
+    pub step: Option<Value>,
+    pub limit: Option<Value>,
+}
+
+/// Sends a read-only `history` query; the worker's reply arrives as a
+/// transient event. Returns the request id.
+pub fn history(hub: &Hub, id: &str, page: HistoryPage) -> Result<String, OpError> {
+    operable(hub, id, "history")?;
+    let mut query = json!({"operation": "history"});
+    for (key, value) in [
+        ("start", page.start),
+        ("step", page.step),
+        ("limit", page.limit),
+    ] {
+        if let Some(value) = value {
+            query[key] = value;
+        }
+    }
+    if let Some(request_id) = page.request_id {
+        query["request_id"] = json!(request_id);
+    }
+    hub.send_input(id, &query)
+        .map_err(|err| not_sent(err, ErrorKind::InputNotSent))
+}
+
+/// Sends a signal (`cancel` defaults to the most recently observed run).
+pub fn signal(hub: &Hub, id: &str, operation: &str, run_id: Option<&str>) -> Result<(), OpError> {
+    operable(hub, id, "signal")?;
+    hub.send_signal(id, operation, run_id)
+        .map_err(|err| not_sent(err, ErrorKind::SignalNotSent))
+}
+
+/// Reads one page of a complete answer (`{source, part, offset}`) from
+/// the connected worker as one read-only `answer` query, waiting at most
+/// 10 s for its reply (`POST /api/sessions/:id/answer`).
+///
+/// Refusals: `invalid_arguments` (nothing sent), `unknown_session`,
+/// `too_many_queries` (64 pending in the hub, 2 per session), and
+/// `answer_unavailable` for every other failure (no live worker, the
+/// capability missing, a connection change, the worker's `answer_error`,
+/// the deadline), with `reason` and, for a worker refusal,
+/// `worker_error {code, message}` among the details. The caller's thread
+/// waits; no hub lock is held meanwhile.
+pub fn answer(hub: &Hub, id: &str, args: &Value) -> Result<Value, OpError> {
+    operable(hub, id, "answer")?;
+    let payload = query::answer_payload(args).map_err(OpError::invalid_arguments)?;
+    Ok(hub.query_worker(id, &payload, query::QUERY_DEADLINE)?)
+}

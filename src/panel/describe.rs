@@ -1,0 +1,45 @@
+//! Session descriptions for panel frames: every approval preview in one
+//! frame shares the frame's approval allowance (512 KiB, less when the
+//! rest of the frame nears the 2 MiB ceiling), small ones kept whole and
+//! the largest reduced first.
+
+use serde_json::Value;
+
+use super::protocol;
+use crate::hub::Hub;
+use crate::session::Session;
+
+/// Every session, for an aggregate frame (`welcome`, `sessions`).
+pub fn all(hub: &Hub) -> Vec<Value> {
+    let sessions = hub.sessions();
+    under_share(&sessions.list())
+}
+
+/// One session, for a `session` frame.
+pub fn one(hub: &Hub, id: &str) -> Option<Value> {
+    let sessions = hub.sessions();
+    let s = sessions.get(id)?;
+    under_share(&[s]).pop()
+}
+
+/// Describes `list` with every approval preview bounded so that all of
+/// them together fit the frame's approval allowance.
+fn under_share(list: &[&Session]) -> Vec<Value> {
+    let sizes: Vec<Vec<usize>> = list.iter().map(|s| s.preview_sizes()).collect();
+    let flat: Vec<usize> = sizes.iter().flatten().copied().collect();
+    // Everything but the previews: the descriptions with minimal previews.
+    let other: usize = list
+        .iter()
+        .map(|s| s.describe_with(&mut |_| 0).to_string().len())
+        .sum();
+    let caps = protocol::allocate_previews(&flat, protocol::approvals_allowance(other));
+    let mut next = 0;
+    list.iter()
+        .zip(&sizes)
+        .map(|(s, sz)| {
+            let base = next;
+            next += sz.len();
+            s.describe_with(&mut |i| caps.get(base + i).copied().unwrap_or(0))
+        })
+        .collect()
+}

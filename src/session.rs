@@ -14,8 +14,8 @@ use crate::supervisor::process::{LogCounters, ProcessInfo};
 use crate::transcript::Transcript;
 use crate::util::bounded_writer::BoundedWriter;
 use crate::util::log_ring::LogRing;
+use crate::worker::confirm_frames::ConfirmationRequest;
 use crate::worker::display;
-use crate::worker::payload::ConfirmationRequest;
 use crate::ws::FrameWriter;
 
 /// Log ring bounds before the configuration applies its own.

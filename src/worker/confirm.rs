@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use tungstenite::{Error as WsError, Message};
 
-use super::payload::{self, ConfirmationRequest};
+use super::confirm_frames::{self, ConfirmationRequest};
 use crate::hub::{Hub, Note};
 use crate::session::{IdentityState, Prompt, PromptState, Session, PROMPT_PREVIEW_BYTES};
 use crate::subagents::child::Policy;
@@ -189,7 +189,7 @@ fn deliver_auto(session_id: &str, confirmation_id: &str, auto: &AutoAnswer) {
 }
 
 fn response_text(request: &ConfirmationRequest, approved: bool, reason: Option<&str>) -> String {
-    payload::confirmation_response(request, approved, reason).to_string()
+    confirm_frames::confirmation_response(request, approved, reason).to_string()
 }
 
 /// What the socket thread must do after registering or polling.
@@ -336,7 +336,7 @@ fn read_request(
     loop {
         match socket.read() {
             Ok(Message::Text(text)) => {
-                return payload::parse_confirmation_request(text.as_str(), session_id)
+                return confirm_frames::parse_confirmation_request(text.as_str(), session_id)
                     .map_err(|_| "malformed confirmation request")
             }
             Ok(Message::Binary(_)) => return Err("binary frames are not accepted"),

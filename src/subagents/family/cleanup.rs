@@ -1,0 +1,259 @@
+//! Cleanup and retries: removing a stopped child's whole directory and
+//! records once its process is confirmed gone, recording failures as
+//! `cleanup-pending` with bounded automatic retries on a ticker thread,
+//! and the bounded cleanup of every child at hub shutdown.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::persist::{persist_meta, Terminal};
+use super::stop::{children_of, stop_worker};
+use super::{lock, spawn_thread};
+use crate::hub::{Hub, Note};
+use crate::subagents::child::{self, Lifecycle, MAX_CLEANUP_ATTEMPTS};
+use crate::supervisor::control::StopMode;
+use crate::util::time;
+
+/// Delays before the second and third automatic cleanup attempts.
+pub const RETRY_DELAYS_MS: [u64; 2] = [10_000, 20_000];
+
+/// How often pending cleanups are looked at.
+const RETRY_TICK: Duration = Duration::from_secs(5);
+
+/// How long hub shutdown waits for child cleanups running elsewhere, and
+/// how often it looks.
+const SHUTDOWN_SETTLE: Duration = Duration::from_secs(10);
+const SETTLE_POLL: Duration = Duration::from_millis(10);
+
+/// Deletes a stopped child: its directory, then its records; keeps a
+/// terminal record for the parent. A failure leaves the child
+/// `cleanup-pending` with a bounded automatic retry.
+pub fn cleanup(hub: &Arc<Hub>, id: &str) {
+    // A child with descendants still present waits for them: the last
+    // one's cleanup comes back here.
+    if !children_of(hub, id).is_empty() {
+        return;
+    }
+    let claimed = hub
+        .with_session(id, |s| {
+            let alive = s.process.as_ref().is_some_and(|p| p.state.is_active());
+            let c = s.subagent.as_mut()?;
+            if c.cleanup_in_flight || alive || !c.lifecycle.is_closing() {
+                return None;
+            }
+            c.cleanup_in_flight = true;
+            c.cleanup_attempts += 1;
+            Some((
+                c.parent.clone(),
+                c.reason.clone(),
+                c.latest_outcomes(child::MAX_OUTCOMES),
+            ))
+        })
+        .flatten();
+    let Some((parent, reason, outcomes)) = claimed else {
+        return;
+    };
+    match remove_child(hub, id) {
+        Ok(()) => {
+            hub.family.remember(Terminal {
+                id: id.to_string(),
+                parent: parent.clone(),
+                reason,
+                outcomes,
+                removed_ms: time::now_millis(),
+            });
+            hub.notify(Note::SessionRemoved {
+                session: id.to_string(),
+            });
+            log::info!("subagent {id}: stopped and removed");
+            // A parent child waiting on this one may now be removable.
+            if child::is_child_id(&parent.session_id) {
+                cleanup(hub, &parent.session_id);
+            }
+        }
+        Err(err) => cleanup_failed(hub, id, &err, true),
+    }
+}
+
+/// Records a failed cleanup (or a stop that could not confirm the end):
+/// `cleanup-pending`, with the next automatic attempt scheduled while the
+/// budget lasts. `counted` says whether an attempt was spent.
+pub(super) fn cleanup_failed(hub: &Arc<Hub>, id: &str, err: &str, counted: bool) {
+    log::warn!("subagent {id}: cleanup failed: {err}");
+    let meta = hub
+        .with_session(id, |s| {
+            let c = s.subagent.as_mut()?;
+            c.cleanup_in_flight = false;
+            c.lifecycle = Lifecycle::CleanupPending;
+            c.reason = Some(format!("cleanup failed: {err}"));
+            if !counted {
+                c.cleanup_attempts += 1;
+            }
+            let attempt = c.cleanup_attempts.max(1) as usize;
+            if c.automatic_retry && attempt < MAX_CLEANUP_ATTEMPTS as usize {
+                c.retry_at_ms = Some(time::now_millis() + RETRY_DELAYS_MS[attempt - 1]);
+            } else {
+                c.automatic_retry = false;
+                c.retry_at_ms = None;
+            }
+            Some(c.meta_json())
+        })
+        .flatten();
+    if let Some(meta) = meta {
+        persist_meta(hub, id, &meta);
+        hub.notify(Note::SessionChanged {
+            session: id.to_string(),
+        });
+        start_ticker(hub);
+    }
+}
+
+/// One automatic or operator retry: stop a worker that is still alive
+/// (force-kill), else clean up.
+fn retry_cleanup(hub: &Arc<Hub>, id: &str) {
+    let alive = hub
+        .with_session(id, |s| {
+            if let Some(c) = s.subagent.as_mut() {
+                c.retry_at_ms = None;
+            }
+            s.process.as_ref().is_some_and(|p| p.state.is_active())
+        })
+        .unwrap_or(false);
+    if alive {
+        stop_worker(hub, id, StopMode::ForceKill);
+    } else {
+        cleanup(hub, id);
+    }
+}
+
+/// Removes the directory (never through a link, never outside the
+/// managed root) and the records of a stopped child.
+fn remove_child(hub: &Hub, id: &str) -> Result<(), String> {
+    let root = hub.config.data_dir.join("subagents");
+    let dir = hub.session_dir(id);
+    if dir.parent() != Some(root.as_path()) || !child::is_child_id(id) {
+        return Err("the child directory is outside the managed root".into());
+    }
+    if let Ok(meta) = std::fs::symlink_metadata(&root) {
+        if meta.file_type().is_symlink() {
+            return Err("the subagents root is a symbolic link".into());
+        }
+    }
+    if let Some(file) = hub.with_session(id, |s| s.log_file.take()).flatten() {
+        file.close(Duration::from_secs(5));
+    }
+    crate::hub::remove_session_dir(&dir)
+        .map_err(|err| format!("cannot remove {}: {err}", dir.display()))?;
+    hub.store()
+        .delete_session(id)
+        .map_err(|err| format!("cannot delete the child's records: {err}"))?;
+    hub.sessions().remove(id);
+    Ok(())
+}
+
+/// Runs due automatic cleanups every five seconds while any is pending.
+pub(super) fn start_ticker(hub: &Arc<Hub>) {
+    {
+        let mut running = lock(&hub.family.ticker);
+        if *running {
+            return;
+        }
+        *running = true;
+    }
+    let hub2 = hub.clone();
+    let spawned = spawn_thread("subagent-cleanup", move || loop {
+        let hub = &hub2;
+        std::thread::sleep(RETRY_TICK);
+        if hub.is_shutting_down() {
+            *lock(&hub.family.ticker) = false;
+            return;
+        }
+        let now = time::now_millis();
+        let (due, pending) = pending_cleanups(hub, now);
+        for id in due {
+            retry_cleanup(hub, &id);
+        }
+        if pending == 0 {
+            *lock(&hub.family.ticker) = false;
+            return;
+        }
+    });
+    if let Err(err) = spawned {
+        log::error!("cannot start the subagent cleanup thread: {err}");
+        *lock(&hub.family.ticker) = false;
+    }
+}
+
+/// Children due for an automatic cleanup attempt, and how many still wait.
+pub(super) fn pending_cleanups(hub: &Hub, now: u64) -> (Vec<String>, usize) {
+    let sessions = hub.sessions();
+    let mut due = Vec::new();
+    let mut pending = 0;
+    for s in sessions.list() {
+        let Some(c) = &s.subagent else { continue };
+        if c.lifecycle != Lifecycle::CleanupPending || !c.automatic_retry {
+            continue;
+        }
+        match c.retry_at_ms {
+            Some(at) if at <= now => due.push(s.id.clone()),
+            Some(_) => pending += 1,
+            None => {}
+        }
+    }
+    let waiting = pending + due.len();
+    (due, waiting)
+}
+
+/// Hub shutdown, after every worker was stopped: cleans up every child
+/// whose process is gone (descendants first), and waits (bounded) for
+/// cleanups that worker waiter threads are running at the same time.
+pub fn shutdown(hub: &Arc<Hub>) {
+    let mut ids: Vec<(u32, String)> = hub
+        .sessions()
+        .list()
+        .into_iter()
+        .filter_map(|s| Some((s.subagent.as_ref()?.depth, s.id.clone())))
+        .collect();
+    ids.sort_by_key(|entry| std::cmp::Reverse(entry.0));
+    // One attempt each, as at any stop: a failed one leaves the child
+    // `cleanup-pending` with its attempt counted, for the next start.
+    for (_, id) in &ids {
+        hub.with_session(id, |s| {
+            if let Some(c) = s.subagent.as_mut() {
+                if !c.lifecycle.is_closing() {
+                    c.lifecycle = Lifecycle::Stopping;
+                    c.reason.get_or_insert_with(|| "the hub shut down".into());
+                }
+            }
+        });
+        cleanup(hub, id);
+    }
+    // A waiter thread may be removing a child right now (its worker
+    // exited during the stop), or may not have reported the exit yet (it
+    // then cleans up itself): the hub must not exit under it.
+    let busy = || {
+        ids.iter()
+            .filter(|(_, id)| {
+                hub.with_session(id, |s| {
+                    let alive = s.process.as_ref().is_some_and(|p| p.state.is_active());
+                    alive || s.subagent.as_ref().is_some_and(|c| c.cleanup_in_flight)
+                })
+                .unwrap_or(false)
+            })
+            .count()
+    };
+    let deadline = Instant::now() + SHUTDOWN_SETTLE;
+    loop {
+        let left = busy();
+        if left == 0 {
+            return;
+        }
+        if Instant::now() >= deadline {
+            log::warn!(
+                "{left} subagent cleanups still running at shutdown; left for the next start"
+            );
+            return;
+        }
+        std::thread::sleep(SETTLE_POLL);
+    }
+}

@@ -1,0 +1,219 @@
+//! Clean-fork: the caller's standing and the quotas (`maxDepth`,
+//! `maxLive`, `maxChildren`) decided under the fork lock, the child's
+//! private directory and configuration forked from the caller
+//! incarnation's startup snapshot, the durable records with the receipt,
+//! and the scheduled startup.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::startup::launch;
+use super::stop::begin_stop;
+use super::{lock, set_reason, spawn_thread};
+use crate::hub::{Hub, Note};
+use crate::store::{ReceiptRecord, SessionRecord, SubagentRecord};
+use crate::subagents::child::{self, Child, Lifecycle, ParentRef};
+use crate::subagents::{Refusal, KIND};
+use crate::supervisor::render;
+use crate::util::{fsutil, time};
+
+/// Startup snapshot files captured at every supervised launch.
+pub const STARTUP_WORKER: &str = "startup-worker.yaml";
+pub const STARTUP_LAUNCH: &str = "startup-launch.jsonc";
+
+/// The caller of a subagent route, as verified by the tools socket.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub session_id: String,
+    pub worker_id: String,
+    pub run_id: String,
+    pub request_id: String,
+}
+
+/// Creates one clean child of `caller` and schedules its startup.
+/// `receipt` is committed with the child's records.
+pub fn fork(
+    hub: &Arc<Hub>,
+    caller: &Caller,
+    receipt: impl FnOnce(&Value) -> ReceiptRecord,
+) -> Result<Value, Refusal> {
+    if let Some(reason) = hub.family.blocked() {
+        return Err(Refusal::new("recovery_required", reason));
+    }
+    if hub.is_shutting_down() {
+        return Err(Refusal::new("lifecycle_closed", "the hub is shutting down"));
+    }
+    let limits = &hub.config.subagents;
+    let _serial = lock(&hub.family.fork);
+    // The caller's standing and the quotas, under one look at the registry.
+    let (parent, depth) = {
+        let sessions = hub.sessions();
+        let Some(s) = sessions.get(&caller.session_id) else {
+            return Err(Refusal::new("unauthorized", "the caller session is gone"));
+        };
+        if s.process
+            .as_ref()
+            .is_some_and(|p| p.state == crate::supervisor::process::ProcState::Stopping)
+        {
+            return Err(Refusal::new(
+                "lifecycle_closed",
+                "the caller's worker is stopping",
+            ));
+        }
+        let depth = match &s.subagent {
+            None => 1,
+            Some(c) if c.frozen || c.lifecycle.is_closing() => {
+                return Err(Refusal::new(
+                    "lifecycle_closed",
+                    "the caller's family is closed",
+                ))
+            }
+            Some(c) => c.depth as usize + 1,
+        };
+        if depth > limits.max_depth {
+            return Err(Refusal::new(
+                "limit_exceeded",
+                format!(
+                    "a child at depth {depth} exceeds subagents.maxDepth ({})",
+                    limits.max_depth
+                ),
+            ));
+        }
+        let all = sessions.list();
+        let live = all.iter().filter(|x| x.subagent.is_some()).count();
+        if live >= limits.max_live {
+            return Err(Refusal::new(
+                "limit_exceeded",
+                format!("{live} subagents are live (subagents.maxLive)"),
+            ));
+        }
+        let children = all
+            .iter()
+            .filter(|x| {
+                x.subagent
+                    .as_ref()
+                    .is_some_and(|c| c.parent.session_id == caller.session_id)
+            })
+            .count();
+        if children >= limits.max_children {
+            return Err(Refusal::new(
+                "limit_exceeded",
+                format!("the caller has {children} children (subagents.maxChildren)"),
+            ));
+        }
+        let supervised = s.process.as_ref().is_some_and(|p| p.state.is_active());
+        if !supervised {
+            return Err(Refusal::new(
+                "unsupported_launch",
+                "the caller is not a worker this hub launched",
+            ));
+        }
+        let parent = ParentRef {
+            session_id: caller.session_id.clone(),
+            lifecycle_id: s.lifecycle_id.clone(),
+            worker_id: caller.worker_id.clone(),
+        };
+        (parent, depth)
+    };
+    // The caller incarnation's startup snapshot.
+    let parent_config = hub.session_dir(&caller.session_id).join("config");
+    let startup_worker = read_snapshot(&parent_config.join(STARTUP_WORKER))?;
+    let startup_launch = read_snapshot(&parent_config.join(STARTUP_LAUNCH))?;
+    let spec: Value = serde_json::from_str(&startup_launch).map_err(|_| {
+        Refusal::new(
+            "unsupported_launch",
+            "the caller's startup launch snapshot is not readable",
+        )
+    })?;
+
+    let id = child::new_id();
+    let token = crate::hub::new_token();
+    let lifecycle_id = uuid::Uuid::new_v4().to_string();
+    let dir = hub.session_dir(&id);
+    let config_dir = dir.join("config");
+    fsutil::create_private_dir(&dir)
+        .and_then(|()| fsutil::create_private_dir(&config_dir))
+        .map_err(|err| Refusal::new("storage_error", format!("cannot create the child: {err}")))?;
+    let cleanup_dir = || {
+        let _ = crate::hub::remove_session_dir(&dir);
+    };
+    let document =
+        match render::fork_document(&startup_worker, &dir, hub.config.tool_requests.timeout_ms) {
+            Ok(doc) => doc,
+            Err(err) => {
+                cleanup_dir();
+                return Err(Refusal::new(
+                    "unsupported_launch",
+                    format!("the caller's startup configuration cannot be forked: {err}"),
+                ));
+            }
+        };
+    let text = serde_json::to_string_pretty(&document).unwrap_or_default();
+    if let Err(err) = fsutil::write_private_atomic(&config_dir.join("config.yaml"), text.as_bytes())
+    {
+        cleanup_dir();
+        return Err(Refusal::new(
+            "storage_error",
+            format!("cannot write the child configuration: {err}"),
+        ));
+    }
+    let created_at = time::now_rfc3339();
+    let child = Child::new(
+        parent,
+        depth as u32,
+        created_at.clone(),
+        hub.config.subagents.conversation_bytes,
+    );
+    let result = json!({"subagent_id": id, "lifecycle": Lifecycle::Preparing.as_str()});
+    let session_rec = SessionRecord {
+        id: id.clone(),
+        created_at,
+        spec,
+        token,
+        lifecycle_id,
+        kind: KIND.into(),
+    };
+    let child_rec = SubagentRecord {
+        id: id.clone(),
+        meta: child.meta_json(),
+        outcomes: json!([]),
+    };
+    let receipt = receipt(&result);
+    if let Err(err) = hub
+        .store()
+        .insert_subagent(&session_rec, &child_rec, Some(&receipt))
+    {
+        cleanup_dir();
+        return Err(Refusal::new(
+            "storage_error",
+            format!("cannot record the child: {err}"),
+        ));
+    }
+    let mut session = hub.new_session(session_rec);
+    session.subagent = Some(Box::new(child));
+    hub.sessions().insert(session);
+    drop(_serial);
+    log::info!("session {}: forked headless child {id}", caller.session_id);
+    hub.notify(Note::SessionChanged {
+        session: id.clone(),
+    });
+    let hub2 = hub.clone();
+    let id2 = id.clone();
+    if let Err(err) = spawn_thread("subagent-start", move || launch(&hub2, &id2)) {
+        log::error!("cannot start a subagent launch thread: {err}");
+        set_reason(hub, &id, "the hub could not schedule the startup");
+        begin_stop(hub, &id, None);
+    }
+    Ok(result)
+}
+
+fn read_snapshot(path: &Path) -> Result<String, Refusal> {
+    fsutil::read_private_file(path).map_err(|_| {
+        Refusal::new(
+            "unsupported_launch",
+            "the caller has no supervised startup snapshot (was it launched by this hub?)",
+        )
+    })
+}

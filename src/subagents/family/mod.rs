@@ -1,0 +1,91 @@
+//! Headless families at run time: clean-fork (quota, ownership files, the
+//! durable record, scheduled startup), the startup deadline, stopping with
+//! cascade to every descendant, cleanup of a child's whole directory once
+//! its process is confirmed gone (bounded automatic retries), restoring
+//! families after a hub restart, and the short-lived terminal records a
+//! parent can still receive after its child is gone.
+//!
+//! Locks: the session registry lock is never held across store writes,
+//! file I/O or process signals; `Family::fork` serializes quota decisions.
+//!
+//! Layout: this module holds the family-wide state ([`Family`]) and the
+//! helpers every part shares; `fork`, `startup`, `stop`, `cleanup`,
+//! `restore` (restart and operator recovery), `policy`, `persist` (durable
+//! metadata, outcomes, terminal records, `conversation.json`) and
+//! `refresh` (history refresh runs) are its parts.
+
+mod cleanup;
+mod fork;
+mod persist;
+mod policy;
+mod refresh;
+mod restore;
+mod startup;
+mod stop;
+
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard};
+
+use crate::hub::Hub;
+
+pub use cleanup::{cleanup, shutdown, RETRY_DELAYS_MS};
+pub use fork::{fork, Caller, STARTUP_LAUNCH, STARTUP_WORKER};
+pub use persist::{
+    persist_meta, persist_outcomes, schedule_conversation_write, transition, Terminal,
+    CONVERSATION_FILE, CONVERSATION_WINDOW, MAX_TERMINAL,
+};
+pub use policy::set_policy;
+pub use refresh::{start_refresh, REFRESH_ATTEMPTS};
+pub use restore::{global_recovery, load, recover, recovery_info, restore, RecoverAction};
+pub use stop::{
+    begin_stop, children_of, freeze_all, freeze_descendants, process_gone, stop_children,
+};
+
+/// Stack of the short-lived subagent threads (launch, startup watch,
+/// conversation write, history refresh, cleanup ticker).
+const THREAD_STACK: usize = 256 * 1024;
+
+/// Runs `work` on a new named thread; `Err` when none could start.
+fn spawn_thread(name: &str, work: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .stack_size(THREAD_STACK)
+        .spawn(work)
+        .map(drop)
+}
+
+/// Family-wide state held by the hub.
+#[derive(Default)]
+pub struct Family {
+    /// Serializes forks: quota is decided and reserved under it.
+    fork: Mutex<()>,
+    terminal: Mutex<VecDeque<Terminal>>,
+    /// Why new forks and launches are refused (unsafe ownership storage).
+    blocked: Mutex<Option<String>>,
+    /// The cleanup retry ticker is running.
+    ticker: Mutex<bool>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Family {
+    /// Why forks are blocked, if they are.
+    pub fn blocked(&self) -> Option<String> {
+        lock(&self.blocked).clone()
+    }
+
+    fn block(&self, reason: String) {
+        log::error!("subagents: {reason}; new forks are refused until repaired");
+        lock(&self.blocked).get_or_insert(reason);
+    }
+}
+
+fn set_reason(hub: &Hub, id: &str, reason: &str) {
+    hub.with_session(id, |s| {
+        if let Some(c) = s.subagent.as_mut() {
+            c.reason.get_or_insert_with(|| reason.to_string());
+        }
+    });
+}

@@ -1,0 +1,188 @@
+//! What a family keeps: lifecycle transitions with durable metadata, the
+//! outcome tail, the in-memory terminal records a parent can still
+//! receive after its child is gone, and the coalesced, atomic
+//! `conversation.json` writes (and reading it back after a restart).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{lock, spawn_thread, Family};
+use crate::hub::{Hub, Note};
+use crate::subagents::child::{Child, Lifecycle, ParentRef};
+use crate::subagents::conversation::Conversation;
+use crate::util::fsutil;
+
+/// Terminal records kept for parents, at most.
+pub const MAX_TERMINAL: usize = 128;
+
+/// What a parent can still learn about a child that is gone.
+#[derive(Debug, Clone)]
+pub struct Terminal {
+    pub id: String,
+    pub parent: ParentRef,
+    pub reason: Option<String>,
+    pub outcomes: Vec<Value>,
+    pub removed_ms: u64,
+}
+
+impl Family {
+    /// Keeps a terminal record for `ttl_ms`, at most [`MAX_TERMINAL`].
+    pub(super) fn remember(&self, record: Terminal) {
+        let mut list = lock(&self.terminal);
+        list.retain(|t| t.id != record.id);
+        while list.len() >= MAX_TERMINAL {
+            list.pop_front();
+        }
+        list.push_back(record);
+    }
+
+    /// Terminal records not older than `ttl_ms`, oldest first.
+    pub fn terminals(&self, now_ms: u64, ttl_ms: u64) -> Vec<Terminal> {
+        let mut list = lock(&self.terminal);
+        list.retain(|t| now_ms.saturating_sub(t.removed_ms) <= ttl_ms);
+        list.iter().cloned().collect()
+    }
+}
+
+/// Applies `change` to the child's lifecycle; persists and announces a
+/// change. Returns whether it changed.
+pub fn transition(
+    hub: &Hub,
+    id: &str,
+    change: impl FnOnce(&mut Child) -> Option<Lifecycle>,
+) -> bool {
+    let changed = hub
+        .with_session(id, |s| {
+            let c = s.subagent.as_mut()?;
+            let next = change(c)?;
+            c.lifecycle = next;
+            Some(c.meta_json())
+        })
+        .flatten();
+    match changed {
+        Some(meta) => {
+            persist_meta(hub, id, &meta);
+            hub.notify(Note::SessionChanged {
+                session: id.to_string(),
+            });
+            true
+        }
+        None => false,
+    }
+}
+
+/// Writes the child's metadata; a failure marks the child degraded.
+pub fn persist_meta(hub: &Hub, id: &str, meta: &Value) {
+    if let Err(err) = hub.store().put_subagent_meta(id, meta) {
+        log::warn!("subagent {id}: metadata not stored: {err}");
+        hub.with_session(id, |s| {
+            if let Some(c) = s.subagent.as_mut() {
+                c.degraded = true;
+            }
+        });
+    }
+}
+
+/// Writes the child's outcome tail if it changed.
+pub fn persist_outcomes(hub: &Hub, id: &str) {
+    let outcomes = hub
+        .with_session(id, |s| {
+            let c = s.subagent.as_ref()?;
+            c.outcomes_unpersisted.then(|| c.outcomes_json())
+        })
+        .flatten();
+    let Some(outcomes) = outcomes else { return };
+    let stored = hub.store().put_subagent_outcomes(id, &outcomes);
+    hub.with_session(id, |s| {
+        if let Some(c) = s.subagent.as_mut() {
+            match &stored {
+                Ok(()) => c.outcomes_unpersisted = false,
+                Err(err) => {
+                    log::warn!("subagent {id}: outcomes not stored: {err}");
+                    c.degraded = true;
+                }
+            }
+        }
+    });
+}
+
+/// The coalescing window of `conversation.json` writes; later events do
+/// not postpone a scheduled write.
+pub const CONVERSATION_WINDOW: Duration = Duration::from_millis(200);
+
+/// `conversation.json` inside a child's directory.
+pub const CONVERSATION_FILE: &str = "conversation.json";
+
+/// Schedules one coalesced `conversation.json` write for `id`, unless one
+/// is already scheduled.
+pub fn schedule_conversation_write(hub: &Arc<Hub>, id: &str) {
+    let first = hub
+        .with_session(id, |s| {
+            let c = s.subagent.as_mut()?;
+            if !c.conversation_dirty || c.conversation_write_scheduled {
+                return None;
+            }
+            c.conversation_write_scheduled = true;
+            Some(())
+        })
+        .flatten()
+        .is_some();
+    if !first {
+        return;
+    }
+    let hub2 = hub.clone();
+    let id2 = id.to_string();
+    let spawned = spawn_thread("subagent-conv", move || {
+        std::thread::sleep(CONVERSATION_WINDOW);
+        write_conversation(&hub2, &id2);
+    });
+    if spawned.is_err() {
+        write_conversation(hub, id);
+    }
+}
+
+/// Writes the projection now (atomically, 0600). Never recreates a
+/// removed child directory; a failure keeps the previous file and marks
+/// the projection stale and the child degraded.
+fn write_conversation(hub: &Hub, id: &str) {
+    let doc = hub
+        .with_session(id, |s| {
+            let c = s.subagent.as_mut()?;
+            c.conversation_write_scheduled = false;
+            if !c.conversation_dirty || c.cleanup_in_flight {
+                return None;
+            }
+            c.conversation_dirty = false;
+            Some(c.conversation.to_json())
+        })
+        .flatten();
+    let Some(doc) = doc else { return };
+    let path = hub.session_dir(id).join(CONVERSATION_FILE);
+    let written = fsutil::write_private_atomic(&path, doc.to_string().as_bytes());
+    hub.with_session(id, |s| {
+        if let Some(c) = s.subagent.as_mut() {
+            match &written {
+                Ok(()) => c.conversation_failed = false,
+                Err(err) => {
+                    log::warn!("subagent {id}: {} not written: {err}", path.display());
+                    c.conversation_failed = true;
+                    c.conversation.mark_stale(true);
+                }
+            }
+        }
+    });
+}
+
+/// The stored projection of a restored child, if readable.
+pub(super) fn load_conversation(hub: &Hub, id: &str) -> Option<Conversation> {
+    let path = hub.session_dir(id).join(CONVERSATION_FILE);
+    let text = fsutil::read_private_file(&path).ok()?;
+    let value: Value = serde_json::from_str(&text).ok()?;
+    let mut conversation =
+        Conversation::from_json(&value, hub.config.subagents.conversation_bytes).ok()?;
+    // Events may have been missed while the hub was down.
+    conversation.on_event_gap();
+    Some(conversation)
+}

@@ -1,0 +1,31 @@
+//! The operator's safety policy of a headless child (`deny`, `approve`,
+//! `ask`): set at once for new requests, persisted with its metadata.
+
+use serde_json::{json, Value};
+
+use super::persist::persist_meta;
+use crate::hub::{Hub, Note};
+use crate::subagents::{child, Refusal};
+
+/// Sets a child's operator policy (new requests only); persisted at once.
+/// `Err` with `invalid_policy` when `id` is not a headless child.
+pub fn set_policy(hub: &Hub, id: &str, policy: child::Policy) -> Result<Value, Refusal> {
+    let meta = hub
+        .with_session(id, |s| {
+            let c = s.subagent.as_mut()?;
+            c.policy = policy;
+            Some(c.meta_json())
+        })
+        .ok_or_else(|| Refusal::new("not_found", "no such session"))?
+        .ok_or_else(|| {
+            Refusal::new(
+                "invalid_policy",
+                "the safety policy applies to headless sessions only",
+            )
+        })?;
+    persist_meta(hub, id, &meta);
+    hub.notify(Note::SessionChanged {
+        session: id.to_string(),
+    });
+    Ok(json!({"session_id": id, "policy": policy.as_str()}))
+}

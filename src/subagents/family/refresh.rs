@@ -1,0 +1,109 @@
+//! History refresh runs: claiming a refresh of a child's conversation
+//! projection when it is idle and advertises `session-history`, reading
+//! its history pages on a short-lived thread, and publishing the validated
+//! tail (then scheduling a `conversation.json` write).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::persist::schedule_conversation_write;
+use super::spawn_thread;
+use crate::hub::Hub;
+use crate::subagents::conversation::{Next, Refresh};
+use crate::util::time;
+
+/// History refresh attempts per connection or run settlement.
+pub const REFRESH_ATTEMPTS: u32 = 3;
+
+/// Deadline of one history page request.
+const REFRESH_QUERY_DEADLINE: Duration = Duration::from_secs(3);
+
+/// Starts a history refresh of the child's projection when one is allowed
+/// (idle, `session-history` advertised, attempts left, none running).
+pub fn start_refresh(hub: &Arc<Hub>, id: &str) {
+    let claimed = hub
+        .with_session(id, |s| {
+            let history = s
+                .capabilities
+                .as_ref()
+                .is_some_and(|caps| caps.iter().any(|c| c == "session-history"));
+            let idle = s.active_run.is_none() && s.connected();
+            let c = s.subagent.as_mut()?;
+            if !history
+                || !idle
+                || c.refresh_running
+                || c.refresh_attempts >= REFRESH_ATTEMPTS
+                || c.lifecycle.is_closing()
+            {
+                return None;
+            }
+            let refresh = c.conversation.start_refresh()?;
+            c.refresh_running = true;
+            c.refresh_attempts += 1;
+            Some(refresh)
+        })
+        .flatten();
+    let Some(refresh) = claimed else { return };
+    let hub2 = hub.clone();
+    let id2 = id.to_string();
+    if spawn_thread("subagent-refresh", move || {
+        run_refresh(&hub2, &id2, refresh)
+    })
+    .is_err()
+    {
+        hub.with_session(id, |s| {
+            if let Some(c) = s.subagent.as_mut() {
+                c.refresh_running = false;
+            }
+        });
+    }
+}
+
+/// Reads history pages (newest turns first) and publishes the validated
+/// tail, unless a live change or a new worker came in meanwhile.
+fn run_refresh(hub: &Arc<Hub>, id: &str, mut refresh: Refresh) {
+    let mut query = refresh.query();
+    let outcome = loop {
+        let idle = hub
+            .with_session(id, |s| s.active_run.is_none() && s.connected())
+            .unwrap_or(false);
+        if !idle {
+            break Err("the child is busy or disconnected".to_string());
+        }
+        let page = match hub.query_worker(id, &query.to_data(""), REFRESH_QUERY_DEADLINE) {
+            Ok(page) => page,
+            Err(err) => break Err(err.to_string()),
+        };
+        match refresh.accept_page(&page) {
+            Ok(Next::Query(next)) => query = next,
+            Ok(Next::Done(snapshot)) => break Ok(snapshot),
+            Err(err) => break Err(err.to_string()),
+        }
+    };
+    let now = time::now_rfc3339();
+    let published = hub
+        .with_session(id, |s| {
+            let c = s.subagent.as_mut()?;
+            c.refresh_running = false;
+            match outcome {
+                Ok(snapshot) => match c.conversation.publish_refresh(snapshot, &now) {
+                    Ok(()) => {
+                        c.conversation_dirty = true;
+                        Some(true)
+                    }
+                    Err(err) => {
+                        log::debug!("subagent {id}: refresh not published: {err}");
+                        Some(false)
+                    }
+                },
+                Err(err) => {
+                    log::debug!("subagent {id}: history refresh failed: {err}");
+                    Some(false)
+                }
+            }
+        })
+        .flatten();
+    if published == Some(true) {
+        schedule_conversation_write(hub, id);
+    }
+}

@@ -1,0 +1,316 @@
+//! Restore and recovery: loading children from the store after a hub
+//! restart, deciding which families stay and which are stopped and
+//! cleaned up, and the operator's recovery of retained children
+//! (`/recovery`, `/recover`, the global fork block).
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::cleanup::{cleanup, pending_cleanups, start_ticker};
+use super::persist::{load_conversation, persist_meta, persist_outcomes};
+use super::startup::{launch, startup_deadline, watch_startup};
+use super::stop::{begin_stop, stop_children, stop_worker};
+use super::{set_reason, spawn_thread};
+use crate::hub::Hub;
+use crate::subagents::child::{Child, Lifecycle, ParentRef, MAX_CLEANUP_ATTEMPTS};
+use crate::subagents::{Refusal, KIND};
+use crate::supervisor::control::StopMode;
+use crate::util::time;
+
+/// Restores children from the store into their (already loaded) sessions.
+/// Unreadable ownership records block new forks; their data stays.
+pub fn load(hub: &Hub) {
+    let records = match hub.store().load_subagents() {
+        Ok(records) => records,
+        Err(err) => {
+            hub.family
+                .block(format!("subagent records cannot be read: {err}"));
+            return;
+        }
+    };
+    let bytes = hub.config.subagents.conversation_bytes;
+    for rec in records {
+        match Child::from_stored(&rec.meta, &rec.outcomes, bytes) {
+            Ok(mut child) => {
+                if let Some(conversation) = load_conversation(hub, &rec.id) {
+                    child.conversation = conversation;
+                }
+                // Delivery that was not confirmed before the restart is
+                // unknown; it is never resent.
+                let now = time::now_rfc3339();
+                for o in child.outcomes.iter_mut() {
+                    if o.state == "intent" || o.state == "sent" {
+                        o.state = "unknown".into();
+                        o.updated_at = now.clone();
+                        child.outcomes_unpersisted = true;
+                    }
+                }
+                let attached = hub.with_session(&rec.id, |s| {
+                    s.subagent = Some(Box::new(child));
+                });
+                if attached.is_none() {
+                    hub.family
+                        .block(format!("subagent {} has no session record", rec.id));
+                } else {
+                    persist_outcomes(hub, &rec.id);
+                }
+            }
+            Err(err) => hub
+                .family
+                .block(format!("subagent {} is quarantined: {err}", rec.id)),
+        }
+    }
+    // A headless session row without an ownership record is quarantined.
+    let orphans: Vec<String> = hub
+        .sessions()
+        .list()
+        .into_iter()
+        .filter(|s| s.kind == KIND && s.subagent.is_none())
+        .map(|s| s.id.clone())
+        .collect();
+    for id in orphans {
+        hub.family
+            .block(format!("headless session {id} has no ownership record"));
+    }
+}
+
+/// After a restart (processes already adopted; `launched` are the sessions
+/// that had a process record before adoption): keeps ready children of a
+/// live parent incarnation, gives unfinished startups a deadline, and
+/// stops and cleans up stale families and stopping intents. A child that
+/// was starting without any process record may have a worker nobody knows
+/// of: it is kept `cleanup-pending` for the operator (`uncertain_start`).
+pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
+    let children: Vec<(String, ParentRef, Lifecycle, bool)> = hub
+        .sessions()
+        .list()
+        .into_iter()
+        .filter_map(|s| {
+            let c = s.subagent.as_ref()?;
+            let alive = s.process.as_ref().is_some_and(|p| p.state.is_active());
+            Some((s.id.clone(), c.parent.clone(), c.lifecycle, alive))
+        })
+        .collect();
+    for (id, parent, lifecycle, alive) in children {
+        if lifecycle == Lifecycle::Starting && !alive && !launched.contains(&id) {
+            let meta = hub
+                .with_session(&id, |s| {
+                    let c = s.subagent.as_mut()?;
+                    c.uncertain_start = true;
+                    c.frozen = true;
+                    c.automatic_retry = false;
+                    c.retry_at_ms = None;
+                    c.lifecycle = Lifecycle::CleanupPending;
+                    c.reason = Some(
+                        "uncertain startup: the hub stopped between launching the worker and \
+                         recording it; stop any such worker, then confirm-terminated"
+                            .into(),
+                    );
+                    Some(c.meta_json())
+                })
+                .flatten();
+            if let Some(meta) = meta {
+                persist_meta(hub, &id, &meta);
+            }
+            log::warn!("subagent {id}: uncertain startup; kept for operator recovery");
+            continue;
+        }
+        let parent_live = hub
+            .with_session(&parent.session_id, |p| {
+                p.lifecycle_id == parent.lifecycle_id
+                    && p.process.as_ref().is_some_and(|x| x.state.is_active())
+            })
+            .unwrap_or(false);
+        let stale = !parent_live;
+        if lifecycle == Lifecycle::CleanupPending {
+            // Retained: its stored attempt count and backoff stand; a
+            // restart neither resets nor skips them (the ticker retries).
+            hub.with_session(&id, |s| {
+                if let Some(c) = s.subagent.as_mut() {
+                    c.frozen = true;
+                }
+            });
+            continue;
+        }
+        if stale || lifecycle.is_closing() {
+            if stale {
+                set_reason(hub, &id, "the parent incarnation is gone");
+            }
+            log::info!("subagent {id}: stale after restart; stopping and cleaning up");
+            begin_stop(hub, &id, None);
+            if !alive {
+                cleanup(hub, &id);
+            }
+            continue;
+        }
+        match (lifecycle, alive) {
+            (Lifecycle::Ready, true) => {
+                log::info!("subagent {id}: kept ready, awaiting its reconnection");
+            }
+            (Lifecycle::Preparing | Lifecycle::Starting, true) => {
+                let (hub2, id2) = (hub.clone(), id.clone());
+                let deadline = startup_deadline(hub);
+                if let Err(err) = spawn_thread("subagent-start", move || {
+                    watch_startup(&hub2, &id2, deadline)
+                }) {
+                    log::error!("subagent {id}: cannot watch its startup: {err}");
+                }
+            }
+            (Lifecycle::Preparing, false) => {
+                let (hub2, id2) = (hub.clone(), id.clone());
+                if let Err(err) = spawn_thread("subagent-start", move || launch(&hub2, &id2)) {
+                    log::error!("subagent {id}: cannot schedule its startup: {err}");
+                }
+            }
+            _ => {
+                set_reason(hub, &id, "the child worker is gone after a hub restart");
+                begin_stop(hub, &id, None);
+                cleanup(hub, &id);
+            }
+        }
+    }
+    if !pending_cleanups(hub, u64::MAX).0.is_empty() {
+        start_ticker(hub);
+    }
+}
+
+/// `GET /api/sessions/:id/recovery`: a headless child's cleanup state,
+/// without tokens, launch arguments or environment. `None` if `id` is not
+/// a headless child.
+pub fn recovery_info(hub: &Hub, id: &str) -> Option<Value> {
+    hub.with_session(id, |s| {
+        let c = s.subagent.as_ref()?;
+        let alive = s.process.as_ref().is_some_and(|p| p.state.is_active());
+        Some(json!({
+            "session_id": s.id,
+            "lifecycle_id": s.lifecycle_id,
+            "lifecycle": c.lifecycle.as_str(),
+            "uncertain_start": c.uncertain_start,
+            "termination_confirmed": c.termination_confirmed || (s.process.is_some() && !alive),
+            "process_alive": alive,
+            "connected": s.connected(),
+            "cleanup_attempts": c.cleanup_attempts,
+            "max_cleanup_attempts": MAX_CLEANUP_ATTEMPTS,
+            "automatic_retry": c.automatic_retry && c.retry_at_ms.is_some(),
+            "retry_at": c.retry_at_ms.map(time::rfc3339_from_millis),
+            "reason": c.reason,
+        }))
+    })
+    .flatten()
+}
+
+/// What an operator asks of a retained child.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecoverAction {
+    /// A fresh bounded cleanup budget.
+    Retry,
+    /// The operator attests the worker is gone.
+    ConfirmTerminated,
+}
+
+impl RecoverAction {
+    pub fn parse(s: &str) -> Option<RecoverAction> {
+        match s {
+            "retry" => Some(RecoverAction::Retry),
+            "confirm-terminated" => Some(RecoverAction::ConfirmTerminated),
+            _ => None,
+        }
+    }
+}
+
+/// `POST /api/sessions/:id/recover`. `Err` carries a stable code:
+/// `not_found`, `invalid_policy` (not headless), `stale_lifecycle`,
+/// `recovery_conflict` (alive, connected, in flight, or not retained) or
+/// `cleanup_failed` (the attempt failed; the data stays).
+pub fn recover(
+    hub: &Arc<Hub>,
+    id: &str,
+    action: RecoverAction,
+    lifecycle_id: &str,
+) -> Result<Value, Refusal> {
+    let checked = hub
+        .with_session(id, |s| {
+            let alive = s.process.as_ref().is_some_and(|p| p.state.is_active());
+            let connected = s.connected();
+            let current = s.lifecycle_id.clone();
+            let c = s.subagent.as_mut()?;
+            if current != lifecycle_id {
+                return Some(Err(Refusal::new(
+                    "stale_lifecycle",
+                    "the lifecycle id is not the child's current one",
+                )));
+            }
+            if c.cleanup_in_flight {
+                return Some(Err(Refusal::new(
+                    "recovery_conflict",
+                    "a cleanup attempt is in flight",
+                )));
+            }
+            if !c.lifecycle.is_closing() {
+                return Some(Err(Refusal::new(
+                    "recovery_conflict",
+                    format!("the child is {}, not retained", c.lifecycle.as_str()),
+                )));
+            }
+            match action {
+                RecoverAction::ConfirmTerminated if alive || connected => {
+                    return Some(Err(Refusal::new(
+                        "recovery_conflict",
+                        "the recorded worker is known to be alive or connected",
+                    )))
+                }
+                RecoverAction::ConfirmTerminated => {
+                    c.termination_confirmed = true;
+                }
+                RecoverAction::Retry => {}
+            }
+            c.cleanup_attempts = 0;
+            c.automatic_retry = true;
+            c.retry_at_ms = None;
+            Some(Ok((c.meta_json(), alive)))
+        })
+        .flatten();
+    let (meta, alive) = match checked {
+        None if hub.with_session(id, |_| ()).is_some() => {
+            return Err(Refusal::new(
+                "invalid_policy",
+                "recovery applies to headless sessions only",
+            ))
+        }
+        None => return Err(Refusal::new("not_found", "no such session")),
+        Some(Err(refusal)) => return Err(refusal),
+        Some(Ok(v)) => v,
+    };
+    // The attestation (or the fresh budget) is saved before cleanup.
+    persist_meta(hub, id, &meta);
+    if alive {
+        // Retry of a child whose worker still runs: stop it again; the
+        // waiter cleans up once it is gone.
+        hub.with_session(id, |s| {
+            if let Some(c) = s.subagent.as_mut() {
+                c.lifecycle = Lifecycle::Stopping;
+            }
+        });
+        stop_children(hub, id, "an ancestor stopped");
+        stop_worker(hub, id, StopMode::ForceKill);
+        return Ok(json!({"session_id": id, "state": "stopping"}));
+    }
+    cleanup(hub, id);
+    match recovery_info(hub, id) {
+        None => Ok(json!({"session_id": id, "state": "removed"})),
+        Some(info) => Err(Refusal::new(
+            "cleanup_failed",
+            info["reason"]
+                .as_str()
+                .unwrap_or("cleanup did not complete")
+                .to_string(),
+        )),
+    }
+}
+
+/// `GET /api/subagents/recovery`: `{blocked, reason}`.
+pub fn global_recovery(hub: &Hub) -> Value {
+    let reason = hub.family.blocked();
+    json!({"blocked": reason.is_some(), "reason": reason})
+}

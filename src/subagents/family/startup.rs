@@ -1,0 +1,58 @@
+//! Startup: moving a prepared child to `starting`, launching its worker,
+//! and stopping it when it is not ready within
+//! `subagents.startupTimeoutMs`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::persist::transition;
+use super::set_reason;
+use super::stop::begin_stop;
+use crate::hub::Hub;
+use crate::subagents::child::Lifecycle;
+use crate::supervisor::control;
+
+/// How often the startup watcher looks at a starting child.
+const STARTUP_POLL: Duration = Duration::from_millis(100);
+
+/// Starts a prepared child and watches its startup deadline.
+pub(super) fn launch(hub: &Arc<Hub>, id: &str) {
+    // Time spent launching counts toward the deadline.
+    let deadline = startup_deadline(hub);
+    if !transition(hub, id, |c| {
+        (c.lifecycle == Lifecycle::Preparing).then_some(Lifecycle::Starting)
+    }) {
+        return;
+    }
+    if let Err(why) = control::start(hub, id, None) {
+        log::warn!("subagent {id}: start failed: {why}");
+        set_reason(hub, id, &format!("start failed: {why}"));
+        begin_stop(hub, id, None);
+        return;
+    }
+    watch_startup(hub, id, deadline);
+}
+
+pub(super) fn startup_deadline(hub: &Hub) -> Instant {
+    Instant::now() + Duration::from_millis(hub.config.subagents.startup_timeout_ms)
+}
+
+/// Stops a child that is not ready within `subagents.startupTimeoutMs`.
+pub(super) fn watch_startup(hub: &Arc<Hub>, id: &str, deadline: Instant) {
+    loop {
+        let state = hub
+            .with_session(id, |s| s.subagent.as_ref().map(|c| c.lifecycle))
+            .flatten();
+        match state {
+            Some(Lifecycle::Preparing | Lifecycle::Starting) => {}
+            _ => return,
+        }
+        if Instant::now() >= deadline {
+            log::warn!("subagent {id}: not ready within the startup timeout");
+            set_reason(hub, id, "startup_timeout: the child was not ready in time");
+            begin_stop(hub, id, None);
+            return;
+        }
+        std::thread::sleep(STARTUP_POLL);
+    }
+}

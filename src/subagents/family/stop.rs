@@ -1,0 +1,155 @@
+//! Stopping with cascade: the family tree (children, descendants),
+//! freezing admission, a child's idempotent supervised stop that stops its
+//! own children first, and what happens once a worker's process is gone.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use super::cleanup::{cleanup, cleanup_failed};
+use super::persist::persist_meta;
+use super::set_reason;
+use crate::hub::{Hub, Note};
+use crate::subagents::child::Lifecycle;
+use crate::supervisor::control::{self, StopMode};
+
+/// Direct children of `parent`, by id.
+pub fn children_of(hub: &Hub, parent: &str) -> Vec<String> {
+    hub.sessions()
+        .list()
+        .into_iter()
+        .filter(|s| {
+            s.subagent
+                .as_ref()
+                .is_some_and(|c| c.parent.session_id == parent)
+        })
+        .map(|s| s.id.clone())
+        .collect()
+}
+
+/// Every descendant of `root`, nearest first.
+fn descendants_of(hub: &Hub, root: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut queue = VecDeque::from([root.to_string()]);
+    while let Some(next) = queue.pop_front() {
+        for child in children_of(hub, &next) {
+            if !out.contains(&child) && child != root {
+                queue.push_back(child.clone());
+                out.push(child);
+            }
+        }
+    }
+    out
+}
+
+/// Closes admission of every descendant of `parent` at once (its worker
+/// is being stopped): no forks, no sends through them.
+pub fn freeze_descendants(hub: &Hub, parent: &str) {
+    freeze(hub, descendants_of(hub, parent));
+}
+
+/// Closes admission of every family (hub shutdown).
+pub fn freeze_all(hub: &Hub) {
+    let ids = hub
+        .sessions()
+        .list()
+        .into_iter()
+        .filter(|s| s.subagent.is_some())
+        .map(|s| s.id.clone())
+        .collect();
+    freeze(hub, ids);
+}
+
+fn freeze(hub: &Hub, ids: Vec<String>) {
+    for id in ids {
+        hub.with_session(&id, |s| {
+            if let Some(c) = s.subagent.as_mut() {
+                c.frozen = true;
+            }
+        });
+    }
+}
+
+/// Stops every direct child of `parent` (each cascades further). One
+/// child's failure never skips its siblings.
+pub fn stop_children(hub: &Arc<Hub>, parent: &str, reason: &str) {
+    freeze_descendants(hub, parent);
+    for id in children_of(hub, parent) {
+        set_reason(hub, &id, reason);
+        begin_stop(hub, &id, None);
+    }
+}
+
+/// Begins a child's supervised stop (idempotent): persists `stopping`,
+/// stops its own children, then its worker; cleanup follows once the
+/// process is confirmed gone. `on_stopping` runs after the stopping
+/// state is durable (the stop receipt is written by the caller first).
+pub fn begin_stop(hub: &Arc<Hub>, id: &str, on_stopping: Option<Box<dyn FnOnce() + Send>>) {
+    let entered = hub
+        .with_session(id, |s| {
+            let c = s.subagent.as_mut()?;
+            c.frozen = true;
+            if c.lifecycle.is_closing() {
+                return Some(None);
+            }
+            c.lifecycle = Lifecycle::Stopping;
+            Some(Some(c.meta_json()))
+        })
+        .flatten();
+    match entered {
+        None => return,
+        Some(None) => {}
+        Some(Some(meta)) => {
+            persist_meta(hub, id, &meta);
+            hub.notify(Note::SessionChanged {
+                session: id.to_string(),
+            });
+            log::info!("subagent {id}: stopping");
+        }
+    }
+    if let Some(f) = on_stopping {
+        f();
+    }
+    stop_children(hub, id, "an ancestor stopped");
+    stop_worker(hub, id, StopMode::Graceful);
+}
+
+/// Stops a closing child's worker. A worker that never ran (or already
+/// exited) has no waiter to report it gone, so cleanup runs here;
+/// otherwise `process_gone` runs it. A stop that cannot confirm the end
+/// (no verified identity, alive after SIGKILL) leaves the child
+/// `cleanup-pending`.
+pub(super) fn stop_worker(hub: &Arc<Hub>, id: &str, mode: StopMode) {
+    let hub2 = hub.clone();
+    let id2 = id.to_string();
+    control::stop(
+        hub,
+        id,
+        mode,
+        Box::new(move |result| match result {
+            Err(failed) => cleanup_failed(&hub2, &id2, &failed.reason, false),
+            Ok(stopped) if stopped.how.found_nothing() => cleanup(&hub2, &id2),
+            Ok(_) => {}
+        }),
+    );
+}
+
+/// Called once a supervised worker's process is confirmed gone and its
+/// output pipes are closed: a parent's children are stopped; a child is
+/// stopped (if it was not already) and cleaned up.
+pub fn process_gone(hub: &Arc<Hub>, id: &str) {
+    stop_children(hub, id, "the parent worker exited");
+    let closing = hub
+        .with_session(id, |s| {
+            s.subagent.as_ref().map(|c| c.lifecycle.is_closing())
+        })
+        .flatten();
+    match closing {
+        None => {}
+        Some(true) => cleanup(hub, id),
+        Some(false) => {
+            set_reason(hub, id, "the child worker exited");
+            begin_stop(hub, id, None);
+            cleanup(hub, id);
+        }
+    }
+}

@@ -24,6 +24,7 @@ use crate::store::{PlanRecord, ProcessRecord, SessionRecord, Store, StoreError};
 use crate::transcript::Transcript;
 use crate::util::bounded_writer::{self, BoundedWriter};
 use crate::util::{fsutil, time};
+use crate::worker::envelope::Envelope;
 use crate::worker::payload;
 use crate::ws::FrameWriter;
 
@@ -79,6 +80,44 @@ pub enum Note {
 /// through the hub, queues frames without blocking, and returns.
 pub trait Subscriber: Send + Sync {
     fn publish(&self, hub: &Hub, note: &Note);
+}
+
+/// What a service layered on sessions (the headless subagents) adds to a
+/// worker's lifecycle. The worker side and the supervisor call these
+/// hooks instead of that service, so they do not import it; `Hub::open`
+/// wires the implementation in.
+pub trait WorkerHooks: Send + Sync {
+    /// Under the registry lock, after the session took in `env`: the
+    /// service's own changes to `s`, and work to run after the lock.
+    fn event(&self, s: &mut Session, env: &Envelope, now: &str) -> Followup;
+    /// Under the registry lock, when the worker's connection ended.
+    fn disconnected(&self, s: &mut Session, now: &str) -> Followup;
+    /// A stop of session `id`'s worker begins (no lock held).
+    fn stopping(&self, hub: &Arc<Hub>, id: &str);
+    /// Session `id`'s worker process is confirmed gone and its output
+    /// pipes are closed (no lock held).
+    fn process_gone(&self, hub: &Arc<Hub>, id: &str);
+}
+
+/// Work a hook leaves for after the registry lock.
+pub type AfterLock = Box<dyn FnOnce(&Arc<Hub>) + Send>;
+
+/// What a [`WorkerHooks`] call leaves for its caller.
+#[derive(Default)]
+pub struct Followup {
+    /// The session's description changed (announce it).
+    pub changed: bool,
+    /// To run once the registry lock is released.
+    pub work: Option<AfterLock>,
+}
+
+impl Followup {
+    /// Runs the deferred work, if any (no lock may be held).
+    pub fn run(self, hub: &Arc<Hub>) {
+        if let Some(work) = self.work {
+            work(hub);
+        }
+    }
 }
 
 /// Why an input or signal was not sent.
@@ -254,6 +293,8 @@ pub struct Hub {
     pub family: crate::subagents::family::Family,
     /// Pending read-only worker queries (`worker::query`).
     pub queries: crate::worker::query::Queries,
+    /// The headless subagent service's worker hooks.
+    hooks: Arc<dyn WorkerHooks>,
 }
 
 impl Hub {
@@ -289,6 +330,7 @@ impl Hub {
             shutting_down: AtomicBool::new(false),
             family: crate::subagents::family::Family::default(),
             queries: crate::worker::query::Queries::new(),
+            hooks: Arc::new(crate::subagents::hooks::Subagents),
         };
         for rec in records {
             if !session::is_valid_id(&rec.id) {
@@ -526,6 +568,11 @@ impl Hub {
     /// The `hub` object of the panel's `welcome`.
     pub fn panel_info(&self) -> Value {
         self.meta()
+    }
+
+    /// The worker hooks (see [`WorkerHooks`]).
+    pub fn hooks(&self) -> &dyn WorkerHooks {
+        self.hooks.as_ref()
     }
 
     /// The session plan as panels see it (`{markdown, revision, updated_at}`).

@@ -369,3 +369,51 @@ fn oversized_headers_get_431_and_memory_stays_flat() {
     assert_eq!(res.status, 431);
     assert_eq!(hub.get("/api/meta").status, 200);
 }
+
+#[test]
+fn sigterm_checkpoints_and_closes_the_store_while_connections_stay_open() {
+    let dir = TempDir::new("store-close");
+    let mut hub = TestHub::start(dir.path(), &[]);
+    for id in ["one", "two", "three"] {
+        let res = hub.request(
+            "POST",
+            "/api/sessions",
+            &[],
+            json!({ "session": id }).to_string().as_bytes(),
+        );
+        assert_eq!(res.status, 201, "{}", res.text());
+    }
+    // A keep-alive connection whose thread still holds the hub when the
+    // signal arrives: the store must not wait for it to close.
+    let mut idle = TcpStream::connect(hub.addr).unwrap();
+    write!(
+        idle,
+        "GET /api/meta HTTP/1.1\r\nHost: {}\r\nConnection: keep-alive\r\n\r\n",
+        hub.addr
+    )
+    .unwrap();
+    let mut first = [0u8; 12];
+    idle.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"HTTP/1.1 200");
+    let db = dir.path().join("hub.db");
+    let wal = dir.path().join("hub.db-wal");
+    assert!(wal.exists(), "the running hub writes through its WAL");
+
+    signal(hub.child.id(), libc::SIGTERM);
+    let status = wait_exit(&mut hub.child, DEADLINE).expect("no exit");
+    assert_eq!(status.code(), Some(0));
+    drop(idle);
+    let wal_bytes = std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    assert_eq!(wal_bytes, 0, "the WAL was not checkpointed at shutdown");
+    let conn =
+        rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    let check: String = conn
+        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(check, "ok");
+    let stored: i64 = conn
+        .query_row("SELECT count(*) FROM sessions", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(stored, 3);
+}

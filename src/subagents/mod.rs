@@ -12,6 +12,7 @@ pub mod args;
 pub mod child;
 pub mod conversation;
 pub mod family;
+pub mod hooks;
 pub mod observe;
 pub mod routes;
 

@@ -108,6 +108,10 @@ fn stopped(how: StopHow, forced: bool) -> StopResult {
     Ok(Stopped { how, forced })
 }
 
+/// Startup snapshot files captured at every supervised launch.
+pub const STARTUP_WORKER: &str = "startup-worker.yaml";
+pub const STARTUP_LAUNCH: &str = "startup-launch.jsonc";
+
 /// The pids of the children this hub waits on itself (each has a waiter
 /// thread in `wait()`). The lock is the spawn lock: it is held across
 /// `spawn()` and the insert of the new pid, and across the orphan reaper's
@@ -239,11 +243,8 @@ fn spawn(
     // from, whatever later edits or payload options change.
     let launch_text = serde_json::to_string_pretty(&spec).map_err(|e| e.to_string())?;
     for (name, bytes) in [
-        (crate::subagents::family::STARTUP_WORKER, text.as_bytes()),
-        (
-            crate::subagents::family::STARTUP_LAUNCH,
-            launch_text.as_bytes(),
-        ),
+        (STARTUP_WORKER, text.as_bytes()),
+        (STARTUP_LAUNCH, launch_text.as_bytes()),
     ] {
         let path = config_dir.join(name);
         fsutil::write_private_atomic(&path, bytes)
@@ -376,7 +377,7 @@ fn spawn(
             let _ = reader.join();
         }
         reap_orphans();
-        crate::subagents::family::process_gone(&hub2, &sid);
+        hub2.hooks().process_gone(&hub2, &sid);
     });
     if let Err((err, mut child)) = waiter {
         // Without a waiter nobody would notice its end: the worker this
@@ -451,7 +452,7 @@ pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopR
         Some(Err(result)) => return done(result),
         Some(Ok(v)) => v,
     };
-    crate::subagents::family::freeze_descendants(hub, id);
+    hub.hooks().stopping(hub, id);
     hub.notify(Note::Process {
         session: id.to_string(),
         process: described,
@@ -602,7 +603,7 @@ pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
             while !pinned.wait_exit(Duration::from_secs(3600)) {}
             // Not our child: no exit status is available.
             process_ended(&hub2, &id, &lifecycle_id, None, None);
-            crate::subagents::family::process_gone(&hub2, &id);
+            hub2.hooks().process_gone(&hub2, &id);
         });
         if let Err(err) = watched {
             // The worker runs on and stays stoppable through its pidfd;

@@ -220,6 +220,7 @@ impl Vars<'_> {
             // SAFETY: getuid and getgid take no arguments, cannot fail and
             // touch no memory of ours.
             "uid" => return Some(unsafe { libc::getuid() }.to_string()),
+            // SAFETY: as for getuid.
             "gid" => return Some(unsafe { libc::getgid() }.to_string()),
             _ => return None,
         };

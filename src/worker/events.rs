@@ -231,7 +231,7 @@ fn ingest(hub: &Arc<Hub>, session_id: &str, conn_id: u64, env: Envelope, frame_b
         // every panel lists.
         let describe = !was_live || matches!(env.event.as_str(), "ready" | "status");
         // A headless child's events are consumed transiently (seed 003).
-        let child = crate::subagents::observe::observe(s, &env, &now);
+        let followup = hub.hooks().event(s, &env, &now);
         let headless = s.subagent.is_some();
         let seq = (!transient && !headless).then(|| s.transcript.next_sequence());
         let json = finish_entry(prefix, seq);
@@ -247,25 +247,14 @@ fn ingest(hub: &Arc<Hub>, session_id: &str, conn_id: u64, env: Envelope, frame_b
             request_change,
             s.events_file.clone(),
             describe,
-            child,
+            followup,
         )
     });
-    let Some((seq, json, request_change, file, describe, child)) = published else {
+    let Some((seq, json, request_change, file, describe, followup)) = published else {
         return;
     };
-    if let Some(meta) = &child.meta {
-        crate::subagents::family::persist_meta(hub, session_id, meta);
-    }
-    if child.outcomes {
-        crate::subagents::family::persist_outcomes(hub, session_id);
-    }
-    if child.conversation {
-        crate::subagents::family::schedule_conversation_write(hub, session_id);
-    }
-    if child.refresh {
-        crate::subagents::family::start_refresh(hub, session_id);
-    }
-    let describe = describe || child.changed;
+    let describe = describe || followup.changed;
+    followup.run(hub);
     if let (Some(_), Some(file)) = (seq, file) {
         file.write_record(&json);
     }
@@ -413,9 +402,9 @@ fn settle_request(
 
 /// Clears the link if this connection is still the current one: identity
 /// becomes stale, capabilities unknown, unsettled requests `unknown`.
-fn disconnected(hub: &Hub, session_id: &str, conn_id: u64) {
+fn disconnected(hub: &Arc<Hub>, session_id: &str, conn_id: u64) {
     let now = time::now_rfc3339();
-    let mut outcomes_changed = false;
+    let mut followup = crate::hub::Followup::default();
     let changed = hub.with_session(session_id, |s| {
         if s.link.as_ref().map(|l| l.conn_id) != Some(conn_id) {
             return None;
@@ -425,9 +414,7 @@ fn disconnected(hub: &Hub, session_id: &str, conn_id: u64) {
             s.identity = IdentityState::Stale;
         }
         s.capabilities = None;
-        if crate::subagents::observe::disconnected(s, &now) {
-            outcomes_changed = true;
-        }
+        followup = hub.hooks().disconnected(s, &now);
         let mut changed = Vec::new();
         for record in s.requests.iter_mut() {
             if record.state == RequestState::Sent {
@@ -438,9 +425,7 @@ fn disconnected(hub: &Hub, session_id: &str, conn_id: u64) {
         }
         Some(changed)
     });
-    if outcomes_changed {
-        crate::subagents::family::persist_outcomes(hub, session_id);
-    }
+    followup.run(hub);
     if let Some(Some(changed)) = changed {
         log::info!("session {session_id}: worker disconnected");
         for request in changed {

@@ -19,9 +19,7 @@ use crate::subagents::{Refusal, KIND};
 use crate::supervisor::render;
 use crate::util::{fsutil, time};
 
-/// Startup snapshot files captured at every supervised launch.
-pub const STARTUP_WORKER: &str = "startup-worker.yaml";
-pub const STARTUP_LAUNCH: &str = "startup-launch.jsonc";
+pub use crate::supervisor::control::{STARTUP_LAUNCH, STARTUP_WORKER};
 
 /// The caller of a subagent route, as verified by the tools socket.
 #[derive(Debug, Clone)]

@@ -817,16 +817,6 @@ impl Hub {
         self.sessions().get(id).map(Session::describe)
     }
 
-    /// Whether `id` names a headless subagent session. Both APIs refuse
-    /// direct conversation and control of such a session
-    /// (`headless_restricted`) through this one check; a session's kind
-    /// never changes, so checking before acting is not a race.
-    pub fn is_headless(&self, id: &str) -> bool {
-        self.sessions()
-            .get(id)
-            .is_some_and(|s| s.subagent.is_some() || s.kind == crate::subagents::KIND)
-    }
-
     /// `None` for an unknown session, else whether it is headless (one
     /// registry look for the command layer's checks).
     pub fn session_kind(&self, id: &str) -> Option<bool> {

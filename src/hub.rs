@@ -472,7 +472,7 @@ impl Hub {
         self.sessions()
             .list()
             .into_iter()
-            .filter(|s| s.process.as_ref().is_some_and(|p| p.state.is_active()))
+            .filter(|s| s.process().is_some_and(|p| p.state.is_active()))
             .map(|s| s.id.clone())
             .collect()
     }
@@ -654,15 +654,11 @@ impl Hub {
         let writer = self
             .with_session(session_id, |s| {
                 let link = s
-                    .link
-                    .clone()
+                    .link()
+                    .cloned()
                     .ok_or_else(|| SendError::NotConnected("no worker is connected".to_string()))?;
                 if let Some(cap) = needs {
-                    let has = s
-                        .capabilities
-                        .as_ref()
-                        .is_some_and(|c| c.iter().any(|x| x == cap));
-                    if !has {
+                    if !s.has_capability(cap) {
                         return Err(SendError::NotConnected(format!(
                             "the connected worker does not advertise {cap}"
                         )));
@@ -684,7 +680,7 @@ impl Hub {
         if let Err(err) = writer.send_text(&frame.to_string()) {
             if tracked {
                 self.with_session(session_id, |s| {
-                    s.requests.retain(|r| r.request_id != request_id);
+                    s.forget_request(&request_id);
                 });
             }
             return Err(SendError::WriteFailed(err.to_string()));
@@ -711,7 +707,9 @@ impl Hub {
         run_id: Option<&str>,
     ) -> Result<(), SendError> {
         let (link, last_run) = self
-            .with_session(session_id, |s| (s.link.clone(), s.last_run_id.clone()))
+            .with_session(session_id, |s| {
+                (s.link().cloned(), s.last_run_id().map(str::to_string))
+            })
             .ok_or_else(|| SendError::UnknownSession(session_id.to_string()))?;
         let frame = payload::build_signal(operation, run_id, last_run.as_deref())
             .map_err(|e| SendError::Invalid(e.to_string()))?;

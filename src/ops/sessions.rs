@@ -126,7 +126,7 @@ pub fn logs(hub: &Hub, id: &str, bounds: LogBounds) -> Result<LogTail, OpError> 
             lines,
             dropped: s.logs.dropped(),
             omitted,
-            log_path: s.process.as_ref().and_then(|p| p.log_path.clone()),
+            log_path: s.process().and_then(|p| p.log_path.clone()),
         }
     })
     .ok_or_else(|| OpError::unknown_session(id))

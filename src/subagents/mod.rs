@@ -23,7 +23,7 @@ use child::Child;
 
 /// The `subagent` block of a headless session's description.
 pub fn describe(session: &Session, child: &Child) -> Value {
-    let live = session.identity == IdentityState::Live;
+    let live = session.identity() == IdentityState::Live;
     json!({
         "parent": {
             "session_id": child.parent.session_id,
@@ -35,8 +35,8 @@ pub fn describe(session: &Session, child: &Child) -> Value {
         "policy": child.policy.as_str(),
         "health": child.health(session.connected(), live),
         "reason": child.reason,
-        "observed_at": session.last_event_at,
-        "active_run": session.active_run.is_some(),
+        "observed_at": session.last_event_at(),
+        "active_run": session.active_run().is_some(),
         "pending_approvals": session.prompts.len(),
         "cleanup_attempts": child.cleanup_attempts,
     })

@@ -26,7 +26,8 @@ pub struct Observed {
 
 /// Applies one event of a headless child's worker.
 pub fn observe(s: &mut Session, env: &Envelope, now: &str) -> Observed {
-    let live = s.identity == IdentityState::Live;
+    let live = s.identity() == IdentityState::Live;
+    let no_run = s.active_run().is_none();
     let Some(c) = s.subagent.as_mut() else {
         return Observed::default();
     };
@@ -69,8 +70,8 @@ pub fn observe(s: &mut Session, env: &Envelope, now: &str) -> Observed {
     }
     // Reconcile from history while idle: after a settlement, or on a new
     // connection, when the projection may have missed something.
-    let idle = env.event == "run_finished"
-        || (matches!(env.event.as_str(), "ready" | "status") && s.active_run.is_none());
+    let idle =
+        env.event == "run_finished" || (matches!(env.event.as_str(), "ready" | "status") && no_run);
     seen.refresh = idle && live && c.conversation.stale() && !c.refresh_running;
     let field = |k: &str| data.and_then(|d| d.get(k)).and_then(Value::as_str);
     let touched = |o: &mut Outcome| {

@@ -183,7 +183,7 @@ fn status(s: &crate::session::Session) -> Option<Value> {
         ("subagent_id", json!(s.id)),
         ("connected", json!(s.connected())),
         ("created_at", json!(c.created_at)),
-        ("worker_id", json!(s.worker_id)),
+        ("worker_id", json!(s.worker_id())),
         ("retained", json!(false)),
     ] {
         out[key] = value;
@@ -351,19 +351,14 @@ fn send(
             }
             if c.lifecycle != Lifecycle::Ready
                 || !s.connected()
-                || s.identity != IdentityState::Live
+                || s.identity() != IdentityState::Live
             {
                 return Some(Err(Refusal::new(
                     "disconnected",
                     "the child is not ready and connected",
                 )));
             }
-            if operation == "compact"
-                && !s
-                    .capabilities
-                    .as_ref()
-                    .is_some_and(|caps| caps.iter().any(|x| x == "context-compact"))
-            {
+            if operation == "compact" && !s.has_capability("context-compact") {
                 return Some(Err(Refusal::new(
                     "unsupported_operation",
                     "the child's worker does not advertise context-compact",

@@ -15,10 +15,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::process::{ProcState, ProcessInfo};
+use super::process::ProcessInfo;
 use super::sys::{self, Identity, Pinned};
 use super::{capture, launch, render};
 use crate::hub::{Hub, Note};
+use crate::session::{NoStop, Session};
 use crate::store::ProcessRecord;
 use crate::util::thread::{self, Stack};
 use crate::util::{fsutil, time};
@@ -138,21 +139,7 @@ pub fn start(hub: &Arc<Hub>, id: &str, spec: Option<&Value>) -> StartResult {
     let lifecycle_id = uuid::Uuid::new_v4().to_string();
     // Reserve the start under the lock: a second start is refused.
     let reserved = hub.with_session(id, |s| {
-        if let Some(p) = &s.process {
-            if p.state.is_active() {
-                return Err(format!(
-                    "a worker is already {} for this session",
-                    p.state.as_str()
-                ));
-            }
-        }
-        s.process = Some(ProcessInfo::starting(
-            String::new(),
-            vec![],
-            String::new(),
-            lifecycle_id.clone(),
-        ));
-        s.lifecycle_id = lifecycle_id.clone();
+        s.reserve_start(&lifecycle_id)?;
         Ok((s.spec.clone(), s.token.clone()))
     });
     let (current_spec, token) = match reserved {
@@ -171,14 +158,8 @@ pub fn start(hub: &Arc<Hub>, id: &str, spec: Option<&Value>) -> StartResult {
             log::warn!("session {id}: worker start failed: {error}");
             let now = time::now_rfc3339();
             let described = hub.with_session(id, |s| {
-                let p = s.process.as_mut()?;
-                if p.lifecycle_id != lifecycle_id {
-                    return None;
-                }
-                p.state = ProcState::Failed;
-                p.error = Some(error.clone());
-                p.exited_at = Some(now);
-                Some(s.describe_process())
+                s.record_start_failed(&lifecycle_id, &error, &now)
+                    .then(|| s.describe_process())
             });
             if let Some(Some(process)) = described {
                 hub.notify(Note::Process {
@@ -331,13 +312,12 @@ fn spawn(
             invocation.cwd.display().to_string(),
             lifecycle_id.to_string(),
         );
-        info.state = ProcState::Running;
         info.pid = Some(pid);
         info.start_time = start_time;
         info.started_at = Some(started_at.clone());
         info.log_path = Some(log_path.display().to_string());
         info.pinned = pinned.clone();
-        s.process = Some(info);
+        s.record_started(info);
         s.reset_logs(writer.clone());
         s.describe_process()
     });
@@ -398,12 +378,7 @@ fn spawn(
 fn process_ended(hub: &Hub, id: &str, lifecycle_id: &str, code: Option<i32>, signal: Option<i32>) {
     let now = time::now_rfc3339();
     let described = hub.with_session(id, |s| {
-        let p = s.process.as_mut()?;
-        if p.lifecycle_id != lifecycle_id {
-            return None;
-        }
-        p.ended(code, signal, now);
-        let state = p.state;
+        let state = s.record_ended(lifecycle_id, code, signal, &now)?;
         Some((s.describe_process(), state))
     });
     if let Some(Some((process, state))) = described {
@@ -422,24 +397,15 @@ fn process_ended(hub: &Hub, id: &str, lifecycle_id: &str, code: Option<i32>, sig
 /// Starts a stop of session `id`'s worker; `done` gets the result on the
 /// ladder thread (or at once when there is nothing to stop).
 pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopResult) + Send>) {
-    let begun = hub.with_session(id, |s| {
-        let p = match s.process.as_mut() {
-            None => return Err(stopped(StopHow::NotStarted, false)),
-            Some(p) => p,
-        };
-        if !p.state.is_active() {
-            return Err(stopped(StopHow::AlreadyExited, false));
-        }
-        let Some(pinned) = p.pinned.clone() else {
-            return Err(Err(StopFailed {
-                how: StopHow::NotStarted,
-                forced: false,
-                reason: "the worker has no verified process identity".into(),
-            }));
-        };
-        p.stop_requested = true;
-        p.state = ProcState::Stopping;
-        Ok((pinned, s.connected(), s.describe_process()))
+    let begun = hub.with_session(id, |s| match s.begin_stop() {
+        Ok(begun) => Ok((begun.pinned, begun.connected, s.describe_process())),
+        Err(NoStop::NotStarted) => Err(stopped(StopHow::NotStarted, false)),
+        Err(NoStop::AlreadyExited) => Err(stopped(StopHow::AlreadyExited, false)),
+        Err(NoStop::Unpinned) => Err(Err(StopFailed {
+            how: StopHow::NotStarted,
+            forced: false,
+            reason: "the worker has no verified process identity".into(),
+        })),
     });
     let (pinned, connected, described) = match begun {
         None => {
@@ -476,15 +442,7 @@ pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopR
     if let Err((err, (hub, id, done))) = spawned {
         // Nothing was signalled: the worker runs on as before.
         log::error!("session {id}: cannot start a stop thread: {err}");
-        let described = hub.with_session(&id, |s| {
-            let p = s.process.as_mut()?;
-            if p.state != ProcState::Stopping {
-                return None;
-            }
-            p.state = ProcState::Running;
-            p.stop_requested = false;
-            Some(s.describe_process())
-        });
+        let described = hub.with_session(&id, |s| s.abandon_stop().then(|| s.describe_process()));
         if let Some(Some(process)) = described {
             hub.notify(Note::Process {
                 session: id.clone(),
@@ -519,11 +477,7 @@ fn ladder(hub: &Hub, id: &str, pinned: &Pinned, connected: bool, mode: StopMode)
         }
     }
     let how = if group_kill {
-        hub.with_session(id, |s| {
-            if let Some(p) = s.process.as_mut() {
-                p.process_group_killed = true;
-            }
-        });
+        hub.with_session(id, Session::note_group_killed);
         let _ = pinned.signal_group(libc::SIGKILL);
         StopHow::SigkillProcessGroup
     } else {
@@ -546,9 +500,7 @@ fn ladder(hub: &Hub, id: &str, pinned: &Pinned, connected: bool, mode: StopMode)
 pub fn wait_recorded_exit(hub: &Hub, id: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
     while hub
-        .with_session(id, |s| {
-            s.process.as_ref().is_some_and(|p| p.state.is_active())
-        })
+        .with_session(id, |s| s.process().is_some_and(|p| p.state.is_active()))
         .unwrap_or(false)
         && std::time::Instant::now() < deadline
     {
@@ -584,15 +536,12 @@ pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
                 rec.cwd.clone(),
                 lifecycle_id.clone(),
             );
-            info.state = ProcState::Running;
             info.pid = Some(rec.pid);
             info.start_time = rec.start_time;
             info.started_at = Some(rec.started_at.clone());
             info.log_path = rec.log_path.clone();
-            info.adopted = true;
             info.pinned = Some(pinned.clone());
-            s.process = Some(info);
-            s.lifecycle_id = lifecycle_id.clone();
+            s.record_adopted(info);
         });
         if adopted.is_none() {
             continue;

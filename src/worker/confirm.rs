@@ -387,7 +387,7 @@ fn register(
         s.prompts.push(Prompt {
             conn_id,
             verified: decidable,
-            identity_state: s.identity,
+            identity_state: s.identity(),
             request,
             state,
             received_at: now.clone(),
@@ -443,9 +443,9 @@ enum Verdict {
 const FOREIGN: &str = "the request does not come from the connected worker";
 
 fn verify(s: &Session, request: &ConfirmationRequest) -> Verdict {
-    match s.identity {
-        IdentityState::Live if s.worker_id.as_deref() == Some(request.worker_id.as_str()) => {
-            if s.subagent.is_some() && s.active_run.as_deref() != Some(request.run_id.as_str()) {
+    match s.identity() {
+        IdentityState::Live if s.worker_id() == Some(request.worker_id.as_str()) => {
+            if s.subagent.is_some() && s.active_run() != Some(request.run_id.as_str()) {
                 Verdict::Held("the request's run is not the subagent's active run")
             } else {
                 Verdict::Verified
@@ -479,7 +479,7 @@ fn prompt_state(s: &Session, confirmation_id: &str) -> Option<PromptState> {
 }
 
 fn poll(s: &mut Session, confirmation_id: &str, hold_expired: bool) -> Option<(PromptState, Step)> {
-    let identity = s.identity;
+    let identity = s.identity();
     let index = s
         .prompts
         .iter()

@@ -17,7 +17,7 @@ use tungstenite::{Error as WsError, Message};
 
 use super::envelope::{self, Envelope};
 use crate::hub::{Hub, Note};
-use crate::session::{IdentityState, RequestState, Session, WorkerLink};
+use crate::session::{IdentityState, Session, WorkerLink};
 use crate::util::time;
 use crate::ws::{close, Accepted};
 
@@ -33,14 +33,10 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
     let Accepted { mut socket, writer } = accepted;
     let conn_id = hub.register_socket(writer.clone());
     let superseded = hub.with_session(&session_id, |s| {
-        let old = s.link.replace(WorkerLink {
+        s.attach_link(WorkerLink {
             conn_id,
             writer: writer.clone(),
-        });
-        s.identity = IdentityState::Unknown;
-        s.capabilities = None;
-        s.status = None;
-        old
+        })
     });
     let Some(old) = superseded else {
         // The session was deleted between the route check and here.
@@ -141,7 +137,7 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
 
 fn record_protocol_error(hub: &Hub, session_id: &str, problem: &str) {
     log::warn!("session {session_id}: worker protocol error: {problem}");
-    hub.with_session(session_id, |s| s.stats.protocol_errors += 1);
+    hub.with_session(session_id, Session::count_protocol_error);
 }
 
 /// Fields the hub adds to every transcript entry.
@@ -225,8 +221,8 @@ fn ingest(hub: &Arc<Hub>, session_id: &str, conn_id: u64, env: Envelope, frame_b
         let _ = env.data();
     }
     let published = hub.with_session(session_id, |s| {
-        let was_live = s.identity == IdentityState::Live;
-        let request_change = observe(s, &env, &now);
+        let was_live = s.identity() == IdentityState::Live;
+        let request_change = s.observe_envelope(&env, &now);
         // Capabilities, status and identity are part of the description
         // every panel lists.
         let describe = !was_live || matches!(env.event.as_str(), "ready" | "status");
@@ -294,135 +290,14 @@ fn omission_record(seq: u64, event: &str, worker_id: &str, bytes: usize) -> Arc<
     .into()
 }
 
-/// Updates identity, statistics, capabilities and request states from one
-/// envelope. Returns the changed request description, if any.
-fn observe(s: &mut Session, env: &Envelope, now: &str) -> Option<Value> {
-    s.stats.events += 1;
-    if s.worker_id.as_deref() != Some(env.worker_id.as_str()) {
-        if s.worker_id.is_some() {
-            s.stats.incarnations += 1;
-        }
-        s.worker_id = Some(env.worker_id.clone());
-        s.identity_since = Some(now.to_string());
-        s.last_sequence = None;
-        // A new worker process runs nothing of its predecessor's.
-        s.active_run = None;
-    } else if s.identity != IdentityState::Live {
-        s.identity_since = Some(now.to_string());
-    }
-    s.identity = IdentityState::Live;
-    if let Some(seq) = env.sequence {
-        let last = s.last_sequence.as_ref().map(|(_, last)| *last);
-        match last {
-            Some(last) if seq <= last => s.stats.duplicates += 1,
-            Some(last) if seq > last + 1 => s.stats.gaps += 1,
-            _ => {}
-        }
-        let newest = last.map_or(seq, |last| last.max(seq));
-        match &mut s.last_sequence {
-            Some((worker, last)) if *worker == env.worker_id => *last = newest,
-            other => *other = Some((env.worker_id.clone(), newest)),
-        }
-    }
-    if !env.run_id.is_empty() {
-        set_string(&mut s.last_run_id, &env.run_id);
-        match env.event.as_str() {
-            "run_started" | "input_admitted" => set_string(&mut s.active_run, &env.run_id),
-            "run_finished" if s.active_run.as_deref() == Some(env.run_id.as_str()) => {
-                s.active_run = None
-            }
-            _ => {}
-        }
-    }
-    set_string(&mut s.last_event, &env.event);
-    set_string(&mut s.last_event_at, now);
-    match env.event.as_str() {
-        "ready" | "status" => {
-            let data = env.data();
-            if let Some(caps) = data
-                .and_then(|d| d.get("capabilities"))
-                .and_then(Value::as_array)
-            {
-                s.capabilities = Some(
-                    caps.iter()
-                        .filter_map(Value::as_str)
-                        .map(str::to_string)
-                        .collect(),
-                );
-            }
-            if env.event == "status" {
-                s.status = data.cloned();
-            }
-            None
-        }
-        "input_admitted" => settle_request(s, &env.request_id, RequestState::Admitted, None, now),
-        "input_rejected" => {
-            let data = env.data();
-            let id = data
-                .and_then(|d| d.get("request_id"))
-                .and_then(Value::as_str)
-                .filter(|id| !id.is_empty())
-                .unwrap_or(&env.request_id)
-                .to_string();
-            settle_request(s, &id, RequestState::Rejected, data.cloned(), now)
-        }
-        _ => None,
-    }
-}
-
-/// `*slot = Some(value.to_string())`, reusing the slot's allocation.
-fn set_string(slot: &mut Option<String>, value: &str) {
-    match slot {
-        Some(current) => {
-            if current != value {
-                current.clear();
-                current.push_str(value);
-            }
-        }
-        None => *slot = Some(value.to_string()),
-    }
-}
-
-fn settle_request(
-    s: &mut Session,
-    request_id: &str,
-    state: RequestState,
-    detail: Option<Value>,
-    now: &str,
-) -> Option<Value> {
-    let record = s.request_mut(request_id)?;
-    if record.state != RequestState::Sent {
-        return None;
-    }
-    record.state = state;
-    record.detail = detail;
-    record.updated_at = now.to_string();
-    Some(record.describe())
-}
-
 /// Clears the link if this connection is still the current one: identity
 /// becomes stale, capabilities unknown, unsettled requests `unknown`.
 fn disconnected(hub: &Arc<Hub>, session_id: &str, conn_id: u64) {
     let now = time::now_rfc3339();
     let mut followup = crate::hub::Followup::default();
     let changed = hub.with_session(session_id, |s| {
-        if s.link.as_ref().map(|l| l.conn_id) != Some(conn_id) {
-            return None;
-        }
-        s.link = None;
-        if s.worker_id.is_some() {
-            s.identity = IdentityState::Stale;
-        }
-        s.capabilities = None;
+        let changed = s.detach_link(conn_id, &now)?;
         followup = hub.hooks().disconnected(s, &now);
-        let mut changed = Vec::new();
-        for record in s.requests.iter_mut() {
-            if record.state == RequestState::Sent {
-                record.state = RequestState::Unknown;
-                record.updated_at = now.clone();
-                changed.push(record.describe());
-            }
-        }
         Some(changed)
     });
     followup.run(hub);
@@ -480,33 +355,5 @@ mod tests {
             (v["received_at"].clone(), v["hub_sequence"].clone()),
             (json!("real"), json!(8))
         );
-    }
-
-    #[test]
-    fn the_active_run_follows_admission_and_finish() {
-        let mut s = Session::new(
-            "s".into(),
-            "t".into(),
-            json!({}),
-            "tok".into(),
-            "l".into(),
-            crate::transcript::Transcript::new(10, 10_000),
-        );
-        let event = |name: &str, worker: &str, run: &str| {
-            parsed(json!({"type": "event", "event": name, "session_id": "s",
-                "worker_id": worker, "request_id": "q", "run_id": run, "sequence": 1, "data": {}}))
-        };
-        observe(&mut s, &event("input_admitted", "w", "r1"), "t");
-        assert_eq!(s.active_run.as_deref(), Some("r1"));
-        observe(&mut s, &event("model_response", "w", "r1"), "t");
-        observe(&mut s, &event("run_finished", "w", "other"), "t");
-        assert_eq!(s.active_run.as_deref(), Some("r1"));
-        observe(&mut s, &event("run_finished", "w", "r1"), "t");
-        assert_eq!(s.active_run, None);
-        observe(&mut s, &event("run_started", "w", "r2"), "t");
-        assert_eq!(s.active_run.as_deref(), Some("r2"));
-        // A new worker process runs nothing of its predecessor's.
-        observe(&mut s, &event("status", "w2", ""), "t");
-        assert_eq!(s.active_run, None);
     }
 }

@@ -692,11 +692,10 @@ impl Hub {
         let (writer, pending) = self
             .with_session(session, |s| {
                 let link = s
-                    .link
-                    .as_ref()
+                    .link()
                     .ok_or_else(|| QueryError::NotConnected("no worker is connected".into()))?;
-                let worker_id = match (&s.identity, &s.worker_id) {
-                    (IdentityState::Live, Some(worker_id)) => worker_id.clone(),
+                let worker_id = match (s.identity(), s.worker_id()) {
+                    (IdentityState::Live, Some(worker_id)) => worker_id.to_string(),
                     _ => {
                         return Err(QueryError::NotConnected(
                             "the connected worker has not identified itself yet".into(),
@@ -704,10 +703,7 @@ impl Hub {
                     }
                 };
                 let capability = kind.capability();
-                let advertised = s
-                    .capabilities
-                    .as_ref()
-                    .is_some_and(|c| c.iter().any(|x| x == capability));
+                let advertised = s.has_capability(capability);
                 if !advertised {
                     return Err(QueryError::Unsupported(format!(
                         "the connected worker does not advertise {capability}"

@@ -232,9 +232,9 @@ fn authorize(
             if !auth::constant_time_eq(upgrade.token.as_bytes(), s.token.as_bytes()) {
                 return Judged::Refuse("the worker token is no longer valid");
             }
-            let live = s.identity == IdentityState::Live
-                && s.worker_id.as_deref() == Some(request.worker_id.as_str());
-            let running = s.active_run.as_deref() == Some(request.run_id.as_str());
+            let live = s.identity() == IdentityState::Live
+                && s.worker_id() == Some(request.worker_id.as_str());
+            let running = s.active_run() == Some(request.run_id.as_str());
             if live && running {
                 Judged::Allow
             } else {

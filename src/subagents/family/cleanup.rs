@@ -36,7 +36,7 @@ pub fn cleanup(hub: &Arc<Hub>, id: &str) {
     }
     let claimed = hub
         .with_session(id, |s| {
-            let alive = s.process.as_ref().is_some_and(|p| p.state.is_active());
+            let alive = s.process().is_some_and(|p| p.state.is_active());
             let c = s.subagent.as_mut()?;
             if c.cleanup_in_flight || alive || !c.lifecycle.is_closing() {
                 return None;
@@ -116,7 +116,7 @@ fn retry_cleanup(hub: &Arc<Hub>, id: &str) {
             if let Some(c) = s.subagent.as_mut() {
                 c.retry_at_ms = None;
             }
-            s.process.as_ref().is_some_and(|p| p.state.is_active())
+            s.process().is_some_and(|p| p.state.is_active())
         })
         .unwrap_or(false);
     if alive {
@@ -235,7 +235,7 @@ pub fn shutdown(hub: &Arc<Hub>) {
         ids.iter()
             .filter(|(_, id)| {
                 hub.with_session(id, |s| {
-                    let alive = s.process.as_ref().is_some_and(|p| p.state.is_active());
+                    let alive = s.process().is_some_and(|p| p.state.is_active());
                     alive || s.subagent.as_ref().is_some_and(|c| c.cleanup_in_flight)
                 })
                 .unwrap_or(false)

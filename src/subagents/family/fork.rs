@@ -51,8 +51,7 @@ pub fn fork(
         let Some(s) = sessions.get(&caller.session_id) else {
             return Err(Refusal::new("unauthorized", "the caller session is gone"));
         };
-        if s.process
-            .as_ref()
+        if s.process()
             .is_some_and(|p| p.state == crate::supervisor::process::ProcState::Stopping)
         {
             return Err(Refusal::new(
@@ -101,7 +100,7 @@ pub fn fork(
                 format!("the caller has {children} children (subagents.maxChildren)"),
             ));
         }
-        let supervised = s.process.as_ref().is_some_and(|p| p.state.is_active());
+        let supervised = s.process().is_some_and(|p| p.state.is_active());
         if !supervised {
             return Err(Refusal::new(
                 "unsupported_launch",

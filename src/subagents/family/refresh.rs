@@ -23,11 +23,8 @@ const REFRESH_QUERY_DEADLINE: Duration = Duration::from_secs(3);
 pub fn start_refresh(hub: &Arc<Hub>, id: &str) {
     let claimed = hub
         .with_session(id, |s| {
-            let history = s
-                .capabilities
-                .as_ref()
-                .is_some_and(|caps| caps.iter().any(|c| c == "session-history"));
-            let idle = s.active_run.is_none() && s.connected();
+            let history = s.has_capability("session-history");
+            let idle = s.active_run().is_none() && s.connected();
             let c = s.subagent.as_mut()?;
             if !history
                 || !idle
@@ -65,7 +62,7 @@ fn run_refresh(hub: &Arc<Hub>, id: &str, mut refresh: Refresh) {
     let mut query = refresh.query();
     let outcome = loop {
         let idle = hub
-            .with_session(id, |s| s.active_run.is_none() && s.connected())
+            .with_session(id, |s| s.active_run().is_none() && s.connected())
             .unwrap_or(false);
         if !idle {
             break Err("the child is busy or disconnected".to_string());

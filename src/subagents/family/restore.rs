@@ -88,7 +88,7 @@ pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
         .into_iter()
         .filter_map(|s| {
             let c = s.subagent.as_ref()?;
-            let alive = s.process.as_ref().is_some_and(|p| p.state.is_active());
+            let alive = s.process().is_some_and(|p| p.state.is_active());
             Some((s.id.clone(), c.parent.clone(), c.lifecycle, alive))
         })
         .collect();
@@ -119,7 +119,7 @@ pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
         let parent_live = hub
             .with_session(&parent.session_id, |p| {
                 p.lifecycle_id == parent.lifecycle_id
-                    && p.process.as_ref().is_some_and(|x| x.state.is_active())
+                    && p.process().is_some_and(|x| x.state.is_active())
             })
             .unwrap_or(false);
         let stale = !parent_live;
@@ -181,13 +181,13 @@ pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
 pub fn recovery_info(hub: &Hub, id: &str) -> Option<Value> {
     hub.with_session(id, |s| {
         let c = s.subagent.as_ref()?;
-        let alive = s.process.as_ref().is_some_and(|p| p.state.is_active());
+        let alive = s.process().is_some_and(|p| p.state.is_active());
         Some(json!({
             "session_id": s.id,
             "lifecycle_id": s.lifecycle_id,
             "lifecycle": c.lifecycle.as_str(),
             "uncertain_start": c.uncertain_start,
-            "termination_confirmed": c.termination_confirmed || (s.process.is_some() && !alive),
+            "termination_confirmed": c.termination_confirmed || (s.process().is_some() && !alive),
             "process_alive": alive,
             "connected": s.connected(),
             "cleanup_attempts": c.cleanup_attempts,
@@ -231,7 +231,7 @@ pub fn recover(
 ) -> Result<Value, Refusal> {
     let checked = hub
         .with_session(id, |s| {
-            let alive = s.process.as_ref().is_some_and(|p| p.state.is_active());
+            let alive = s.process().is_some_and(|p| p.state.is_active());
             let connected = s.connected();
             let current = s.lifecycle_id.clone();
             let c = s.subagent.as_mut()?;

@@ -3,6 +3,9 @@
 //! produces the panel protocol's session description.
 //!
 //! The registry is plain data behind the hub's mutex; nothing here does I/O.
+//! The worker link's state (identity, statistics, capabilities, runs and
+//! request outcomes) is private and changes only through the transitions
+//! in `link`.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
@@ -17,6 +20,11 @@ use crate::util::log_ring::LogRing;
 use crate::worker::confirm_frames::ConfirmationRequest;
 use crate::worker::display;
 use crate::ws::FrameWriter;
+
+mod link;
+mod process;
+
+pub use process::{NoStop, StopBegun};
 
 /// Log ring bounds before the configuration applies its own.
 const DEFAULT_LOG_CAPS: (usize, usize) = (500, 256 * 1024);
@@ -461,32 +469,32 @@ pub struct Session {
     pub kind: String,
     /// Set while a delete is in progress; the session is busy meanwhile.
     pub removing: bool,
-    pub link: Option<WorkerLink>,
-    pub identity: IdentityState,
-    pub worker_id: Option<String>,
-    pub identity_since: Option<String>,
+    link: Option<WorkerLink>,
+    identity: IdentityState,
+    worker_id: Option<String>,
+    identity_since: Option<String>,
     /// From the latest `ready`/`status` of the current connection.
-    pub capabilities: Option<Vec<String>>,
+    capabilities: Option<Vec<String>>,
     /// The latest `status` event data of the current connection.
-    pub status: Option<Value>,
-    pub stats: Stats,
+    status: Option<Value>,
+    stats: Stats,
     /// `(worker_id, sequence)` of the last envelope, for gap/duplicate counts.
-    pub last_sequence: Option<(String, u64)>,
-    pub last_run_id: Option<String>,
+    last_sequence: Option<(String, u64)>,
+    last_run_id: Option<String>,
     /// The run the worker is executing: set by `run_started` or
     /// `input_admitted` with its run id, cleared by `run_finished` for it
     /// (and by a new worker incarnation). Remote tools that change state
     /// require the caller's run to be this one.
-    pub active_run: Option<String>,
-    pub last_event_at: Option<String>,
-    pub last_event: Option<String>,
-    pub requests: VecDeque<RequestRecord>,
+    active_run: Option<String>,
+    last_event_at: Option<String>,
+    last_event: Option<String>,
+    requests: VecDeque<RequestRecord>,
     pub prompts: Vec<Prompt>,
     pub transcript: Transcript,
     /// `<session dir>/events.jsonl`, best effort.
     pub events_file: Option<Arc<BoundedWriter>>,
     /// The worker process, once one was started or adopted.
-    pub process: Option<ProcessInfo>,
+    process: Option<ProcessInfo>,
     /// Captured worker output of the current process.
     pub logs: LogRing,
     /// `(lines, bytes)` bounds of `logs`.
@@ -499,6 +507,72 @@ pub struct Session {
     pub plan: Value,
     /// Set for a headless child (`kind: "headless"`).
     pub subagent: Option<Box<crate::subagents::child::Child>>,
+}
+
+/// Read access to the worker link's state; it changes only through the
+/// transitions in `link.rs` (and `push_request` for a sent payload).
+impl Session {
+    /// The current event connection.
+    pub fn link(&self) -> Option<&WorkerLink> {
+        self.link.as_ref()
+    }
+
+    pub fn identity(&self) -> IdentityState {
+        self.identity
+    }
+
+    /// The worker id of the newest incarnation seen.
+    pub fn worker_id(&self) -> Option<&str> {
+        self.worker_id.as_deref()
+    }
+
+    /// From the latest `ready`/`status` of the current connection.
+    pub fn capabilities(&self) -> Option<&[String]> {
+        self.capabilities.as_deref()
+    }
+
+    /// Whether the current connection advertised `capability`.
+    pub fn has_capability(&self, capability: &str) -> bool {
+        self.capabilities
+            .as_ref()
+            .is_some_and(|c| c.iter().any(|x| x == capability))
+    }
+
+    /// The latest `status` event data of the current connection.
+    pub fn status(&self) -> Option<&Value> {
+        self.status.as_ref()
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// The run most recently named by an envelope.
+    pub fn last_run_id(&self) -> Option<&str> {
+        self.last_run_id.as_deref()
+    }
+
+    /// The run the worker is executing: set by `run_started` or
+    /// `input_admitted` with its run id, cleared by `run_finished` for it
+    /// (and by a new worker incarnation).
+    pub fn active_run(&self) -> Option<&str> {
+        self.active_run.as_deref()
+    }
+
+    pub fn last_event_at(&self) -> Option<&str> {
+        self.last_event_at.as_deref()
+    }
+
+    /// Drops the record of a payload whose write failed (it was never
+    /// sent, so it has no outcome).
+    pub fn forget_request(&mut self, request_id: &str) {
+        self.requests.retain(|r| r.request_id != request_id);
+    }
+
+    /// Payload outcomes, oldest first (at most [`MAX_REQUESTS`]).
+    pub fn requests(&self) -> &VecDeque<RequestRecord> {
+        &self.requests
+    }
 }
 
 impl Session {

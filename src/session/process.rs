@@ -1,0 +1,259 @@
+//! The worker process record's transitions, as one state machine:
+//! reserve a start, record the spawned (or adopted) process or the failed
+//! start, begin a stop, give a stop back that could not begin, record the
+//! end. The supervisor does the process work around them; these only
+//! change the record, so a start and a stop can never both own it. Pure:
+//! times are given, nothing is signalled here.
+
+use std::sync::Arc;
+
+use super::Session;
+use crate::supervisor::process::{ProcState, ProcessInfo};
+use crate::supervisor::sys::Pinned;
+
+/// Why a stop could not begin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoStop {
+    /// No worker was ever started.
+    NotStarted,
+    /// The worker had already ended.
+    AlreadyExited,
+    /// The worker runs, but the hub holds no verified identity to signal.
+    Unpinned,
+}
+
+/// A stop that began: the pinned incarnation to signal, and whether a
+/// worker is connected (the ladder asks it to shut down first).
+#[derive(Debug, Clone)]
+pub struct StopBegun {
+    pub pinned: Arc<Pinned>,
+    pub connected: bool,
+}
+
+impl Session {
+    /// The worker process record, once one was started or adopted.
+    pub fn process(&self) -> Option<&ProcessInfo> {
+        self.process.as_ref()
+    }
+
+    /// Reserves a start under `lifecycle_id` (`starting`); refused while a
+    /// worker is starting, running or stopping.
+    pub fn reserve_start(&mut self, lifecycle_id: &str) -> Result<(), String> {
+        if let Some(p) = &self.process {
+            if p.state.is_active() {
+                return Err(format!(
+                    "a worker is already {} for this session",
+                    p.state.as_str()
+                ));
+            }
+        }
+        self.process = Some(ProcessInfo::starting(
+            String::new(),
+            vec![],
+            String::new(),
+            lifecycle_id.to_string(),
+        ));
+        self.lifecycle_id = lifecycle_id.to_string();
+        Ok(())
+    }
+
+    /// The start under `lifecycle_id` spawned `info` (state `running`).
+    pub fn record_started(&mut self, mut info: ProcessInfo) {
+        info.state = ProcState::Running;
+        self.process = Some(info);
+    }
+
+    /// A worker recorded by an earlier hub run is still alive: `info`
+    /// (its record, pinned) becomes the session's, as `running`.
+    pub fn record_adopted(&mut self, mut info: ProcessInfo) {
+        info.state = ProcState::Running;
+        info.adopted = true;
+        self.lifecycle_id = info.lifecycle_id.clone();
+        self.process = Some(info);
+    }
+
+    /// The start under `lifecycle_id` failed (`failed`, with `error`);
+    /// false when a newer start owns the record.
+    pub fn record_start_failed(&mut self, lifecycle_id: &str, error: &str, now: &str) -> bool {
+        let Some(p) = self.current_process(lifecycle_id) else {
+            return false;
+        };
+        p.state = ProcState::Failed;
+        p.error = Some(error.to_string());
+        p.exited_at = Some(now.to_string());
+        true
+    }
+
+    /// The process of `lifecycle_id` ended; returns its final state
+    /// (`exited` or `failed`), `None` when a newer start owns the record.
+    pub fn record_ended(
+        &mut self,
+        lifecycle_id: &str,
+        code: Option<i32>,
+        signal: Option<i32>,
+        now: &str,
+    ) -> Option<ProcState> {
+        let p = self.current_process(lifecycle_id)?;
+        p.ended(code, signal, now.to_string());
+        Some(p.state)
+    }
+
+    /// Begins a stop (`stopping`): only a running, pinned worker can be
+    /// stopped; a second stop while one runs begins again on the same
+    /// incarnation.
+    pub fn begin_stop(&mut self) -> Result<StopBegun, NoStop> {
+        let connected = self.connected();
+        let p = self.process.as_mut().ok_or(NoStop::NotStarted)?;
+        if !p.state.is_active() {
+            return Err(NoStop::AlreadyExited);
+        }
+        let pinned = p.pinned.clone().ok_or(NoStop::Unpinned)?;
+        p.stop_requested = true;
+        p.state = ProcState::Stopping;
+        Ok(StopBegun { pinned, connected })
+    }
+
+    /// A stop that began but could not run (no thread for its ladder): the
+    /// worker was not signalled and is `running` again. False when the
+    /// record is not `stopping`.
+    pub fn abandon_stop(&mut self) -> bool {
+        match self.process.as_mut() {
+            Some(p) if p.state == ProcState::Stopping => {
+                p.state = ProcState::Running;
+                p.stop_requested = false;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The stop ladder signalled the worker's whole process group.
+    pub fn note_group_killed(&mut self) {
+        if let Some(p) = self.process.as_mut() {
+            p.process_group_killed = true;
+        }
+    }
+
+    fn current_process(&mut self, lifecycle_id: &str) -> Option<&mut ProcessInfo> {
+        self.process
+            .as_mut()
+            .filter(|p| p.lifecycle_id == lifecycle_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::transcript::Transcript;
+
+    fn session() -> Session {
+        Session::new(
+            "s".into(),
+            "t0".into(),
+            json!({}),
+            "token".into(),
+            "old".into(),
+            Transcript::new(10, 1 << 20),
+        )
+    }
+
+    fn spawned(lifecycle_id: &str) -> ProcessInfo {
+        let mut info = ProcessInfo::starting("w".into(), vec![], "/".into(), lifecycle_id.into());
+        info.pid = Some(4242);
+        info
+    }
+
+    #[test]
+    fn a_start_is_reserved_once() {
+        let mut s = session();
+        s.reserve_start("l1").unwrap();
+        assert_eq!(s.lifecycle_id, "l1");
+        assert_eq!(s.process().unwrap().state, ProcState::Starting);
+        let again = s.reserve_start("l2").unwrap_err();
+        assert!(again.contains("already starting"), "{again}");
+        s.record_started(spawned("l1"));
+        assert!(s
+            .reserve_start("l3")
+            .unwrap_err()
+            .contains("already running"));
+    }
+
+    #[test]
+    fn a_stale_start_cannot_touch_a_newer_record() {
+        let mut s = session();
+        s.reserve_start("l1").unwrap();
+        assert!(s.record_start_failed("l1", "boom", "t1"));
+        assert_eq!(s.process().unwrap().state, ProcState::Failed);
+        s.reserve_start("l2").unwrap();
+        assert!(!s.record_start_failed("l1", "late", "t2"));
+        assert_eq!(s.record_ended("l1", Some(0), None, "t3"), None);
+        assert_eq!(s.process().unwrap().state, ProcState::Starting);
+    }
+
+    #[test]
+    fn ends_are_exited_or_failed() {
+        let mut s = session();
+        s.reserve_start("l1").unwrap();
+        s.record_started(spawned("l1"));
+        assert_eq!(
+            s.record_ended("l1", Some(7), None, "t"),
+            Some(ProcState::Failed)
+        );
+        s.reserve_start("l2").unwrap();
+        s.record_started(spawned("l2"));
+        assert_eq!(
+            s.record_ended("l2", Some(0), None, "t"),
+            Some(ProcState::Exited)
+        );
+    }
+
+    #[test]
+    fn stops_need_a_running_pinned_worker() {
+        let mut s = session();
+        assert_eq!(s.begin_stop().unwrap_err(), NoStop::NotStarted);
+        s.reserve_start("l1").unwrap();
+        s.record_started(spawned("l1"));
+        assert_eq!(s.begin_stop().unwrap_err(), NoStop::Unpinned);
+        assert_eq!(s.process().unwrap().state, ProcState::Running);
+        s.record_ended("l1", Some(0), None, "t");
+        assert_eq!(s.begin_stop().unwrap_err(), NoStop::AlreadyExited);
+        assert!(!s.abandon_stop());
+    }
+
+    #[test]
+    fn a_stop_that_cannot_run_is_given_back() {
+        // Pinned to this test process itself: nothing is ever signalled.
+        let me = std::process::id();
+        let start = crate::supervisor::sys::proc_start_time(me).unwrap();
+        let mut s = session();
+        s.reserve_start("l1").unwrap();
+        let mut info = spawned("l1");
+        info.pinned = Some(Arc::new(Pinned::open(me, start).unwrap()));
+        s.record_started(info);
+        let begun = s.begin_stop().unwrap();
+        assert!(!begun.connected);
+        assert_eq!(s.process().unwrap().state, ProcState::Stopping);
+        assert!(s.process().unwrap().stop_requested);
+        assert!(s.abandon_stop());
+        assert_eq!(s.process().unwrap().state, ProcState::Running);
+        assert!(!s.process().unwrap().stop_requested);
+        // A stop that ends normally makes the end `exited`, whatever code.
+        s.begin_stop().unwrap();
+        assert_eq!(
+            s.record_ended("l1", Some(143), None, "t"),
+            Some(ProcState::Exited)
+        );
+    }
+
+    #[test]
+    fn adoption_takes_the_recorded_lifecycle() {
+        let mut s = session();
+        s.record_adopted(spawned("recorded"));
+        assert_eq!(s.lifecycle_id, "recorded");
+        let p = s.process().unwrap();
+        assert!(p.adopted);
+        assert_eq!(p.state, ProcState::Running);
+    }
+}

@@ -81,6 +81,48 @@ impl Lifecycle {
     }
 }
 
+/// What happens to a child, as its lifecycle sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LifecycleEvent {
+    /// Its worker is being launched.
+    Launch,
+    /// Its worker identified itself live on its event connection.
+    Live,
+    /// A stop began (the parent's request, an ancestor's stop, a startup
+    /// deadline, hub shutdown).
+    Stop,
+    /// An operator's retry of a retained child whose worker still runs.
+    RetryStop,
+    /// A cleanup attempt failed, or a start left its worker uncertain.
+    CleanupFailed,
+}
+
+impl Lifecycle {
+    /// The lifecycle after `event`, or `None` when `event` cannot happen
+    /// now. The whole machine:
+    ///
+    ///     preparing --Launch--> starting --Live--> ready
+    ///     preparing | starting | ready --Stop--> stopping
+    ///     stopping | cleanup-pending | stopped --RetryStop--> stopping
+    ///     anything but stopped --CleanupFailed--> cleanup-pending
+    ///
+    /// `stopped` is reached only by the record's removal (its terminal
+    /// record says `stopped`).
+    pub fn after(self, event: LifecycleEvent) -> Option<Lifecycle> {
+        use Lifecycle::*;
+        use LifecycleEvent::*;
+        match (self, event) {
+            (Preparing, Launch) => Some(Starting),
+            (Starting, Live) => Some(Ready),
+            (Preparing | Starting | Ready, Stop) => Some(Stopping),
+            (Stopping | CleanupPending | Stopped, RetryStop) => Some(Stopping),
+            (Stopped, CleanupFailed) => None,
+            (_, CleanupFailed) => Some(CleanupPending),
+            _ => None,
+        }
+    }
+}
+
 /// The operator's answer to the child's confirmation requests.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {
@@ -187,7 +229,8 @@ pub struct Child {
     pub parent: ParentRef,
     /// 1 for a child of an ordinary session.
     pub depth: u32,
-    pub lifecycle: Lifecycle,
+    /// Changed only through [`Child::apply`].
+    lifecycle: Lifecycle,
     pub policy: Policy,
     /// Why the child failed or is retained, when it did or is.
     pub reason: Option<String>,
@@ -263,6 +306,22 @@ impl Child {
             conversation_failed: false,
             refresh_running: false,
             refresh_attempts: 0,
+        }
+    }
+
+    pub fn lifecycle(&self) -> Lifecycle {
+        self.lifecycle
+    }
+
+    /// Applies `event` to the lifecycle; false (and no change) when the
+    /// machine does not allow it now.
+    pub fn apply(&mut self, event: LifecycleEvent) -> bool {
+        match self.lifecycle.after(event) {
+            Some(next) => {
+                self.lifecycle = next;
+                true
+            }
+            None => false,
         }
     }
 
@@ -422,6 +481,53 @@ mod tests {
             lifecycle_id: "l".into(),
             worker_id: "w".into(),
         }
+    }
+
+    #[test]
+    fn the_lifecycle_moves_only_as_the_machine_allows() {
+        use Lifecycle::*;
+        use LifecycleEvent::*;
+        let all = [
+            Preparing,
+            Starting,
+            Ready,
+            Stopping,
+            Stopped,
+            CleanupPending,
+        ];
+        let events = [Launch, Live, Stop, RetryStop, CleanupFailed];
+        let allowed = [
+            (Preparing, Launch, Starting),
+            (Starting, Live, Ready),
+            (Preparing, Stop, Stopping),
+            (Starting, Stop, Stopping),
+            (Ready, Stop, Stopping),
+            (Stopping, RetryStop, Stopping),
+            (CleanupPending, RetryStop, Stopping),
+            (Stopped, RetryStop, Stopping),
+            (Preparing, CleanupFailed, CleanupPending),
+            (Starting, CleanupFailed, CleanupPending),
+            (Ready, CleanupFailed, CleanupPending),
+            (Stopping, CleanupFailed, CleanupPending),
+            (CleanupPending, CleanupFailed, CleanupPending),
+        ];
+        for from in all {
+            for event in events {
+                let expected = allowed
+                    .iter()
+                    .find(|(f, e, _)| *f == from && *e == event)
+                    .map(|(_, _, to)| *to);
+                assert_eq!(from.after(event), expected, "{from:?} {event:?}");
+            }
+        }
+        // A stop never reopens a closing child; a closing child takes no
+        // launch.
+        let mut c = Child::new(parent(), 1, "t".into(), 4096);
+        assert!(c.apply(Launch));
+        assert!(c.apply(Stop));
+        assert!(!c.apply(Stop));
+        assert!(!c.apply(Launch));
+        assert_eq!(c.lifecycle(), Stopping);
     }
 
     #[test]

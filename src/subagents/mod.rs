@@ -31,7 +31,7 @@ pub fn describe(session: &Session, child: &Child) -> Value {
             "worker_id": child.parent.worker_id,
         },
         "depth": child.depth,
-        "lifecycle": child.lifecycle.as_str(),
+        "lifecycle": child.lifecycle().as_str(),
         "policy": child.policy.as_str(),
         "health": child.health(session.connected(), live),
         "reason": child.reason,

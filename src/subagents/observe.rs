@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::child::{Lifecycle, Outcome};
+use super::child::{LifecycleEvent, Outcome};
 use crate::session::{IdentityState, Session};
 use crate::worker::envelope::Envelope;
 
@@ -35,8 +35,7 @@ pub fn observe(s: &mut Session, env: &Envelope, now: &str) -> Observed {
         outcomes: c.outcomes_unpersisted,
         ..Observed::default()
     };
-    if live && c.lifecycle == Lifecycle::Starting {
-        c.lifecycle = Lifecycle::Ready;
+    if live && c.apply(LifecycleEvent::Live) {
         seen.meta = Some(c.meta_json());
         seen.changed = true;
     }

@@ -343,13 +343,13 @@ fn send(
     let standing = hub
         .with_session(id, |s| {
             let c = s.subagent.as_ref()?;
-            if c.frozen || c.lifecycle.is_closing() {
+            if c.frozen || c.lifecycle().is_closing() {
                 return Some(Err(Refusal::new(
                     "lifecycle_closed",
-                    format!("the child is {}", c.lifecycle.as_str()),
+                    format!("the child is {}", c.lifecycle().as_str()),
                 )));
             }
-            if c.lifecycle != Lifecycle::Ready
+            if c.lifecycle() != Lifecycle::Ready
                 || !s.connected()
                 || s.identity() != IdentityState::Live
             {

@@ -144,7 +144,7 @@ fn policy_answer(s: &Session) -> Option<bool> {
     match child.policy {
         Policy::Ask => None,
         Policy::Deny => Some(false),
-        Policy::Approve if child.lifecycle.is_closing() || child.frozen => None,
+        Policy::Approve if child.lifecycle().is_closing() || child.frozen => None,
         Policy::Approve => Some(true),
     }
 }

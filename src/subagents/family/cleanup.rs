@@ -10,7 +10,7 @@ use super::persist::{persist_meta, Terminal};
 use super::stop::{children_of, stop_worker};
 use super::{lock, spawn_thread};
 use crate::hub::{Hub, Note};
-use crate::subagents::child::{self, Lifecycle, MAX_CLEANUP_ATTEMPTS};
+use crate::subagents::child::{self, Lifecycle, LifecycleEvent, MAX_CLEANUP_ATTEMPTS};
 use crate::supervisor::control::StopMode;
 use crate::util::time;
 
@@ -38,7 +38,7 @@ pub fn cleanup(hub: &Arc<Hub>, id: &str) {
         .with_session(id, |s| {
             let alive = s.process().is_some_and(|p| p.state.is_active());
             let c = s.subagent.as_mut()?;
-            if c.cleanup_in_flight || alive || !c.lifecycle.is_closing() {
+            if c.cleanup_in_flight || alive || !c.lifecycle().is_closing() {
                 return None;
             }
             c.cleanup_in_flight = true;
@@ -84,7 +84,7 @@ pub(super) fn cleanup_failed(hub: &Arc<Hub>, id: &str, err: &str, counted: bool)
         .with_session(id, |s| {
             let c = s.subagent.as_mut()?;
             c.cleanup_in_flight = false;
-            c.lifecycle = Lifecycle::CleanupPending;
+            c.apply(LifecycleEvent::CleanupFailed);
             c.reason = Some(format!("cleanup failed: {err}"));
             if !counted {
                 c.cleanup_attempts += 1;
@@ -191,7 +191,7 @@ pub(super) fn pending_cleanups(hub: &Hub, now: u64) -> (Vec<String>, usize) {
     let mut pending = 0;
     for s in sessions.list() {
         let Some(c) = &s.subagent else { continue };
-        if c.lifecycle != Lifecycle::CleanupPending || !c.automatic_retry {
+        if c.lifecycle() != Lifecycle::CleanupPending || !c.automatic_retry {
             continue;
         }
         match c.retry_at_ms {
@@ -220,8 +220,7 @@ pub fn shutdown(hub: &Arc<Hub>) {
     for (_, id) in &ids {
         hub.with_session(id, |s| {
             if let Some(c) = s.subagent.as_mut() {
-                if !c.lifecycle.is_closing() {
-                    c.lifecycle = Lifecycle::Stopping;
+                if c.apply(LifecycleEvent::Stop) {
                     c.reason.get_or_insert_with(|| "the hub shut down".into());
                 }
             }

@@ -61,7 +61,7 @@ pub fn fork(
         }
         let depth = match &s.subagent {
             None => 1,
-            Some(c) if c.frozen || c.lifecycle.is_closing() => {
+            Some(c) if c.frozen || c.lifecycle().is_closing() => {
                 return Err(Refusal::new(
                     "lifecycle_closed",
                     "the caller's family is closed",

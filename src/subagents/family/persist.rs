@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use super::{lock, spawn_thread, Family};
 use crate::hub::{Hub, Note};
-use crate::subagents::child::{Child, Lifecycle, ParentRef};
+use crate::subagents::child::{LifecycleEvent, ParentRef};
 use crate::subagents::conversation::Conversation;
 use crate::util::fsutil;
 
@@ -48,17 +48,11 @@ impl Family {
 
 /// Applies `change` to the child's lifecycle; persists and announces a
 /// change. Returns whether it changed.
-pub fn transition(
-    hub: &Hub,
-    id: &str,
-    change: impl FnOnce(&mut Child) -> Option<Lifecycle>,
-) -> bool {
+pub fn transition(hub: &Hub, id: &str, event: LifecycleEvent) -> bool {
     let changed = hub
         .with_session(id, |s| {
             let c = s.subagent.as_mut()?;
-            let next = change(c)?;
-            c.lifecycle = next;
-            Some(c.meta_json())
+            c.apply(event).then(|| c.meta_json())
         })
         .flatten();
     match changed {

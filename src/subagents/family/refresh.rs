@@ -30,7 +30,7 @@ pub fn start_refresh(hub: &Arc<Hub>, id: &str) {
                 || !idle
                 || c.refresh_running
                 || c.refresh_attempts >= REFRESH_ATTEMPTS
-                || c.lifecycle.is_closing()
+                || c.lifecycle().is_closing()
             {
                 return None;
             }

@@ -13,7 +13,7 @@ use super::startup::{launch, startup_deadline, watch_startup};
 use super::stop::{begin_stop, stop_children, stop_worker};
 use super::{set_reason, spawn_thread};
 use crate::hub::Hub;
-use crate::subagents::child::{Child, Lifecycle, ParentRef, MAX_CLEANUP_ATTEMPTS};
+use crate::subagents::child::{Child, Lifecycle, LifecycleEvent, ParentRef, MAX_CLEANUP_ATTEMPTS};
 use crate::subagents::{Refusal, KIND};
 use crate::supervisor::control::StopMode;
 use crate::util::time;
@@ -89,7 +89,7 @@ pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
         .filter_map(|s| {
             let c = s.subagent.as_ref()?;
             let alive = s.process().is_some_and(|p| p.state.is_active());
-            Some((s.id.clone(), c.parent.clone(), c.lifecycle, alive))
+            Some((s.id.clone(), c.parent.clone(), c.lifecycle(), alive))
         })
         .collect();
     for (id, parent, lifecycle, alive) in children {
@@ -101,7 +101,7 @@ pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
                     c.frozen = true;
                     c.automatic_retry = false;
                     c.retry_at_ms = None;
-                    c.lifecycle = Lifecycle::CleanupPending;
+                    c.apply(LifecycleEvent::CleanupFailed);
                     c.reason = Some(
                         "uncertain startup: the hub stopped between launching the worker and \
                          recording it; stop any such worker, then confirm-terminated"
@@ -185,7 +185,7 @@ pub fn recovery_info(hub: &Hub, id: &str) -> Option<Value> {
         Some(json!({
             "session_id": s.id,
             "lifecycle_id": s.lifecycle_id,
-            "lifecycle": c.lifecycle.as_str(),
+            "lifecycle": c.lifecycle().as_str(),
             "uncertain_start": c.uncertain_start,
             "termination_confirmed": c.termination_confirmed || (s.process().is_some() && !alive),
             "process_alive": alive,
@@ -247,10 +247,10 @@ pub fn recover(
                     "a cleanup attempt is in flight",
                 )));
             }
-            if !c.lifecycle.is_closing() {
+            if !c.lifecycle().is_closing() {
                 return Some(Err(Refusal::new(
                     "recovery_conflict",
-                    format!("the child is {}, not retained", c.lifecycle.as_str()),
+                    format!("the child is {}, not retained", c.lifecycle().as_str()),
                 )));
             }
             match action {
@@ -289,7 +289,7 @@ pub fn recover(
         // waiter cleans up once it is gone.
         hub.with_session(id, |s| {
             if let Some(c) = s.subagent.as_mut() {
-                c.lifecycle = Lifecycle::Stopping;
+                c.apply(LifecycleEvent::RetryStop);
             }
         });
         stop_children(hub, id, "an ancestor stopped");

@@ -9,7 +9,7 @@ use super::persist::transition;
 use super::set_reason;
 use super::stop::begin_stop;
 use crate::hub::Hub;
-use crate::subagents::child::Lifecycle;
+use crate::subagents::child::{Lifecycle, LifecycleEvent};
 use crate::supervisor::control;
 
 /// How often the startup watcher looks at a starting child.
@@ -19,9 +19,7 @@ const STARTUP_POLL: Duration = Duration::from_millis(100);
 pub(super) fn launch(hub: &Arc<Hub>, id: &str) {
     // Time spent launching counts toward the deadline.
     let deadline = startup_deadline(hub);
-    if !transition(hub, id, |c| {
-        (c.lifecycle == Lifecycle::Preparing).then_some(Lifecycle::Starting)
-    }) {
+    if !transition(hub, id, LifecycleEvent::Launch) {
         return;
     }
     if let Err(why) = control::start(hub, id, None) {
@@ -41,7 +39,7 @@ pub(super) fn startup_deadline(hub: &Hub) -> Instant {
 pub(super) fn watch_startup(hub: &Arc<Hub>, id: &str, deadline: Instant) {
     loop {
         let state = hub
-            .with_session(id, |s| s.subagent.as_ref().map(|c| c.lifecycle))
+            .with_session(id, |s| s.subagent.as_ref().map(|c| c.lifecycle()))
             .flatten();
         match state {
             Some(Lifecycle::Preparing | Lifecycle::Starting) => {}

@@ -9,7 +9,7 @@ use super::cleanup::{cleanup, cleanup_failed};
 use super::persist::persist_meta;
 use super::set_reason;
 use crate::hub::{Hub, Note};
-use crate::subagents::child::Lifecycle;
+use crate::subagents::child::LifecycleEvent;
 use crate::supervisor::control::{self, StopMode};
 
 /// Direct children of `parent`, by id.
@@ -88,10 +88,9 @@ pub fn begin_stop(hub: &Arc<Hub>, id: &str, on_stopping: Option<Box<dyn FnOnce()
         .with_session(id, |s| {
             let c = s.subagent.as_mut()?;
             c.frozen = true;
-            if c.lifecycle.is_closing() {
+            if !c.apply(LifecycleEvent::Stop) {
                 return Some(None);
             }
-            c.lifecycle = Lifecycle::Stopping;
             Some(Some(c.meta_json()))
         })
         .flatten();
@@ -140,7 +139,7 @@ pub fn process_gone(hub: &Arc<Hub>, id: &str) {
     stop_children(hub, id, "the parent worker exited");
     let closing = hub
         .with_session(id, |s| {
-            s.subagent.as_ref().map(|c| c.lifecycle.is_closing())
+            s.subagent.as_ref().map(|c| c.lifecycle().is_closing())
         })
         .flatten();
     match closing {

@@ -12,24 +12,10 @@ use crate::util::*;
 
 const TOKEN: &str = "answer-secret";
 
-fn create(hub: &TestHub, id: &str) {
-    let res = post(
-        hub,
-        &format!("/api/sessions?token={TOKEN}"),
-        json!({"session": id}),
-    );
-    assert_eq!(res.status, 201, "{}", res.text());
-}
-
 /// One answer request on its own connection (usable from any thread).
 fn answer_at(addr: SocketAddr, session: &str, body: &str) -> Response {
-    http(
-        addr,
-        "POST",
-        &format!("/api/sessions/{session}/answer?token={TOKEN}"),
-        &[("Host".to_string(), addr.to_string())],
-        body.as_bytes(),
-    )
+    let path = format!("/api/sessions/{session}/answer?token={TOKEN}");
+    request_at(addr, "POST", &path, body.as_bytes())
 }
 
 fn answer(hub: &TestHub, session: &str, body: Value) -> Response {
@@ -50,39 +36,13 @@ fn error_of(res: &Response) -> (u16, String, String) {
     )
 }
 
-struct Worker(std::process::Child);
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn session(hub: &TestHub, id: &str) -> Value {
     hub.get(&format!("/api/sessions/{id}?token={TOKEN}")).json()["session"].clone()
 }
 
 fn model_response(hub: &TestHub, id: &str) -> Value {
-    let mut found = Value::Null;
-    let ok = wait_until(DEADLINE, || {
-        let events = hub
-            .get(&format!("/api/sessions/{id}/events?token={TOKEN}"))
-            .json()["events"]
-            .clone();
-        match events
-            .as_array()
-            .and_then(|e| e.iter().find(|e| e["event"] == "model_response"))
-        {
-            Some(e) => {
-                found = e.clone();
-                true
-            }
-            None => false,
-        }
-    });
-    assert!(ok, "no model_response");
-    found
+    let events = format!("/api/sessions/{id}/events?token={TOKEN}");
+    wait_event_at(hub, &events, |e| e["event"] == "model_response")
 }
 
 #[test]
@@ -94,8 +54,8 @@ fn pages_of_a_real_answer_from_the_built_in_worker() {
         .as_array()
         .unwrap()
         .contains(&json!("answer-pages")));
-    create(&hub, "big");
-    let mut worker = Worker(spawn_mock_worker(&hub, "big", "mock-flash"));
+    create_session_with_token(&hub, "big", TOKEN);
+    let mut worker = KillOnDrop(spawn_mock_worker(&hub, "big", "mock-flash"));
     let ok = wait_until(DEADLINE, || {
         let s = session(&hub, "big");
         s["identity"]["state"] == "live"
@@ -240,16 +200,12 @@ fn pages_of_a_real_answer_from_the_built_in_worker() {
 /// A hand-driven worker on `session`'s event route that says `ready` with
 /// `capabilities`; returns once the hub shows its identity live.
 fn fake_worker(hub: &TestHub, session: &str, worker: &str, capabilities: Value) -> Ws {
-    let token = worker_token(&hub.data_dir, session);
-    let mut ws = ws_connect(hub.addr, &format!("/agent/{session}/events?token={token}")).unwrap();
+    let mut ws = worker_events(hub, session);
     ws_read_until(&mut ws, |v| v["type"] == "signal");
     let status = json!({"active": false, "capabilities": capabilities});
     send_text(&mut ws, envelope(session, worker, 1, "ready", status));
     let ok = wait_until(DEADLINE, || {
-        let s = hub
-            .get(&format!("/api/sessions/{session}?token={TOKEN}"))
-            .json()["session"]
-            .clone();
+        let s = self::session(hub, session);
         s["identity"]["state"] == "live" && s["identity"]["worker_id"] == worker
     });
     assert!(ok, "fake worker never became live");
@@ -265,15 +221,11 @@ fn next_payload(ws: &mut Ws) -> Value {
     ws_read_until(ws, |v| v["type"] == "payload")["data"].clone()
 }
 
-fn reply(session: &str, worker: &str, seq: u64, event: &str, data: Value) -> String {
-    envelope(session, worker, seq, event, data)
-}
-
 #[test]
 fn replies_are_correlated_bounded_and_failed_on_connection_change() {
     let dir = TempDir::new("answer-correlation");
     let hub = TestHub::start(dir.path(), &["--panel-token", TOKEN]);
-    create(&hub, "fw");
+    create_session_with_token(&hub, "fw", TOKEN);
 
     // A worker without answer-pages is refused before anything is sent.
     let mut ws = fake_worker(&hub, "fw", "w-1", json!(["session-history"]));
@@ -284,7 +236,7 @@ fn replies_are_correlated_bounded_and_failed_on_connection_change() {
     );
     send_text(
         &mut ws,
-        reply(
+        envelope(
             "fw",
             "w-1",
             2,
@@ -316,7 +268,7 @@ fn replies_are_correlated_bounded_and_failed_on_connection_change() {
     // Another request id and the wrong event kind are not it.
     send_text(
         &mut ws,
-        reply(
+        envelope(
             "fw",
             "w-1",
             3,
@@ -326,7 +278,7 @@ fn replies_are_correlated_bounded_and_failed_on_connection_change() {
     );
     send_text(
         &mut ws,
-        reply(
+        envelope(
             "fw",
             "w-1",
             4,
@@ -336,7 +288,7 @@ fn replies_are_correlated_bounded_and_failed_on_connection_change() {
     );
     send_text(
         &mut ws,
-        reply(
+        envelope(
             "fw",
             "w-1",
             5,
@@ -353,7 +305,7 @@ fn replies_are_correlated_bounded_and_failed_on_connection_change() {
     let id = next_payload(&mut ws)["request_id"].clone();
     send_text(
         &mut ws,
-        reply(
+        envelope(
             "fw",
             "w-1",
             6,
@@ -387,8 +339,7 @@ fn replies_are_correlated_bounded_and_failed_on_connection_change() {
     // A new connection supersedes the old one: both queries fail at once,
     // and a reply to them on the new connection satisfies nothing.
     let started = Instant::now();
-    let token = worker_token(&hub.data_dir, "fw");
-    let mut ws2 = ws_connect(hub.addr, &format!("/agent/fw/events?token={token}")).unwrap();
+    let mut ws2 = worker_events(&hub, "fw");
     for waiter in [first, second] {
         let res = waiter.join().unwrap();
         assert_eq!(
@@ -401,11 +352,11 @@ fn replies_are_correlated_bounded_and_failed_on_connection_change() {
     assert!(started.elapsed() < Duration::from_secs(5));
     ws_read_until(&mut ws2, |v| v["type"] == "signal");
     let status = json!({"capabilities": ["answer-pages"]});
-    send_text(&mut ws2, reply("fw", "w-1", 7, "status", status));
+    send_text(&mut ws2, envelope("fw", "w-1", 7, "status", status));
     for (seq, old) in ids.iter().enumerate() {
         send_text(
             &mut ws2,
-            reply(
+            envelope(
                 "fw",
                 "w-1",
                 8 + seq as u64,
@@ -423,7 +374,7 @@ fn replies_are_correlated_bounded_and_failed_on_connection_change() {
     let id = next_payload(&mut ws2)["request_id"].clone();
     send_text(
         &mut ws2,
-        reply(
+        envelope(
             "fw",
             "w-1",
             20,
@@ -450,7 +401,7 @@ fn replies_are_correlated_bounded_and_failed_on_connection_change() {
 fn an_unanswered_query_ends_at_the_ten_second_deadline() {
     let dir = TempDir::new("answer-deadline");
     let hub = TestHub::start(dir.path(), &["--panel-token", TOKEN]);
-    create(&hub, "slow");
+    create_session_with_token(&hub, "slow", TOKEN);
     let mut ws = fake_worker(&hub, "slow", "w-slow", json!(["answer-pages"]));
     let waiter = answer_in_background(&hub, "slow", json!({"source": a_source("w-slow")}));
     next_payload(&mut ws);
@@ -472,7 +423,7 @@ fn an_unanswered_query_ends_at_the_ten_second_deadline() {
     let id = next_payload(&mut ws)["request_id"].clone();
     send_text(
         &mut ws,
-        reply("slow", "w-slow", 2, "answer", json!({"request_id": id})),
+        envelope("slow", "w-slow", 2, "answer", json!({"request_id": id})),
     );
     assert_eq!(waiter.join().unwrap().status, 200);
 }

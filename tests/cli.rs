@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::util::{signal, wait_exit, wait_until, TempDir, TestHub, BIN, DEADLINE};
+use crate::util::{
+    closed_by_peer, hub_with, integrity_check, session_ids, signal, wait_exit, wait_until, TempDir,
+    TestHub, BIN, DEADLINE,
+};
 
 fn run(args: &[&str], home: &std::path::Path) -> Output {
     let mut child = Command::new(BIN)
@@ -207,21 +210,10 @@ fn a_killed_hub_keeps_every_acknowledged_session() {
         assert_eq!(res.status, 201);
         acknowledged.push(id);
     }
-    signal(hub.child.id(), libc::SIGKILL);
-    wait_exit(&mut hub.child, DEADLINE).unwrap();
-    let conn = rusqlite::Connection::open(dir.path().join("hub.db")).unwrap();
-    let check: String = conn
-        .query_row("PRAGMA integrity_check", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(check, "ok");
-    drop(conn);
+    hub.kill9();
+    assert_eq!(integrity_check(dir.path()), "ok");
     let hub = TestHub::start(dir.path(), &[]);
-    let ids: Vec<String> = hub.get("/api/sessions").json()["sessions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["session_id"].as_str().unwrap().to_string())
-        .collect();
+    let ids = session_ids(&hub);
     for id in &acknowledged {
         assert!(ids.contains(id), "{id} lost");
     }
@@ -256,18 +248,12 @@ fn mock_worker_parses_its_arguments() {
     assert!(stderr(&out).contains("--config"));
 }
 
-fn hub_with_http_limits(dir: &TempDir, http: serde_json::Value) -> TestHub {
-    let cfg = dir.path().join("limits.jsonc");
-    std::fs::write(&cfg, json!({ "http": http }).to_string()).unwrap();
-    TestHub::start(dir.path(), &["-c", cfg.to_str().unwrap()])
-}
-
 #[test]
 fn idle_connections_cannot_exhaust_threads() {
     let dir = TempDir::new("slowloris");
-    let hub = hub_with_http_limits(
+    let hub = hub_with(
         &dir,
-        json!({"maxConnections": 16, "idleTimeoutMs": 60000, "requestTimeoutMs": 60000}),
+        json!({"http": {"maxConnections": 16, "idleTimeoutMs": 60000, "requestTimeoutMs": 60000}}),
     );
     let baseline = hub.threads();
     let mut idle = Vec::new();
@@ -279,7 +265,16 @@ fn idle_connections_cannot_exhaust_threads() {
     }
     // Some of them got 503 and were closed; threads stay within the cap.
     assert!(wait_until(DEADLINE, || hub.threads() <= baseline + 16));
-    std::thread::sleep(Duration::from_millis(200));
+    // Once every connection over the cap has been refused and closed, the
+    // hub has decided about all 60, so no thread is still to come for them.
+    let mut ended = vec![false; idle.len()];
+    let refused = wait_until(DEADLINE, || {
+        for (s, ended) in idle.iter_mut().zip(ended.iter_mut()) {
+            *ended = *ended || closed_by_peer(s);
+        }
+        ended.iter().filter(|e| **e).count() >= idle.len() - 16
+    });
+    assert!(refused, "connections over the cap were kept: {ended:?}");
     assert!(
         hub.threads() <= baseline + 16,
         "threads {} > {} + 16",
@@ -295,9 +290,9 @@ fn idle_connections_cannot_exhaust_threads() {
 #[test]
 fn a_trickling_client_is_cut_at_the_request_deadline() {
     let dir = TempDir::new("trickle");
-    let hub = hub_with_http_limits(
+    let hub = hub_with(
         &dir,
-        json!({"idleTimeoutMs": 400, "requestTimeoutMs": 1000}),
+        json!({"http": {"idleTimeoutMs": 400, "requestTimeoutMs": 1000}}),
     );
     let mut s = TcpStream::connect(hub.addr).unwrap();
     s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
@@ -321,6 +316,8 @@ fn a_trickling_client_is_cut_at_the_request_deadline() {
             }
             Err(_) => {}
         }
+        // The trickle under test: one byte every 150 ms, never idle for
+        // the 400 ms idle timeout, so only the request deadline can end it.
         std::thread::sleep(Duration::from_millis(150));
         if start.elapsed() > Duration::from_secs(15) {
             break;
@@ -338,7 +335,7 @@ fn a_trickling_client_is_cut_at_the_request_deadline() {
 #[test]
 fn oversized_headers_get_431_and_memory_stays_flat() {
     let dir = TempDir::new("headers");
-    let hub = hub_with_http_limits(&dir, json!({}));
+    let hub = hub_with(&dir, json!({"http": {}}));
     let rss_before = hub.rss_kib();
     let mut s = TcpStream::connect(hub.addr).unwrap();
     s.set_read_timeout(Some(DEADLINE)).unwrap();

@@ -9,24 +9,6 @@ use serde_json::{json, Value};
 
 use crate::util::*;
 
-fn text(raw: &str) -> Value {
-    json!({"content": [{"type": "text", "modality": "text", "raw": raw}]})
-}
-
-fn panel(hub: &TestHub) -> Ws {
-    let mut ws = ws_connect(hub.addr, "/panel/ws").unwrap();
-    ws_read_until(&mut ws, |v| v["type"] == "welcome");
-    ws
-}
-
-fn send(ws: &mut Ws, msg: Value) {
-    send_text(ws, msg.to_string());
-}
-
-fn next_of(ws: &mut Ws, kind: &str) -> Value {
-    ws_read_until(ws, |v| v["type"] == kind)
-}
-
 fn request(hub: &TestHub, method: &str, path: &str, body: Option<Value>) -> Response {
     let body = body.map(|b| b.to_string()).unwrap_or_default();
     hub.request(method, path, &[], body.as_bytes())
@@ -52,14 +34,11 @@ fn expect_refusals(hub: &TestHub, cases: &[Refused]) {
 /// Starts a supervised parent session `p` and has its worker fork one
 /// child; returns the child's id once it is ready and connected.
 fn fork_child(hub: &TestHub) -> String {
-    assert_eq!(
-        post(hub, "/api/sessions", json!({"session": "p"})).status,
-        201
-    );
+    create_session(hub, "p");
     let started = post(hub, "/api/sessions/p/start", json!({}));
     assert_eq!(started.status, 200, "{}", started.text());
     wait_session(hub, "p", |s| s["identity"]["state"] == "live");
-    let res = post(hub, "/api/sessions/p/input", text("/fork"));
+    let res = post(hub, "/api/sessions/p/input", text_content("/fork"));
     assert_eq!(res.status, 202, "{}", res.text());
     let mut child = String::new();
     let ok = wait_until(DEADLINE, || {
@@ -84,7 +63,7 @@ fn send_to_child(hub: &TestHub, child: &str, raw: &str) {
     let res = post(
         hub,
         "/api/sessions/p/input",
-        text(&format!("/send {child} {raw}")),
+        text_content(&format!("/send {child} {raw}")),
     );
     assert_eq!(res.status, 202, "{}", res.text());
 }
@@ -130,7 +109,7 @@ fn headless_sessions_refuse_direct_control_on_both_apis() {
     let restricted: Vec<(&str, String, Option<Value>)> = vec![
         ("GET", format!("{base}/events"), None),
         ("GET", format!("{base}/events?since=0&limit=5"), None),
-        ("POST", format!("{base}/input"), Some(text("hello"))),
+        ("POST", format!("{base}/input"), Some(text_content("hello"))),
         (
             "POST",
             format!("{base}/input"),
@@ -195,7 +174,7 @@ fn headless_sessions_refuse_direct_control_on_both_apis() {
         json!({"v": 1, "type": "create_session", "session": child, "spec": {"model": "m"}}),
     ];
     for msg in messages {
-        send(&mut ws, msg.clone());
+        send_json(&mut ws, msg.clone());
         let err = next_of(&mut ws, "error");
         assert_eq!(err["error"], "headless_restricted", "{msg} -> {err}");
         let echoed = msg
@@ -210,17 +189,17 @@ fn headless_sessions_refuse_direct_control_on_both_apis() {
     }
     // Confirmations stay answerable (this one is simply not open), and an
     // unsubscribe or a listing is harmless.
-    send(
+    send_json(
         &mut ws,
         json!({"v": 1, "type": "confirmation", "session": child, "confirmation_id": "nope",
                "decision": "approved", "request_id": "r-cf"}),
     );
     assert_eq!(next_of(&mut ws, "error")["error"], "unknown_confirmation");
-    send(
+    send_json(
         &mut ws,
         json!({"v": 1, "type": "unsubscribe", "session": child}),
     );
-    send(&mut ws, json!({"v": 1, "type": "list_sessions"}));
+    send_json(&mut ws, json!({"v": 1, "type": "list_sessions"}));
     let listed = next_of(&mut ws, "sessions")["sessions"].clone();
     assert!(listed
         .as_array()
@@ -266,7 +245,7 @@ fn operator_policy_answers_new_child_confirmations() {
     assert_eq!(closed["confirmation"]["decision"], "denied");
 
     // approve (panel): accepted, and the next request is approved.
-    send(
+    send_json(
         &mut ws,
         json!({"v": 1, "type": "subagent_policy", "session": child, "policy": "approve",
                "request_id": "pol-1"}),
@@ -284,7 +263,7 @@ fn operator_policy_answers_new_child_confirmations() {
 
     // ask: the prompt stays open for operators, on every panel, and a
     // later policy change does not answer it.
-    send(
+    send_json(
         &mut ws,
         json!({"v": 1, "type": "subagent_policy", "session": child, "policy": "ask"}),
     );
@@ -304,7 +283,22 @@ fn operator_policy_answers_new_child_confirmations() {
         post(&hub, &policy_path, json!({"policy": "approve"})).status,
         200
     );
-    std::thread::sleep(std::time::Duration::from_millis(600));
+    // Every panel is told of the change; until then no frame closed the
+    // prompt, and the description told shows it still open.
+    let mut closed = None;
+    let told = ws_read_until(&mut ws, |v| {
+        if v["type"] == "confirmation"
+            && v["confirmation"]["confirmation_id"] == cid.as_str()
+            && v["open"] == false
+        {
+            closed = Some(v.clone());
+        }
+        v["type"] == "session"
+            && v["session"]["session_id"] == child.as_str()
+            && v["session"]["subagent"]["policy"] == "approve"
+    });
+    assert_eq!(closed, None, "the policy change answered an open prompt");
+    assert_eq!(told["session"]["subagent"]["pending_approvals"], 1);
     let desc = hub.get(&format!("/api/sessions/{child}")).json()["session"].clone();
     let prompt = desc["confirmations"]
         .as_array()
@@ -316,7 +310,7 @@ fn operator_policy_answers_new_child_confirmations() {
     assert_eq!(prompt["state"], "awaiting-decision");
     assert_eq!(desc["subagent"]["pending_approvals"], 1);
     // The operator answers it individually.
-    send(
+    send_json(
         &mut ws,
         json!({"v": 1, "type": "confirmation", "session": child, "confirmation_id": cid,
                "decision": "denied", "request_id": "cf-1"}),
@@ -410,7 +404,7 @@ fn policy_requests_are_validated() {
             "unknown_session",
         ),
     ] {
-        send(&mut ws, msg.clone());
+        send_json(&mut ws, msg.clone());
         let err = next_of(&mut ws, "error");
         assert_eq!(err["error"], code, "{msg} -> {err}");
         if let Some(id) = msg.get("request_id") {
@@ -549,7 +543,7 @@ fn recovery_routes_report_and_refuse() {
     let res = post(
         &hub,
         "/api/sessions/p/input",
-        text(&format!("/stop-child {child}")),
+        text_content(&format!("/stop-child {child}")),
     );
     assert_eq!(res.status, 202);
     let removed = ws_read_until(&mut ws, |v| {

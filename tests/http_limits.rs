@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use tiny_http::{Request, Response, Server, ServerHandle, ServerLimits};
 
+use crate::util::{proc_status_field, read_head, thread_names_of, wait_for};
+
 /// Read/write timeout of every test socket: a hung server fails the test
 /// instead of hanging it.
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -55,19 +57,7 @@ fn connect(server: &ServerHandle) -> TcpStream {
 /// Reads one response: the head byte by byte (never past it), then a body of
 /// `Content-Length` bytes (none without that header).
 fn read_response(stream: &mut TcpStream) -> io::Result<(String, Vec<u8>)> {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        if stream.read(&mut byte)? == 0 {
-            return Err(io::Error::new(
-                ErrorKind::UnexpectedEof,
-                format!("EOF after {:?}", String::from_utf8_lossy(&head)),
-            ));
-        }
-        head.push(byte[0]);
-        assert!(head.len() < 64 * 1024, "response head too long");
-    }
-    let head = String::from_utf8(head).unwrap();
+    let head = read_head(stream)?;
     let length = head
         .lines()
         .filter_map(|l| l.split_once(':'))
@@ -81,15 +71,6 @@ fn read_response(stream: &mut TcpStream) -> io::Result<(String, Vec<u8>)> {
 fn get(stream: &mut TcpStream, path: &str) -> (String, Vec<u8>) {
     write!(stream, "GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").unwrap();
     read_response(stream).unwrap()
-}
-
-/// Polls `cond` every 10 ms until it holds; panics after `timeout`.
-fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        thread::sleep(Duration::from_millis(10));
-    }
 }
 
 /// Reads until the server closes the connection (EOF or reset); returns what
@@ -151,13 +132,8 @@ fn drip_until_closed(
 }
 
 fn proc_status(field: &str) -> usize {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.split_whitespace().next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/self/status"))
+    proc_status_field(std::process::id(), field)
+        .unwrap_or_else(|| panic!("no {field} in /proc/self/status")) as usize
 }
 
 fn thread_count() -> usize {
@@ -167,10 +143,9 @@ fn thread_count() -> usize {
 /// Threads of this process named like the fork's server threads. Unlike the
 /// total (`Threads:`), other test modules running in parallel cannot move it.
 fn server_thread_count() -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .unwrap()
-        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-        .filter(|name| matches!(name.trim_end(), "http-accept" | "http-conn"))
+    thread_names_of(std::process::id())
+        .iter()
+        .filter(|name| matches!(name.as_str(), "http-accept" | "http-conn"))
         .count()
 }
 
@@ -247,7 +222,7 @@ fn huge_header_stream_is_cut_off_without_buffering() {
         assert!(got_431, "got {:?}", String::from_utf8_lossy(&received));
     }
 
-    wait_until("connection thread to end", IO_TIMEOUT, || {
+    wait_for("connection thread to end", IO_TIMEOUT, || {
         server.active_connections() == 0
     });
     let grown_kib = rss_kib().saturating_sub(rss_before);
@@ -301,7 +276,7 @@ fn connection_limit_answers_503_then_recovers() {
     );
 
     let idle: Vec<TcpStream> = (0..2).map(|_| connect(&server)).collect();
-    wait_until("2 active connections", IO_TIMEOUT, || {
+    wait_for("2 active connections", IO_TIMEOUT, || {
         server.active_connections() == 2
     });
 
@@ -312,7 +287,7 @@ fn connection_limit_answers_503_then_recovers() {
     assert_eq!(server.active_connections(), 2);
 
     drop(idle);
-    wait_until("idle connections to end", IO_TIMEOUT, || {
+    wait_for("idle connections to end", IO_TIMEOUT, || {
         server.active_connections() == 0
     });
     let mut client = connect(&server);
@@ -347,7 +322,7 @@ fn slow_request_head_is_cut_at_deadline() {
     assert!(elapsed < Duration::from_secs(5));
     let text = String::from_utf8_lossy(&received);
     assert!(text.starts_with("HTTP/1.1 408 "), "got {text:?}");
-    wait_until("connection thread to end", IO_TIMEOUT, || {
+    wait_for("connection thread to end", IO_TIMEOUT, || {
         server.active_connections() == 0
     });
 }
@@ -426,7 +401,7 @@ fn slow_body_is_cut_at_deadline() {
     assert!(rx.try_recv().is_err(), "the handler must not be called");
     let text = String::from_utf8_lossy(&received);
     assert!(text.starts_with("HTTP/1.1 408 "), "got {text:?}");
-    wait_until("connection threads to end", IO_TIMEOUT, || {
+    wait_for("connection threads to end", IO_TIMEOUT, || {
         server.active_connections() == 0
     });
 }
@@ -450,7 +425,8 @@ fn keep_alive_deadline_is_per_request() {
     assert!(head.starts_with("HTTP/1.1 200 "), "got {head:?}");
     assert_eq!(body, b"ok");
 
-    // longer than request_timeout, well under idle_timeout
+    // The idle gap under test: longer than request_timeout, well under
+    // idle_timeout (a sleep on purpose, not a wait for the server).
     let gap = request_timeout * 2;
     assert!(gap * 2 < idle_timeout);
     thread::sleep(gap);
@@ -510,7 +486,7 @@ fn upgrade_raw_hands_over_socket_and_frees_slot() {
     upgraded.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
 
     // the connection thread ends and releases the only slot...
-    wait_until(
+    wait_for(
         "the upgraded connection to leave the count",
         IO_TIMEOUT,
         || server.active_connections() == 0,
@@ -548,7 +524,7 @@ fn upgrade_raw_outside_serve_with_limits_is_unsupported() {
 fn shutdown_is_prompt_and_threads_return_to_baseline() {
     let _serial = serial();
     // server threads left by earlier tests end once their clients are gone
-    wait_until("earlier server threads to end", IO_TIMEOUT, || {
+    wait_for("earlier server threads to end", IO_TIMEOUT, || {
         server_thread_count() == 0
     });
     let baseline = thread_count();
@@ -578,15 +554,15 @@ fn shutdown_is_prompt_and_threads_return_to_baseline() {
     assert!(head.starts_with("HTTP/1.1 200 "), "got {head:?}");
 
     drop(clients);
-    wait_until("connection threads to end", IO_TIMEOUT, || {
+    wait_for("connection threads to end", IO_TIMEOUT, || {
         server.active_connections() == 0
     });
-    wait_until("server threads to end", IO_TIMEOUT, || {
+    wait_for("server threads to end", IO_TIMEOUT, || {
         server_thread_count() == 0
     });
     // The process total is shared with tests of other modules running in
     // parallel (their helper threads come and go), so it gets a margin.
-    wait_until("thread count back near its baseline", IO_TIMEOUT, || {
+    wait_for("thread count back near its baseline", IO_TIMEOUT, || {
         thread_count() <= baseline + 2
     });
     drop(server); // second shutdown is a no-op

@@ -5,40 +5,16 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::util::*;
-
-fn panel(hub: &TestHub) -> Ws {
-    ws_connect(hub.addr, "/panel/ws").unwrap()
-}
-
-fn send(ws: &mut Ws, msg: Value) {
-    send_text(ws, msg.to_string());
-}
-
-fn next_of(ws: &mut Ws, kind: &str) -> Value {
-    ws_read_until(ws, |v| v["type"] == kind)
-}
-
-fn worker_events(hub: &TestHub, id: &str) -> Ws {
-    let token = worker_token(&hub.data_dir, id);
-    ws_connect(hub.addr, &format!("/agent/{id}/events?token={token}")).unwrap()
-}
-
-fn create(hub: &TestHub, id: &str) {
-    assert_eq!(
-        post(hub, "/api/sessions", json!({"session": id})).status,
-        201
-    );
-}
 
 #[test]
 fn welcome_ping_and_error_codes() {
     let dir = TempDir::new("panel-basic");
     let hub = TestHub::start(dir.path(), &[]);
-    create(&hub, "one");
-    let mut ws = panel(&hub);
+    create_session(&hub, "one");
+    let mut ws = panel_connect(&hub);
     let welcome = next_of(&mut ws, "welcome");
     assert_eq!(welcome["v"], 1);
     assert_eq!(
@@ -46,7 +22,7 @@ fn welcome_ping_and_error_codes() {
         hub.get("/api/meta").json()["transcript_epoch"]
     );
     assert_eq!(welcome["sessions"][0]["session_id"], "one");
-    send(&mut ws, json!({"v": 1, "type": "ping"}));
+    send_json(&mut ws, json!({"v": 1, "type": "ping"}));
     assert!(next_of(&mut ws, "pong")["at"].is_string());
     for (frame, code) in [
         ("not json".to_string(), "bad_json"),
@@ -72,10 +48,10 @@ fn welcome_ping_and_error_codes() {
         .unwrap();
     assert_eq!(next_of(&mut ws, "error")["error"], "binary_not_supported");
     // Unknown types are ignored; unknown fields are tolerated.
-    send(&mut ws, json!({"v": 1, "type": "from_the_future"}));
-    send(&mut ws, json!({"v": 1, "type": "ping", "extra": {"x": 1}}));
+    send_json(&mut ws, json!({"v": 1, "type": "from_the_future"}));
+    send_json(&mut ws, json!({"v": 1, "type": "ping", "extra": {"x": 1}}));
     assert_eq!(next_of(&mut ws, "pong")["v"], 1);
-    send(&mut ws, json!({"v": 1, "type": "list_sessions"}));
+    send_json(&mut ws, json!({"v": 1, "type": "list_sessions"}));
     assert_eq!(
         next_of(&mut ws, "sessions")["sessions"]
             .as_array()
@@ -89,17 +65,17 @@ fn welcome_ping_and_error_codes() {
 fn sessions_are_created_and_removed_for_every_panel() {
     let dir = TempDir::new("panel-crud");
     let hub = TestHub::start(dir.path(), &[]);
-    let mut a = panel(&hub);
-    let mut b = panel(&hub);
+    let mut a = panel_connect(&hub);
+    let mut b = panel_connect(&hub);
     next_of(&mut a, "welcome");
     next_of(&mut b, "welcome");
-    send(
+    send_json(
         &mut a,
         json!({"v": 1, "type": "create_session", "session": "s1", "spec": {"model": "m"}}),
     );
     assert_eq!(next_of(&mut a, "created")["session"]["session_id"], "s1");
     assert_eq!(next_of(&mut b, "session")["session"]["session_id"], "s1");
-    send(
+    send_json(
         &mut b,
         json!({"v": 1, "type": "delete_session", "session": "s1"}),
     );
@@ -144,7 +120,7 @@ fn origin_and_token_are_checked_on_upgrade() {
 fn live_events_requests_and_legacy_replay() {
     let dir = TempDir::new("panel-live");
     let hub = TestHub::start(dir.path(), &[]);
-    create(&hub, "s");
+    create_session(&hub, "s");
     let mut worker = worker_events(&hub, "s");
     for seq in 1..=3 {
         send_text(
@@ -154,8 +130,7 @@ fn live_events_requests_and_legacy_replay() {
     }
     wait_session(&hub, "s", |s| s["stats"]["events"] == 3);
     let mut ws = panel(&hub);
-    next_of(&mut ws, "welcome");
-    send(
+    send_json(
         &mut ws,
         json!({"v": 1, "type": "subscribe", "session": "s", "since": 1}),
     );
@@ -186,7 +161,7 @@ fn live_events_requests_and_legacy_replay() {
     assert_eq!(ev["hub_seq"], 4);
     assert_eq!(ev["envelope"]["event"], "model_response");
     // Input through the panel socket: accepted, then request state changes.
-    send(
+    send_json(
         &mut ws,
         json!({"v": 1, "type": "input", "session": "s", "request_id": "r-1", "content": [{"type": "text", "modality": "text", "raw": "hi"}]}),
     );
@@ -207,14 +182,14 @@ fn live_events_requests_and_legacy_replay() {
     assert_eq!(req["request"]["request_id"], "r-1");
     admitted["sequence"] = json!(6);
     // Unsubscribe stops live events for that session.
-    send(
+    send_json(
         &mut ws,
         json!({"v": 1, "type": "unsubscribe", "session": "s"}),
     );
-    send(&mut ws, json!({"v": 1, "type": "ping"}));
+    send_json(&mut ws, json!({"v": 1, "type": "ping"}));
     next_of(&mut ws, "pong");
     send_text(&mut worker, envelope("s", "w", 7, "status", json!({})));
-    send(&mut ws, json!({"v": 1, "type": "ping"}));
+    send_json(&mut ws, json!({"v": 1, "type": "ping"}));
     let next = ws_read_until(&mut ws, |v| v["type"] == "pong" || v["type"] == "event");
     assert_eq!(next["type"], "pong", "event delivered after unsubscribe");
     // Closing the worker tells the panels (session updates go to everyone).
@@ -229,7 +204,7 @@ fn live_events_requests_and_legacy_replay() {
 fn paged_replay_of_a_large_transcript_is_complete_and_ordered_with_live_events() {
     let dir = TempDir::new("panel-paged");
     let hub = TestHub::start(dir.path(), &[]);
-    create(&hub, "big");
+    create_session(&hub, "big");
     let mut worker = worker_events(&hub, "big");
     let pad = "p".repeat(60 * 1024);
     for seq in 1..=100 {
@@ -246,8 +221,7 @@ fn paged_replay_of_a_large_transcript_is_complete_and_ordered_with_live_events()
     }
     wait_session(&hub, "big", |s| s["stats"]["events"] == 100);
     let mut ws = panel(&hub);
-    next_of(&mut ws, "welcome");
-    send(
+    send_json(
         &mut ws,
         json!({"v": 1, "type": "subscribe", "session": "big", "paged": true, "replace": true, "request_id": "q1"}),
     );
@@ -258,6 +232,7 @@ fn paged_replay_of_a_large_transcript_is_complete_and_ordered_with_live_events()
                 &mut worker,
                 envelope("big", "w", seq, "status", json!({"n": seq})),
             );
+            // paced on purpose, so live events interleave with the pages
             std::thread::sleep(Duration::from_millis(5));
         }
         worker
@@ -314,20 +289,18 @@ fn paged_replay_of_a_large_transcript_is_complete_and_ordered_with_live_events()
 fn confirmations_reach_every_panel_and_can_be_answered_there() {
     let dir = TempDir::new("panel-confirm");
     let hub = TestHub::start(dir.path(), &[]);
-    create(&hub, "work");
-    create(&hub, "other");
-    let token = worker_token(&hub.data_dir, "work");
+    create_session(&hub, "work");
+    create_session(&hub, "other");
     let mut worker = worker_events(&hub, "work");
     send_text(&mut worker, envelope("work", "w", 1, "ready", json!({})));
     wait_session(&hub, "work", |s| s["identity"]["state"] == "live");
     let mut ws = panel(&hub);
-    next_of(&mut ws, "welcome");
-    send(
+    send_json(
         &mut ws,
         json!({"v": 1, "type": "subscribe", "session": "other"}),
     );
     next_of(&mut ws, "subscribed");
-    let mut prompt = ws_connect(hub.addr, &format!("/agent/work/confirm?token={token}")).unwrap();
+    let mut prompt = worker_confirm(&hub, "work");
     let request = json!({"type": "confirmation_request", "data": {
         "worker_id": "w", "session_id": "work", "run_id": "r", "confirmation_id": "cf-1",
         "call": {"id": "c", "name": "run_command", "type": "serial_write", "security": "require_confirm", "arguments": {"command": "ls"}},
@@ -339,7 +312,7 @@ fn confirmations_reach_every_panel_and_can_be_answered_there() {
             && v["confirmation"]["state"] == "awaiting-decision"
     });
     assert_eq!(opened["session"], "work");
-    send(
+    send_json(
         &mut ws,
         json!({"v": 1, "type": "confirmation", "session": "work", "confirmation_id": "cf-1", "decision": "approved", "request_id": "a-1"}),
     );
@@ -347,7 +320,7 @@ fn confirmations_reach_every_panel_and_can_be_answered_there() {
     assert_eq!(accepted["request_id"], "a-1");
     let answer = ws_read_until(&mut prompt, |v| v["type"] == "confirmation_response");
     assert_eq!(answer["data"]["decision"], "approved");
-    send(
+    send_json(
         &mut ws,
         json!({"v": 1, "type": "confirmation", "session": "work", "confirmation_id": "cf-1", "decision": "denied"}),
     );
@@ -363,22 +336,19 @@ fn confirmations_reach_every_panel_and_can_be_answered_there() {
 fn a_paused_panel_is_cut_at_the_budget_and_nothing_else_suffers() {
     let dir = TempDir::new("panel-budget");
     let hub = TestHub::start(dir.path(), &[]);
-    create(&hub, "flood");
-    let token = worker_token(&hub.data_dir, "flood");
+    create_session(&hub, "flood");
     let mut worker = worker_events(&hub, "flood");
     send_text(&mut worker, envelope("flood", "w", 1, "ready", json!({})));
     wait_session(&hub, "flood", |s| s["identity"]["state"] == "live");
     // The paused panel subscribes, then never reads again.
     let mut paused = panel(&hub);
-    next_of(&mut paused, "welcome");
-    send(
+    send_json(
         &mut paused,
         json!({"v": 1, "type": "subscribe", "session": "flood"}),
     );
     next_of(&mut paused, "subscribed");
     let mut healthy = panel(&hub);
-    next_of(&mut healthy, "welcome");
-    send(
+    send_json(
         &mut healthy,
         json!({"v": 1, "type": "subscribe", "session": "flood"}),
     );
@@ -415,7 +385,7 @@ fn a_paused_panel_is_cut_at_the_budget_and_nothing_else_suffers() {
         hub.log_text()
     );
     // A confirmation is still answered while the paused panel is gone.
-    let mut prompt = ws_connect(hub.addr, &format!("/agent/flood/confirm?token={token}")).unwrap();
+    let mut prompt = worker_confirm(&hub, "flood");
     let request = json!({"type": "confirmation_request", "data": {
         "worker_id": "w", "session_id": "flood", "run_id": "r", "confirmation_id": "after",
         "call": {"id": "c", "name": "x", "type": "read_only", "security": "require_confirm", "arguments": {}},
@@ -450,9 +420,7 @@ fn idle_panels_hold_no_thread_and_disconnects_return_to_baseline() {
     let fd_baseline = hub.fds();
     let mut sockets = Vec::new();
     for _ in 0..50 {
-        let mut ws = panel(&hub);
-        next_of(&mut ws, "welcome");
-        sockets.push(ws);
+        sockets.push(panel(&hub));
     }
     // Idle sockets wait in the one poll thread; their writers exit idle.
     assert!(
@@ -462,7 +430,7 @@ fn idle_panels_hold_no_thread_and_disconnects_return_to_baseline() {
     );
     // Every one of them is still served.
     for ws in &mut sockets {
-        send(ws, json!({"v": 1, "type": "ping"}));
+        send_json(ws, json!({"v": 1, "type": "ping"}));
     }
     for ws in &mut sockets {
         next_of(ws, "pong");
@@ -484,12 +452,12 @@ fn idle_panels_hold_no_thread_and_disconnects_return_to_baseline() {
 fn transcript_epoch_changes_across_a_restart() {
     let dir = TempDir::new("panel-epoch");
     let mut hub = TestHub::start(dir.path(), &[]);
-    let mut ws = panel(&hub);
+    let mut ws = panel_connect(&hub);
     let first = next_of(&mut ws, "welcome")["hub"]["transcript_epoch"].clone();
     drop(ws);
     assert_eq!(hub.terminate().code(), Some(0));
     let hub = TestHub::start(dir.path(), &[]);
-    let mut ws = panel(&hub);
+    let mut ws = panel_connect(&hub);
     let second = next_of(&mut ws, "welcome")["hub"]["transcript_epoch"].clone();
     assert!(first.is_string() && second.is_string());
     assert_ne!(first, second);
@@ -499,15 +467,14 @@ fn transcript_epoch_changes_across_a_restart() {
 fn worker_actions_and_logs_over_the_socket() {
     let dir = TempDir::new("panel-worker");
     let hub = TestHub::start(dir.path(), &[]);
-    create(&hub, "w");
+    create_session(&hub, "w");
     let mut ws = panel(&hub);
-    next_of(&mut ws, "welcome");
-    send(
+    send_json(
         &mut ws,
         json!({"v": 1, "type": "subscribe", "session": "w"}),
     );
     next_of(&mut ws, "subscribed");
-    send(
+    send_json(
         &mut ws,
         json!({"v": 1, "type": "worker", "session": "w", "action": "start"}),
     );
@@ -518,25 +485,25 @@ fn worker_actions_and_logs_over_the_socket() {
     assert_eq!(accepted["action"], "start");
     assert_eq!(accepted["result"]["ok"], true);
     wait_session(&hub, "w", |s| s["identity"]["state"] == "live");
-    send(
+    send_json(
         &mut ws,
         json!({"v": 1, "type": "logs", "session": "w", "limit": 10}),
     );
     let logs = next_of(&mut ws, "logs");
     assert!(logs["lines"].is_array());
-    send(
+    send_json(
         &mut ws,
         json!({"v": 1, "type": "status_snapshot", "session": "w"}),
     );
     let snap = next_of(&mut ws, "snapshot");
     assert_eq!(snap["session"]["session_id"], "w");
-    send(
+    send_json(
         &mut ws,
         json!({"v": 1, "type": "worker", "session": "w", "action": "start"}),
     );
     let refused = next_of(&mut ws, "error");
     assert_eq!(refused["error"], "worker_action_failed");
-    send(
+    send_json(
         &mut ws,
         json!({"v": 1, "type": "worker", "session": "w", "action": "stop"}),
     );
@@ -550,14 +517,13 @@ fn worker_actions_and_logs_over_the_socket() {
 fn welcome_shares_512_kib_across_all_approval_previews() {
     let dir = TempDir::new("panel-share");
     let hub = TestHub::start(dir.path(), &[]);
-    create(&hub, "many");
-    let token = worker_token(&hub.data_dir, "many");
+    create_session(&hub, "many");
     let mut worker = worker_events(&hub, "many");
     send_text(&mut worker, envelope("many", "w", 1, "ready", json!({})));
     wait_session(&hub, "many", |s| s["identity"]["state"] == "live");
     let mut prompts = Vec::new();
     for i in 0..12 {
-        let mut ws = ws_connect(hub.addr, &format!("/agent/many/confirm?token={token}")).unwrap();
+        let mut ws = worker_confirm(&hub, "many");
         let request = json!({"type": "confirmation_request", "data": {
             "worker_id": "w", "session_id": "many", "run_id": "r", "confirmation_id": format!("p{i}"),
             "call": {"id": "c", "name": "write", "type": "serial_write", "security": "require_confirm",
@@ -569,7 +535,7 @@ fn welcome_shares_512_kib_across_all_approval_previews() {
     wait_session(&hub, "many", |s| {
         s["confirmations"].as_array().unwrap().len() == 12
     });
-    let mut ws = panel(&hub);
+    let mut ws = panel_connect(&hub);
     let welcome = next_of(&mut ws, "welcome");
     let open = welcome["sessions"][0]["confirmations"].as_array().unwrap();
     assert_eq!(open.len(), 12);
@@ -599,12 +565,10 @@ fn welcome_shares_512_kib_across_all_approval_previews() {
 fn a_held_prompt_becoming_decidable_is_announced_to_panels() {
     let dir = TempDir::new("panel-hold");
     let hub = TestHub::start(dir.path(), &[]);
-    create(&hub, "h");
-    let token = worker_token(&hub.data_dir, "h");
+    create_session(&hub, "h");
     let mut ws = panel(&hub);
-    next_of(&mut ws, "welcome");
     // The confirmation arrives before any event connection names a worker.
-    let mut prompt = ws_connect(hub.addr, &format!("/agent/h/confirm?token={token}")).unwrap();
+    let mut prompt = worker_confirm(&hub, "h");
     let request = json!({"type": "confirmation_request", "data": {
         "worker_id": "w", "session_id": "h", "run_id": "r", "confirmation_id": "held",
         "call": {"id": "c", "name": "x", "type": "read_only", "security": "require_confirm", "arguments": {}},

@@ -9,21 +9,14 @@ use serde_json::{json, Value};
 
 use crate::util::*;
 
-fn hub_with(dir: &TempDir, config: Value) -> TestHub {
-    let path = dir.path().join("hub.test.jsonc");
-    std::fs::write(&path, config.to_string()).unwrap();
-    TestHub::start(dir.path(), &["-c", path.to_str().unwrap()])
-}
-
 fn default_config() -> Value {
     json!({"worker": {"stopTimeoutMs": 3000, "sigtermGraceMs": 2000, "sigkillGraceMs": 3000}})
 }
 
 /// Creates `id` and starts its hub-supervised built-in worker.
 fn start_parent(hub: &TestHub, id: &str) {
-    let res = post(hub, "/api/sessions", json!({"session": id}));
-    assert_eq!(res.status, 201, "{}", res.text());
-    let res = hub.request("POST", &format!("/api/sessions/{id}/start"), &[], b"");
+    create_session(hub, id);
+    let res = action(hub, id, "start");
     assert!(res.status < 300, "{}", res.text());
     wait_session(hub, id, |s| s["identity"]["state"] == "live");
 }
@@ -34,7 +27,7 @@ fn run_tools(hub: &TestHub, session: &str, text: &str) -> Vec<String> {
     let res = post(
         hub,
         &format!("/api/sessions/{session}/input"),
-        json!({"content": [{"type": "text", "modality": "text", "raw": text}]}),
+        text_content(text),
     );
     assert_eq!(res.status, 202, "{}", res.text());
     let request_id = res.json()["request_id"].as_str().unwrap().to_string();
@@ -80,21 +73,30 @@ fn fork(hub: &TestHub, parent: &str) -> String {
     id
 }
 
+/// Polls `parent`'s `/receive <child>` until the child's request
+/// `request_id` is finished; returns that result.
+#[track_caller]
+fn wait_request_finished(hub: &TestHub, parent: &str, child: &str, request_id: &str) -> Value {
+    let mut last = Value::Null;
+    let done = wait_until(DEADLINE, || {
+        let lines = run_tools(hub, parent, &format!("/receive {child}"));
+        last = succeeded(&lines[0], "subagent/receive");
+        last["requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["request_id"] == request_id && r["state"] == "finished")
+    });
+    assert!(done, "the child's request never finished: {last:#}");
+    last
+}
+
 /// Starts `parent`'s worker and forks one child that became ready.
 fn ready_child(hub: &TestHub, parent: &str) -> String {
     start_parent(hub, parent);
     let child = fork(hub, parent);
     wait_session(hub, &child, |s| s["subagent"]["lifecycle"] == "ready");
     child
-}
-
-fn listed(hub: &TestHub) -> Vec<String> {
-    hub.get("/api/sessions").json()["sessions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["session_id"].as_str().unwrap().to_string())
-        .collect()
 }
 
 fn child_dir(data: &Path, id: &str) -> std::path::PathBuf {
@@ -135,17 +137,7 @@ fn fork_send_receive_and_stop_with_real_workers() {
     let sent = succeeded(&lines[0], "subagent/send");
     assert_eq!(sent["state"], "sent");
     let request_id = sent["request_id"].as_str().unwrap().to_string();
-    let mut last = Value::Null;
-    let done = wait_until(DEADLINE, || {
-        let lines = run_tools(&hub, "lead", &format!("/receive {child}"));
-        last = succeeded(&lines[0], "subagent/receive");
-        last["requests"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|r| r["request_id"] == request_id.as_str() && r["state"] == "finished")
-    });
-    assert!(done, "the child's request never finished: {last:#}");
+    let last = wait_request_finished(&hub, "lead", &child, &request_id);
     let outcome = last["requests"]
         .as_array()
         .unwrap()
@@ -192,7 +184,7 @@ fn fork_send_receive_and_stop_with_real_workers() {
     let lines = run_tools(&hub, "lead", &format!("/stop-child {child}"));
     let stopped = succeeded(&lines[0], "subagent/send");
     assert_eq!(stopped["lifecycle"], "stopping");
-    assert!(wait_until(DEADLINE, || !listed(&hub).contains(&child)));
+    assert!(wait_until(DEADLINE, || !session_ids(&hub).contains(&child)));
     assert!(!child_dir(&hub.data_dir, &child).exists());
     // The parent still sees the retained terminal status.
     let lines = run_tools(&hub, "lead", "/receive");
@@ -219,7 +211,7 @@ fn receipts_replay_identical_repeats_and_refuse_conflicts() {
     let child = first["subagent_id"].as_str().unwrap().to_string();
     // Only one child was created.
     assert_eq!(
-        listed(&hub)
+        session_ids(&hub)
             .iter()
             .filter(|s| s.starts_with("subagent-"))
             .count(),
@@ -289,18 +281,9 @@ fn quotas_arguments_and_ownership_are_enforced() {
         .as_str()
         .unwrap()
         .to_string();
-    let mut last = Value::Null;
-    assert!(wait_until(DEADLINE, || {
-        let lines = run_tools(&hub, "lead", &format!("/receive {child}"));
-        last = succeeded(&lines[0], "subagent/receive");
-        last["requests"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|r| r["request_id"] == request_id.as_str() && r["state"] == "finished")
-    }));
+    wait_request_finished(&hub, "lead", &child, &request_id);
     assert_eq!(
-        listed(&hub)
+        session_ids(&hub)
             .iter()
             .filter(|s| s.starts_with("subagent-"))
             .count(),
@@ -318,7 +301,7 @@ fn stopping_the_parent_cascades_and_deletes_children() {
     run_tools(&hub, "lead", &format!("/send {child} /fork"));
     let mut grandchild = None;
     assert!(wait_until(DEADLINE, || {
-        grandchild = listed(&hub)
+        grandchild = session_ids(&hub)
             .into_iter()
             .find(|s| s.starts_with("subagent-") && *s != child);
         grandchild.is_some()
@@ -334,21 +317,20 @@ fn stopping_the_parent_cascades_and_deletes_children() {
     let res = hub.request("POST", "/api/sessions/lead/stop", &[], b"");
     assert!(res.status < 300, "{}", res.text());
     assert!(wait_until(DEADLINE, || {
-        let ids = listed(&hub);
+        let ids = session_ids(&hub);
         !ids.contains(&child) && !ids.contains(&grandchild)
     }));
     assert!(!child_dir(&hub.data_dir, &child).exists());
     assert!(!child_dir(&hub.data_dir, &grandchild).exists());
     // The ordinary parent stays listed after its worker exited.
-    assert!(listed(&hub).contains(&"lead".to_string()));
+    assert!(session_ids(&hub).contains(&"lead".to_string()));
 }
 
 /// Restarts a hub on the same ports after SIGKILL of `old`.
 fn kill_and_restart(dir: &TempDir, old: &mut TestHub) -> TestHub {
     let listen = format!("127.0.0.1:{}", old.addr.port());
     let tools = old.tools_addr.unwrap().port().to_string();
-    signal(old.child.id(), libc::SIGKILL);
-    wait_exit(&mut old.child, DEADLINE).unwrap();
+    old.kill9();
     start_on(dir, &listen, &tools)
 }
 
@@ -369,9 +351,7 @@ fn start_on(dir: &TempDir, listen: &str, tools_port: &str) -> TestHub {
 }
 
 fn pid_of(hub: &TestHub, id: &str) -> u32 {
-    hub.get(&format!("/api/sessions/{id}")).json()["session"]["process"]["pid"]
-        .as_u64()
-        .unwrap() as u32
+    get_session(hub, id)["process"]["pid"].as_u64().unwrap() as u32
 }
 
 #[test]
@@ -397,15 +377,14 @@ fn a_restarted_hub_keeps_a_ready_family_and_cleans_up_a_stale_one() {
     // Now the parent dies while no hub runs: its family is stale.
     let listen = format!("127.0.0.1:{}", second.addr.port());
     let tools = second.tools_addr.unwrap().port().to_string();
-    signal(second.child.id(), libc::SIGKILL);
-    wait_exit(&mut second.child, DEADLINE).unwrap();
+    second.kill9();
     signal(parent_pid, libc::SIGKILL);
     assert!(wait_until(DEADLINE, || !pid_alive(parent_pid)));
     let third = start_on(&dir, &listen, &tools);
-    assert!(wait_until(DEADLINE, || !listed(&third).contains(&child)));
+    assert!(wait_until(DEADLINE, || !session_ids(&third).contains(&child)));
     assert!(wait_until(DEADLINE, || !pid_alive(child_pid)));
     assert!(!child_dir(&third.data_dir, &child).exists());
-    assert!(listed(&third).contains(&"lead".to_string()));
+    assert!(session_ids(&third).contains(&"lead".to_string()));
 }
 
 #[test]
@@ -426,7 +405,7 @@ fn a_failed_cleanup_is_retained_until_the_operator_retries() {
     });
     assert_eq!(s["subagent"]["cleanup_attempts"], 1, "{s:#}");
     assert!(
-        listed(hub).contains(&child),
+        session_ids(hub).contains(&child),
         "a retained child stays listed"
     );
     let info = hub.get(&format!("/api/sessions/{child}/recovery")).json();
@@ -470,7 +449,7 @@ fn a_failed_cleanup_is_retained_until_the_operator_retries() {
         json!({"action": "retry", "lifecycle_id": lifecycle_id}),
     );
     assert_eq!(res.status, 200, "{}", res.text());
-    assert!(!listed(hub).contains(&child));
+    assert!(!session_ids(hub).contains(&child));
     assert!(!child_dir(&hub.data_dir, &child).exists());
 }
 
@@ -481,8 +460,7 @@ fn invalid_ownership_records_block_forks_and_launches() {
     let child = ready_child(&first, "lead");
     let blocked = first.get("/api/subagents/recovery").json();
     assert_eq!(blocked, json!({"blocked": false, "reason": null}));
-    signal(first.child.id(), libc::SIGKILL);
-    wait_exit(&mut first.child, DEADLINE).unwrap();
+    first.kill9();
     {
         let db = rusqlite::Connection::open(dir.path().join("hub.db")).unwrap();
         db.execute("UPDATE subagents SET meta = '{\"depth\": 0}'", [])
@@ -509,8 +487,7 @@ fn an_uncertain_startup_waits_for_the_operator_attestation() {
     let child_pid = pid_of(&first, &child);
     let listen = format!("127.0.0.1:{}", first.addr.port());
     let tools = first.tools_addr.unwrap().port().to_string();
-    signal(first.child.id(), libc::SIGKILL);
-    wait_exit(&mut first.child, DEADLINE).unwrap();
+    first.kill9();
     // As if the hub died between spawning the child and recording it.
     signal(child_pid, libc::SIGKILL);
     assert!(wait_until(DEADLINE, || !pid_alive(child_pid)));
@@ -545,7 +522,7 @@ fn an_uncertain_startup_waits_for_the_operator_attestation() {
         json!({"action": "confirm-terminated", "lifecycle_id": info["lifecycle_id"]}),
     );
     assert_eq!(res.status, 200, "{}", res.text());
-    assert!(!listed(&second).contains(&child));
+    assert!(!session_ids(&second).contains(&child));
     assert!(!child_dir(&second.data_dir, &child).exists());
 }
 
@@ -578,7 +555,7 @@ fn a_child_not_ready_in_time_is_stopped_and_removed() {
     let pid = wait_session(&hub, &child, |s| s["process"]["pid"].is_u64())["process"]["pid"]
         .as_u64()
         .unwrap() as u32;
-    assert!(wait_until(DEADLINE, || !listed(&hub).contains(&child)));
+    assert!(wait_until(DEADLINE, || !session_ids(&hub).contains(&child)));
     assert!(!pid_alive(pid), "the stalled child worker survived");
     assert!(!child_dir(&hub.data_dir, &child).exists());
     let lines = run_tools(&hub, "lead", "/receive");
@@ -608,7 +585,7 @@ fn the_live_quota_counts_every_family() {
     assert_eq!(rejected(&lines[0], "subagent/clean-fork"), "limit_exceeded");
     // Only confirmed removal releases the quota.
     run_tools(&hub, "a", &format!("/stop-child {child}"));
-    assert!(wait_until(DEADLINE, || !listed(&hub).contains(&child)));
+    assert!(wait_until(DEADLINE, || !session_ids(&hub).contains(&child)));
     fork(&hub, "b");
 }
 
@@ -627,7 +604,7 @@ fn hub_shutdown_stops_and_removes_every_child() {
     );
     // Nothing of the child is left for the next start.
     let again = hub_with(&dir, default_config());
-    assert!(!listed(&again).contains(&child));
+    assert!(!session_ids(&again).contains(&child));
 }
 
 #[test]
@@ -646,10 +623,9 @@ fn automatic_cleanup_retries_after_its_delay() {
     });
     undo.run();
     // The second attempt comes 10 s after the first (checked every 5 s).
-    assert!(wait_until(std::time::Duration::from_secs(60), || !listed(
-        &hub
-    )
-    .contains(&child)));
+    assert!(wait_until(std::time::Duration::from_secs(60), || {
+        !session_ids(&hub).contains(&child)
+    }));
     assert!(!child_dir(&hub.data_dir, &child).exists());
 }
 

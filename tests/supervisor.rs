@@ -1,17 +1,13 @@
 //! The supervisor with real child processes: the built-in worker and
 //! small shell workers launched through the `command` launcher.
 
-use std::time::Duration;
-
 use serde_json::{json, Value};
 
 use crate::util::*;
 
 /// Short ladder timings so escalation tests finish quickly.
 fn config(extra: Value) -> Value {
-    let mut base = json!({
-        "worker": {"stopTimeoutMs": 1500, "sigtermGraceMs": 1000, "sigkillGraceMs": 3000},
-    });
+    let mut base = json!({"worker": short_stop_ladder()});
     merge(&mut base, extra);
     base
 }
@@ -32,34 +28,8 @@ fn merge(base: &mut Value, extra: Value) {
     }
 }
 
-fn hub_with(dir: &TempDir, cfg: Value, extra_args: &[&str]) -> TestHub {
-    let path = dir.path().join("hub.test.jsonc");
-    std::fs::write(&path, cfg.to_string()).unwrap();
-    let mut args = vec!["-c", path.to_str().unwrap()];
-    args.extend_from_slice(extra_args);
-    TestHub::start(dir.path(), &args)
-}
-
-/// A hub whose `command` launcher runs `script` under /bin/sh.
-fn shell_hub(dir: &TempDir, script: &str) -> TestHub {
-    hub_with(
-        dir,
-        config(json!({"launcher": {"kind": "command", "command": ["/bin/sh", "-c", script]}})),
-        &[],
-    )
-}
-
-fn create(hub: &TestHub, id: &str, spec: Value) {
-    let res = post(hub, "/api/sessions", json!({"session": id, "spec": spec}));
-    assert_eq!(res.status, 201, "{}", res.text());
-}
-
-fn action(hub: &TestHub, id: &str, what: &str) -> Response {
-    hub.request("POST", &format!("/api/sessions/{id}/{what}"), &[], b"")
-}
-
 fn process(hub: &TestHub, id: &str) -> Value {
-    hub.get(&format!("/api/sessions/{id}")).json()["session"]["process"].clone()
+    get_session(hub, id)["process"].clone()
 }
 
 /// Pids of live processes whose process group is `pgid`.
@@ -90,8 +60,8 @@ fn group_members(pgid: u32) -> Vec<u32> {
 #[test]
 fn built_in_worker_starts_connects_logs_and_stops_by_protocol() {
     let dir = TempDir::new("sup-basic");
-    let hub = hub_with(&dir, config(json!({})), &[]);
-    create(&hub, "w", json!({}));
+    let hub = hub_with(&dir, config(json!({})));
+    create_session_with_spec(&hub, "w", json!({}));
     assert_eq!(process(&hub, "w"), Value::Null);
     let res = action(&hub, "w", "start");
     assert_eq!(res.status, 200, "{}", res.text());
@@ -129,17 +99,11 @@ fn built_in_worker_starts_connects_logs_and_stops_by_protocol() {
     // Output of both pipes is captured.
     assert!(
         wait_until(DEADLINE, || {
-            let logs = hub.get("/api/sessions/w/logs").json();
-            let streams: Vec<String> = logs["lines"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|l| l["stream"].as_str().unwrap().to_string())
-                .collect();
+            let streams = log_lines(&hub, "w", "stream");
             streams.contains(&"stdout".to_string()) && streams.contains(&"stderr".to_string())
         }),
         "logs: {}",
-        hub.get("/api/sessions/w/logs").text()
+        logs_text(&hub, "w")
     );
     let stopped = action(&hub, "w", "stop");
     assert_eq!(stopped.status, 200, "{}", stopped.text());
@@ -171,8 +135,8 @@ fn built_in_worker_starts_connects_logs_and_stops_by_protocol() {
 #[test]
 fn a_worker_that_ignores_shutdown_gets_sigterm() {
     let dir = TempDir::new("sup-sigterm");
-    let hub = hub_with(&dir, config(json!({})), &[]);
-    create(&hub, "t", json!({"model": "mock-ignore-shutdown"}));
+    let hub = hub_with(&dir, config(json!({})));
+    create_session_with_spec(&hub, "t", json!({"model": "mock-ignore-shutdown"}));
     assert_eq!(action(&hub, "t", "start").json()["ok"], true);
     wait_session(&hub, "t", |s| s["identity"]["state"] == "live");
     let stopped = action(&hub, "t", "stop").json();
@@ -189,14 +153,11 @@ fn a_worker_that_ignores_sigterm_escalates_to_sigkill() {
         &dir,
         "trap '' TERM; echo started; while :; do sleep 1; done",
     );
-    create(&hub, "k", json!({"provider": "deepseek"}));
+    create_session_with_spec(&hub, "k", json!({"provider": "deepseek"}));
     let started = action(&hub, "k", "start").json();
     assert_eq!(started["ok"], true, "{started}");
     let pid = started["pid"].as_u64().unwrap() as u32;
-    assert!(wait_until(DEADLINE, || hub
-        .get("/api/sessions/k/logs")
-        .text()
-        .contains("started")));
+    assert!(wait_until(DEADLINE, || logs_text(&hub, "k").contains("started")));
     let stopped = action(&hub, "k", "stop").json();
     assert_eq!(
         stopped,
@@ -211,7 +172,7 @@ fn a_worker_that_ignores_sigterm_escalates_to_sigkill() {
 fn force_kill_reaches_a_grandchild_through_the_process_group() {
     let dir = TempDir::new("sup-group");
     let hub = shell_hub(&dir, "sleep 3600 & echo child $!; wait");
-    create(&hub, "g", json!({"provider": "deepseek"}));
+    create_session_with_spec(&hub, "g", json!({"provider": "deepseek"}));
     let pid = action(&hub, "g", "start").json()["pid"].as_u64().unwrap() as u32;
     assert!(wait_until(DEADLINE, || group_members(pid).len() >= 2));
     let killed = action(&hub, "g", "force-kill").json();
@@ -234,9 +195,8 @@ fn spawn_failures_are_reported_not_thrown() {
     let hub = hub_with(
         &dir,
         config(json!({"launcher": {"kind": "command", "command": ["/nonexistent/worker"]}})),
-        &[],
     );
-    create(&hub, "e", json!({"provider": "deepseek"}));
+    create_session_with_spec(&hub, "e", json!({"provider": "deepseek"}));
     let res = action(&hub, "e", "start");
     assert_eq!(res.status, 409);
     assert!(res.json()["error"]
@@ -248,9 +208,8 @@ fn spawn_failures_are_reported_not_thrown() {
     let hub2 = hub_with(
         &dir2,
         config(json!({"launcher": {"kind": "command", "command": ["/bin/echo", "{nope}"]}})),
-        &[],
     );
-    create(&hub2, "p", json!({"provider": "deepseek"}));
+    create_session_with_spec(&hub2, "p", json!({"provider": "deepseek"}));
     let res = action(&hub2, "p", "start");
     assert_eq!(res.status, 409);
     assert!(res.json()["error"].as_str().unwrap().contains("nope"));
@@ -259,8 +218,8 @@ fn spawn_failures_are_reported_not_thrown() {
 #[test]
 fn a_recorded_pid_with_another_start_time_is_never_adopted_or_signalled() {
     let dir = TempDir::new("sup-reuse");
-    let mut hub = hub_with(&dir, config(json!({})), &[]);
-    create(&hub, "r", json!({}));
+    let mut hub = hub_with(&dir, config(json!({})));
+    create_session_with_spec(&hub, "r", json!({}));
     assert_eq!(hub.terminate().code(), Some(0));
     let mut bystander = std::process::Command::new("sleep")
         .arg("60")
@@ -273,7 +232,7 @@ fn a_recorded_pid_with_another_start_time_is_never_adopted_or_signalled() {
     )
     .unwrap();
     drop(conn);
-    let hub = hub_with(&dir, config(json!({})), &[]);
+    let hub = hub_with(&dir, config(json!({})));
     assert_eq!(process(&hub, "r"), Value::Null);
     assert_eq!(action(&hub, "r", "stop").json()["how"], "not-started");
     assert!(
@@ -288,16 +247,15 @@ fn a_recorded_pid_with_another_start_time_is_never_adopted_or_signalled() {
 #[test]
 fn a_killed_hub_is_replaced_and_the_new_one_adopts_and_stops_the_worker() {
     let dir = TempDir::new("sup-adopt");
-    let mut first = hub_with(&dir, config(json!({})), &[]);
+    let mut first = hub_with(&dir, config(json!({})));
     let port = first.addr.port();
-    create(&first, "a", json!({}));
+    create_session_with_spec(&first, "a", json!({}));
     let pid = action(&first, "a", "start").json()["pid"].as_u64().unwrap() as u32;
     wait_session(&first, "a", |s| s["identity"]["state"] == "live");
-    signal(first.child.id(), libc::SIGKILL);
-    wait_exit(&mut first.child, DEADLINE).unwrap();
+    first.kill9();
     assert!(pid_alive(pid), "the worker died with its hub");
     let listen = format!("127.0.0.1:{port}");
-    let second = hub_with(&dir, config(json!({})), &["--listen", &listen]);
+    let second = hub_with_args(&dir, config(json!({})), &["--listen", &listen]);
     let p = process(&second, "a");
     assert_eq!(p["state"], "running", "{p}");
     assert_eq!(p["pid"], pid);
@@ -328,13 +286,10 @@ fn a_huge_line_is_one_truncated_record_and_memory_stays_bounded() {
         &dir,
         "head -c 10485760 /dev/zero | tr '\\000' a; echo; echo after; sleep 3600",
     );
-    create(&hub, "b", json!({"provider": "deepseek"}));
+    create_session_with_spec(&hub, "b", json!({"provider": "deepseek"}));
     let rss_before = hub.rss_kib();
     assert_eq!(action(&hub, "b", "start").json()["ok"], true);
-    assert!(wait_until(DEADLINE, || hub
-        .get("/api/sessions/b/logs")
-        .text()
-        .contains("after")));
+    assert!(wait_until(DEADLINE, || logs_text(&hub, "b").contains("after")));
     let logs = hub.get("/api/sessions/b/logs").json();
     let lines = logs["lines"].as_array().unwrap();
     let truncated: Vec<&Value> = lines
@@ -356,19 +311,10 @@ fn a_huge_line_is_one_truncated_record_and_memory_stays_bounded() {
 fn utf8_and_crlf_split_across_reads_are_reassembled() {
     let dir = TempDir::new("sup-utf8");
     let hub = shell_hub(&dir, "printf '\\303'; sleep 0.3; printf '\\251 caf\\303\\251\\r'; sleep 0.3; printf '\\nbad \\377 byte\\n'; sleep 3600");
-    create(&hub, "u", json!({"provider": "deepseek"}));
+    create_session_with_spec(&hub, "u", json!({"provider": "deepseek"}));
     assert_eq!(action(&hub, "u", "start").json()["ok"], true);
-    assert!(wait_until(DEADLINE, || hub
-        .get("/api/sessions/u/logs")
-        .text()
-        .contains("byte")));
-    let logs = hub.get("/api/sessions/u/logs").json();
-    let texts: Vec<&str> = logs["lines"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|l| l["text"].as_str().unwrap())
-        .collect();
+    assert!(wait_until(DEADLINE, || logs_text(&hub, "u").contains("byte")));
+    let texts = log_lines(&hub, "u", "text");
     assert_eq!(texts, vec!["é café", "bad \u{FFFD} byte"]);
     action(&hub, "u", "force-kill");
 }
@@ -376,8 +322,8 @@ fn utf8_and_crlf_split_across_reads_are_reassembled() {
 #[test]
 fn control_keeps_working_when_the_disk_log_fails_or_stalls() {
     let dir = TempDir::new("sup-logfail");
-    let hub = hub_with(&dir, config(json!({})), &[]);
-    create(&hub, "d", json!({}));
+    let hub = hub_with(&dir, config(json!({})));
+    create_session_with_spec(&hub, "d", json!({}));
     // A directory where worker.log should be: the file writer fails.
     std::fs::create_dir_all(hub.data_dir.join("sessions/d/logs/worker.log")).unwrap();
     assert_eq!(action(&hub, "d", "start").json()["ok"], true);
@@ -387,7 +333,7 @@ fn control_keeps_working_when_the_disk_log_fails_or_stalls() {
     assert_eq!(action(&hub, "d", "stop").json()["how"], "shutdown-signal");
 
     // A FIFO nobody reads: the writer stalls, the worker and control do not.
-    create(&hub, "f", json!({}));
+    create_session_with_spec(&hub, "f", json!({}));
     let fifo = hub.data_dir.join("sessions/f/logs/worker.log");
     std::fs::create_dir_all(fifo.parent().unwrap()).unwrap();
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
@@ -403,14 +349,14 @@ fn control_keeps_working_when_the_disk_log_fails_or_stalls() {
     assert_eq!(res.status, 202);
     wait_event(&hub, "f", |e| e["event"] == "run_finished");
     assert_eq!(action(&hub, "f", "stop").json()["how"], "shutdown-signal");
-    std::thread::sleep(Duration::from_millis(10));
+    wait_session(&hub, "f", |s| s["process"]["state"] == "exited");
 }
 
 #[test]
 fn hub_shutdown_stops_workers_first() {
     let dir = TempDir::new("sup-shutdown");
-    let mut hub = hub_with(&dir, config(json!({})), &[]);
-    create(&hub, "s", json!({}));
+    let mut hub = hub_with(&dir, config(json!({})));
+    create_session_with_spec(&hub, "s", json!({}));
     let pid = action(&hub, "s", "start").json()["pid"].as_u64().unwrap() as u32;
     wait_session(&hub, "s", |s| s["identity"]["state"] == "live");
     assert_eq!(hub.terminate().code(), Some(0));
@@ -429,8 +375,8 @@ fn hub_shutdown_stops_workers_first() {
 #[test]
 fn snapshot_reads_the_persisted_state_read_only() {
     let dir = TempDir::new("sup-snapshot");
-    let hub = hub_with(&dir, config(json!({})), &[]);
-    create(&hub, "n", json!({}));
+    let hub = hub_with(&dir, config(json!({})));
+    create_session_with_spec(&hub, "n", json!({}));
     assert_eq!(action(&hub, "n", "start").json()["ok"], true);
     wait_session(&hub, "n", |s| s["identity"]["state"] == "live");
     post(

@@ -19,8 +19,16 @@ mod supervisor;
 mod panel;
 // The remote-tools listener: exchange close codes, limits and session plans.
 mod tools;
-// Hostile HTTP, WebSocket, worker, process and storage input: bounded threads and memory.
-mod hostile;
+// Hostile HTTP input: malformed heads, escapes, methods, traversal, CSRF, host names.
+mod hostile_http;
+// WebSocket abuse: tokens, origins, bad frames, limits, peers that never close or vanish.
+mod hostile_ws;
+// Floods and slow peers: huge bodies, slowloris, ping and event floods, non-readers.
+mod hostile_floods;
+// Misbehaving workers and processes: no identity, huge lines, closed pipes, instant exits.
+mod hostile_worker;
+// Failing storage: read-only directories, a full disk, SIGKILL during writes.
+mod hostile_storage;
 // POST /api/sessions/:id/answer: read-only worker answer queries.
 mod answer;
 // Headless subagents through the operator API and panel socket.

@@ -12,19 +12,6 @@ use serde_json::{json, Value};
 
 use crate::util::*;
 
-fn hub_with(dir: &TempDir, config: Value) -> TestHub {
-    let cfg = dir.path().join("test.jsonc");
-    std::fs::write(&cfg, config.to_string()).unwrap();
-    TestHub::start(dir.path(), &["-c", cfg.to_str().unwrap()])
-}
-
-fn create(hub: &TestHub, id: &str) {
-    assert_eq!(
-        post(hub, "/api/sessions", json!({"session": id})).status,
-        201
-    );
-}
-
 fn tools(hub: &TestHub) -> SocketAddr {
     hub.tools_addr.expect("the hub logged its tools listener")
 }
@@ -54,31 +41,6 @@ fn call(hub: &TestHub, id: &str, route: &str, frame: String) -> (Value, Option<u
     (response, ws_close_code(&mut ws))
 }
 
-/// A plain HTTP GET to `addr` naming it in `Host`.
-fn plain_get(addr: SocketAddr, path: &str) -> Response {
-    http(addr, "GET", path, &[("Host".into(), addr.to_string())], b"")
-}
-
-/// A raw client frame (masked, final) for what tungstenite will not send.
-fn raw_frame(opcode: u8, payload: &[u8], declared_len: usize) -> Vec<u8> {
-    let mut out = vec![0x80 | opcode];
-    match declared_len {
-        len @ 0..=125 => out.push(0x80 | len as u8),
-        len @ 126..=65535 => {
-            out.push(0x80 | 126);
-            out.extend_from_slice(&(len as u16).to_be_bytes());
-        }
-        len => {
-            out.push(0x80 | 127);
-            out.extend_from_slice(&(len as u64).to_be_bytes());
-        }
-    }
-    let mask = [0x11, 0x22, 0x33, 0x44];
-    out.extend_from_slice(&mask);
-    out.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-    out
-}
-
 /// A raw worker event socket, to drive identity and runs exactly.
 struct RawWorker {
     ws: Ws,
@@ -89,10 +51,8 @@ struct RawWorker {
 
 impl RawWorker {
     fn connect(hub: &TestHub, session: &str, worker: &str) -> RawWorker {
-        let token = worker_token(&hub.data_dir, session);
-        let ws = ws_connect(hub.addr, &format!("/agent/{session}/events?token={token}")).unwrap();
         RawWorker {
-            ws,
+            ws: worker_events(hub, session),
             session: session.into(),
             worker: worker.into(),
             seq: 0,
@@ -112,17 +72,9 @@ impl RawWorker {
 
 /// The session plan as a freshly subscribed panel sees it.
 fn plan_of(hub: &TestHub, id: &str) -> Value {
-    let mut ws = ws_connect(hub.addr, "/panel/ws").unwrap();
-    send_text(
-        &mut ws,
-        json!({"v": 1, "type": "subscribe", "session": id}).to_string(),
-    );
-    ws_read_until(&mut ws, |v| v["type"] == "subscribed")["plan"].clone()
-}
-
-/// Waits until the hub has applied `events` envelopes of session `id`.
-fn wait_events(hub: &TestHub, id: &str, events: u64) {
-    wait_session(hub, id, |s| s["stats"]["events"] == events);
+    let mut ws = panel_connect(hub);
+    send_json(&mut ws, json!({"v": 1, "type": "subscribe", "session": id}));
+    next_of(&mut ws, "subscribed")["plan"].clone()
 }
 
 /// The JSON after `<route> succeeded: ` in a built-in worker reply.
@@ -132,15 +84,6 @@ fn reply_json(reply: &Value, prefix: &str) -> Value {
         .strip_prefix(prefix)
         .unwrap_or_else(|| panic!("reply {raw:?} does not start with {prefix:?}"));
     serde_json::from_str(rest).unwrap()
-}
-
-struct Worker(std::process::Child);
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]
@@ -174,7 +117,13 @@ fn upgrade_refusals_and_routes_absent_across_listeners() {
     );
     // Plain HTTP on the tool route is 404, as is everything of the main listener.
     assert_eq!(
-        plain_get(t, &format!("/agent/t/tools/plan/read?token={token}")).status,
+        request_at(
+            t,
+            "GET",
+            &format!("/agent/t/tools/plan/read?token={token}"),
+            b""
+        )
+        .status,
         404
     );
     for path in [
@@ -184,7 +133,7 @@ fn upgrade_refusals_and_routes_absent_across_listeners() {
         "/api/sessions?token=panel-secret",
     ] {
         assert_eq!(
-            plain_get(t, path).status,
+            request_at(t, "GET", path, b"").status,
             404,
             "{path} on the tools listener"
         );
@@ -226,7 +175,7 @@ fn upgrade_refusals_and_routes_absent_across_listeners() {
 fn unknown_routes_are_not_implemented_then_close_1000() {
     let dir = TempDir::new("tools-notimpl");
     let hub = TestHub::start(dir.path(), &[]);
-    create(&hub, "n");
+    create_session(&hub, "n");
     let (response, code) = call(
         &hub,
         "n",
@@ -252,7 +201,7 @@ fn unknown_routes_are_not_implemented_then_close_1000() {
 fn frame_errors_close_with_their_codes() {
     let dir = TempDir::new("tools-codes");
     let hub = TestHub::start(dir.path(), &[]);
-    create(&hub, "c");
+    create_session(&hub, "c");
     let close_after = |frames: Vec<Vec<u8>>| {
         let mut ws = tool_socket(&hub, "c", "plan/read");
         for frame in frames {
@@ -260,17 +209,25 @@ fn frame_errors_close_with_their_codes() {
         }
         ws_close_code(&mut ws)
     };
-    let text = |s: &str| raw_frame(0x1, s.as_bytes(), s.len());
+    let text = |s: &str| frame(true, op::TEXT, s.as_bytes());
     // Binary: 1003.
-    assert_eq!(close_after(vec![raw_frame(0x2, b"{}", 2)]), Some(1003));
+    assert_eq!(
+        close_after(vec![frame(true, op::BINARY, b"{}")]),
+        Some(1003)
+    );
     // Invalid UTF-8: 1007.
     assert_eq!(
-        close_after(vec![raw_frame(0x1, b"\xff\xfe", 2)]),
+        close_after(vec![frame(true, op::TEXT, b"\xff\xfe")]),
         Some(1007)
     );
     // Larger than min(limits.maxMessageBytes, 1 MiB): 1009, decided from the header.
     assert_eq!(
-        close_after(vec![raw_frame(0x1, b"{", 1024 * 1024 + 1)]),
+        close_after(vec![frame_declaring(
+            0x80 | op::TEXT,
+            b"{",
+            1024 * 1024 + 1,
+            true
+        )]),
         Some(1009)
     );
     // Malformed JSON or envelope, or a session that is not the route's: 1008.
@@ -290,7 +247,7 @@ fn frame_errors_close_with_their_codes() {
 fn a_second_frame_closes_1008_and_is_never_dispatched() {
     let dir = TempDir::new("tools-second");
     let hub = TestHub::start(dir.path(), &[]);
-    create(&hub, "s");
+    create_session(&hub, "s");
     let mut worker = RawWorker::connect(&hub, "s", "w");
     worker.event("run_started", "r1");
     wait_events(&hub, "s", 1);
@@ -339,7 +296,7 @@ fn the_exchange_deadline_ends_silent_and_lingering_peers() {
         &dir,
         json!({"toolRequests": {"timeoutMs": 600, "maxConnections": 1}}),
     );
-    create(&hub, "d");
+    create_session(&hub, "d");
     // A peer that never sends its request.
     let started = Instant::now();
     let mut silent = tool_socket(&hub, "d", "plan/read");
@@ -348,15 +305,11 @@ fn the_exchange_deadline_ends_silent_and_lingering_peers() {
     drop(silent);
     // A peer that reads the response but never answers the close: the hub
     // cuts it off at the deadline (raw reads, so nothing replies).
-    let started = Instant::now();
-    let mut lingering = loop {
-        // The slot of the previous socket frees once its thread has ended.
-        match ws_connect(tools(&hub), &tool_path(&hub, "d", "x/y")) {
-            Ok(ws) => break ws,
-            Err(_) => assert!(started.elapsed() < DEADLINE, "the slot never freed"),
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    // The slot of the previous socket frees once its thread has ended.
+    let mut lingering = poll_until(DEADLINE, || {
+        ws_connect(tools(&hub), &tool_path(&hub, "d", "x/y")).ok()
+    })
+    .expect("the slot never freed");
     let started = Instant::now();
     send_text(&mut lingering, tool_request("d", "w", "r", json!({})));
     let stream = lingering.get_mut();
@@ -378,7 +331,7 @@ fn the_exchange_deadline_ends_silent_and_lingering_peers() {
 fn max_connections_refuses_with_503() {
     let dir = TempDir::new("tools-cap");
     let hub = hub_with(&dir, json!({"toolRequests": {"maxConnections": 2}}));
-    create(&hub, "m");
+    create_session(&hub, "m");
     let first = tool_socket(&hub, "m", "plan/read");
     let _second = tool_socket(&hub, "m", "plan/read");
     assert_eq!(
@@ -396,7 +349,7 @@ fn max_connections_refuses_with_503() {
 fn shutdown_terminates_tool_sockets() {
     let dir = TempDir::new("tools-shutdown");
     let mut hub = TestHub::start(dir.path(), &[]);
-    create(&hub, "x");
+    create_session(&hub, "x");
     let mut ws = tool_socket(&hub, "x", "plan/read");
     let started = Instant::now();
     signal(hub.child.id(), libc::SIGTERM);
@@ -413,7 +366,7 @@ fn shutdown_terminates_tool_sockets() {
 fn plans_need_the_live_worker_of_the_active_run() {
     let dir = TempDir::new("tools-identity");
     let hub = hub_with(&dir, json!({"limits": {"confirmIdentityHoldMs": 300}}));
-    create(&hub, "p");
+    create_session(&hub, "p");
     let mut worker = RawWorker::connect(&hub, "p", "w");
     worker.event("input_admitted", "r1");
     worker.event("run_started", "r1");
@@ -516,7 +469,7 @@ fn plans_need_the_live_worker_of_the_active_run() {
 fn a_request_whose_socket_closed_while_waiting_is_not_committed() {
     let dir = TempDir::new("tools-gone");
     let hub = hub_with(&dir, json!({"toolRequests": {"maxConnections": 1}}));
-    create(&hub, "g");
+    create_session(&hub, "g");
     let mut worker = RawWorker::connect(&hub, "g", "w");
     worker.event("status", "");
     wait_events(&hub, "g", 1);
@@ -525,9 +478,10 @@ fn a_request_whose_socket_closed_while_waiting_is_not_committed() {
         &mut ws,
         tool_request("g", "w", "r3", json!({"markdown": "ghost"})),
     );
-    // Give the hub a moment to start waiting (the outcome is the same if
-    // it has not read the request yet), then go away.
-    std::thread::sleep(Duration::from_millis(100));
+    // Once the hub has read the request it waits for the run; then go
+    // away (the outcome is the same if it has not read the request yet).
+    let read = wait_until(DEADLINE, || unread_by_peer(ws.get_ref()) == Some(0));
+    assert!(read, "the hub never read the tool request");
     ws.get_ref().shutdown(std::net::Shutdown::Both).unwrap();
     drop(ws);
     // Had the hub missed the close, this would let it commit.
@@ -545,18 +499,18 @@ fn a_request_whose_socket_closed_while_waiting_is_not_committed() {
 fn plans_round_trip_through_the_built_in_worker_and_a_restart() {
     let dir = TempDir::new("tools-plan");
     let mut hub = TestHub::start(dir.path(), &[]);
-    create(&hub, "plan");
-    let mut panel = ws_connect(hub.addr, "/panel/ws").unwrap();
-    send_text(
+    create_session(&hub, "plan");
+    let mut panel = panel_connect(&hub);
+    send_json(
         &mut panel,
-        json!({"v": 1, "type": "subscribe", "session": "plan"}).to_string(),
+        json!({"v": 1, "type": "subscribe", "session": "plan"}),
     );
     let sub = ws_read_until(&mut panel, |v| v["type"] == "subscribed");
     assert_eq!(
         sub["plan"],
         json!({"markdown": "", "revision": 0, "updated_at": null})
     );
-    let worker = Worker(spawn_mock_worker(&hub, "plan", "mock-flash"));
+    let worker = KillOnDrop(spawn_mock_worker(&hub, "plan", "mock-flash"));
     wait_session(&hub, "plan", |s| s["identity"]["state"] == "live");
     let markdown = "# Plan\n- [x] read the code\n- [ ] write the tests";
     let input = |raw: &str| json!({"content": [{"type": "text", "modality": "text", "raw": raw}]});
@@ -624,7 +578,7 @@ fn plans_round_trip_through_the_built_in_worker_and_a_restart() {
     assert_eq!(hub.terminate().code(), Some(0));
     let hub = TestHub::start(dir.path(), &[]);
     assert_eq!(plan_of(&hub, "plan"), expected);
-    let _worker = Worker(spawn_mock_worker(&hub, "plan", "mock-flash"));
+    let _worker = KillOnDrop(spawn_mock_worker(&hub, "plan", "mock-flash"));
     wait_session(&hub, "plan", |s| s["identity"]["state"] == "live");
     post(&hub, "/api/sessions/plan/input", input("/plan-read"));
     let reply = wait_event(&hub, "plan", |e| {
@@ -637,7 +591,7 @@ fn plans_round_trip_through_the_built_in_worker_and_a_restart() {
 fn supervised_workers_are_told_the_bound_tools_port() {
     let dir = TempDir::new("tools-supervised");
     let hub = TestHub::start(dir.path(), &[]);
-    create(&hub, "sup");
+    create_session(&hub, "sup");
     let res = hub.request("POST", "/api/sessions/sup/start", &[], b"");
     assert_eq!(res.status, 200, "{}", res.text());
     let cfg_path = res.json()["config"].as_str().unwrap().to_string();
@@ -713,7 +667,7 @@ fn a_tools_port_in_use_fails_the_start_clearly() {
 fn a_browser_origin_is_refused_on_the_tools_listener() {
     let dir = TempDir::new("tools-origin");
     let hub = hub_with(&dir, json!({}));
-    create(&hub, "o");
+    create_session(&hub, "o");
     let addr = tools(&hub);
     let path = tool_path(&hub, "o", "plan/read");
     let upgrade = |origin: Option<&str>| -> u16 {

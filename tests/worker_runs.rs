@@ -2,65 +2,31 @@
 //! worker: message round trip, tool call approved (the command really
 //! runs), denied, and an identity hold resolved after a worker restart.
 
-use std::process::Child;
-
 use serde_json::{json, Value};
 
 use crate::util::*;
 
-fn hub(dir: &TempDir) -> TestHub {
-    TestHub::start(dir.path(), &[])
-}
-
-fn create(hub: &TestHub, id: &str) {
-    assert_eq!(
-        post(hub, "/api/sessions", json!({"session": id})).status,
-        201
-    );
-}
-
-fn text(raw: &str) -> Value {
-    json!({"content": [{"type": "text", "modality": "text", "raw": raw}]})
-}
-
-struct Worker(Child);
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
+/// A confirmation request for `run_command` `true`.
 fn confirm_request(session: &str, worker: &str, cid: &str) -> String {
-    json!({"type": "confirmation_request", "data": {
-        "worker_id": worker, "session_id": session, "run_id": "run-1", "confirmation_id": cid,
-        "call": {"id": "call-1", "name": "run_command", "type": "serial_write",
-                 "security": "require_confirm", "arguments": {"command": "true"}},
-    }})
-    .to_string()
-}
-
-fn paths(hub: &TestHub, id: &str) -> (String, String) {
-    let token = worker_token(&hub.data_dir, id);
-    (
-        format!("/agent/{id}/events?token={token}"),
-        format!("/agent/{id}/confirm?token={token}"),
-    )
+    confirmation_request(session, worker, cid, json!({"command": "true"}))
 }
 
 #[test]
 fn message_round_trip_with_the_built_in_worker() {
     let dir = TempDir::new("roundtrip");
-    let hub = hub(&dir);
-    create(&hub, "chat");
-    let _worker = Worker(spawn_mock_worker(&hub, "chat", "mock-flash"));
+    let hub = TestHub::start(dir.path(), &[]);
+    create_session(&hub, "chat");
+    let _worker = KillOnDrop(spawn_mock_worker(&hub, "chat", "mock-flash"));
     let s = wait_session(&hub, "chat", |s| s["identity"]["state"] == "live");
     assert!(s["worker_capabilities"]
         .as_array()
         .unwrap()
         .contains(&json!("session-history")));
-    let res = post(&hub, "/api/sessions/chat/input", text("hello there"));
+    let res = post(
+        &hub,
+        "/api/sessions/chat/input",
+        text_content("hello there"),
+    );
     assert_eq!(res.status, 202, "{}", res.text());
     let request_id = res.json()["request_id"].as_str().unwrap().to_string();
     let finished = wait_event(&hub, "chat", |e| e["event"] == "run_finished");
@@ -74,7 +40,7 @@ fn message_round_trip_with_the_built_in_worker() {
     let dup = post(
         &hub,
         "/api/sessions/chat/input",
-        json!({"request_id": request_id, "content": text("again")["content"]}),
+        json!({"request_id": request_id, "content": text_content("again")["content"]}),
     );
     assert_eq!(dup.status, 202);
     let rejected = wait_event(&hub, "chat", |e| e["event"] == "input_rejected");
@@ -93,15 +59,15 @@ fn open_prompt(hub: &TestHub, id: &str) -> Value {
 #[test]
 fn approved_tool_call_really_runs() {
     let dir = TempDir::new("approve");
-    let hub = hub(&dir);
-    create(&hub, "tool");
-    let _worker = Worker(spawn_mock_worker(&hub, "tool", "mock-flash"));
+    let hub = TestHub::start(dir.path(), &[]);
+    create_session(&hub, "tool");
+    let _worker = KillOnDrop(spawn_mock_worker(&hub, "tool", "mock-flash"));
     wait_session(&hub, "tool", |s| s["identity"]["state"] == "live");
     let marker = hub.data_dir.join("sessions/tool/marker.txt");
     post(
         &hub,
         "/api/sessions/tool/input",
-        text("/run echo ran > marker.txt && echo tool-output"),
+        text_content("/run echo ran > marker.txt && echo tool-output"),
     );
     let prompt = open_prompt(&hub, "tool");
     assert_eq!(prompt["call"]["name"], "run_command");
@@ -134,14 +100,14 @@ fn approved_tool_call_really_runs() {
 #[test]
 fn denied_tool_call_does_not_run() {
     let dir = TempDir::new("deny");
-    let hub = hub(&dir);
-    create(&hub, "tool");
-    let _worker = Worker(spawn_mock_worker(&hub, "tool", "mock-flash"));
+    let hub = TestHub::start(dir.path(), &[]);
+    create_session(&hub, "tool");
+    let _worker = KillOnDrop(spawn_mock_worker(&hub, "tool", "mock-flash"));
     wait_session(&hub, "tool", |s| s["identity"]["state"] == "live");
     post(
         &hub,
         "/api/sessions/tool/input",
-        text("/run touch marker.txt"),
+        text_content("/run touch marker.txt"),
     );
     let prompt = open_prompt(&hub, "tool");
     let cid = prompt["confirmation_id"].as_str().unwrap();
@@ -169,9 +135,9 @@ fn denied_tool_call_does_not_run() {
 #[test]
 fn identity_hold_then_approve_after_a_worker_restart() {
     let dir = TempDir::new("hold");
-    let hub = hub(&dir);
-    create(&hub, "h");
-    let (events, confirm) = paths(&hub, "h");
+    let hub = TestHub::start(dir.path(), &[]);
+    create_session(&hub, "h");
+    let (events, confirm) = (events_path(&hub, "h"), confirm_path(&hub, "h"));
     // The first worker process identifies itself, then goes away.
     let mut first = ws_connect(hub.addr, &events).unwrap();
     send_text(
@@ -231,8 +197,8 @@ fn a_held_prompt_is_denied_when_the_hold_expires_or_the_worker_differs() {
     let cfg = dir.path().join("c.jsonc");
     std::fs::write(&cfg, r#"{"limits": {"confirmIdentityHoldMs": 300}}"#).unwrap();
     let hub = TestHub::start(dir.path(), &["-c", cfg.to_str().unwrap()]);
-    create(&hub, "e");
-    let (events, confirm) = paths(&hub, "e");
+    create_session(&hub, "e");
+    let (events, confirm) = (events_path(&hub, "e"), confirm_path(&hub, "e"));
     let mut prompt = ws_connect(hub.addr, &confirm).unwrap();
     send_text(&mut prompt, confirm_request("e", "w", "c-exp"));
     let answer = ws_read_until(&mut prompt, |v| v["type"] == "confirmation_response");
@@ -250,9 +216,9 @@ fn a_held_prompt_is_denied_when_the_hold_expires_or_the_worker_differs() {
 #[test]
 fn malformed_second_and_duplicate_confirmation_frames_close_1008() {
     let dir = TempDir::new("confirm1008");
-    let hub = hub(&dir);
-    create(&hub, "m");
-    let (events, confirm) = paths(&hub, "m");
+    let hub = TestHub::start(dir.path(), &[]);
+    create_session(&hub, "m");
+    let (events, confirm) = (events_path(&hub, "m"), confirm_path(&hub, "m"));
     let mut ev = ws_connect(hub.addr, &events).unwrap();
     send_text(&mut ev, envelope("m", "w", 1, "ready", json!({})));
     wait_session(&hub, "m", |s| s["identity"]["state"] == "live");
@@ -312,9 +278,9 @@ fn malformed_second_and_duplicate_confirmation_frames_close_1008() {
 #[test]
 fn at_most_64_open_prompts_per_session() {
     let dir = TempDir::new("cap64");
-    let hub = hub(&dir);
-    create(&hub, "cap");
-    let (events, confirm) = paths(&hub, "cap");
+    let hub = TestHub::start(dir.path(), &[]);
+    create_session(&hub, "cap");
+    let (events, confirm) = (events_path(&hub, "cap"), confirm_path(&hub, "cap"));
     let mut ev = ws_connect(hub.addr, &events).unwrap();
     send_text(&mut ev, envelope("cap", "w", 1, "ready", json!({})));
     wait_session(&hub, "cap", |s| s["identity"]["state"] == "live");
@@ -340,9 +306,9 @@ fn at_most_64_open_prompts_per_session() {
 #[test]
 fn large_arguments_are_previewed_but_the_decision_applies_to_the_original() {
     let dir = TempDir::new("preview");
-    let hub = hub(&dir);
-    create(&hub, "pv");
-    let (events, confirm) = paths(&hub, "pv");
+    let hub = TestHub::start(dir.path(), &[]);
+    create_session(&hub, "pv");
+    let (events, confirm) = (events_path(&hub, "pv"), confirm_path(&hub, "pv"));
     let mut ev = ws_connect(hub.addr, &events).unwrap();
     send_text(&mut ev, envelope("pv", "w", 1, "ready", json!({})));
     wait_session(&hub, "pv", |s| s["identity"]["state"] == "live");

@@ -8,37 +8,11 @@ use serde_json::json;
 
 use crate::util::*;
 
-fn hub_with(dir: &TempDir, config: serde_json::Value) -> TestHub {
-    let cfg = dir.path().join("test.jsonc");
-    std::fs::write(&cfg, config.to_string()).unwrap();
-    TestHub::start(dir.path(), &["-c", cfg.to_str().unwrap()])
-}
-
-fn create(hub: &TestHub, id: &str) {
-    assert_eq!(
-        post(hub, "/api/sessions", json!({"session": id})).status,
-        201
-    );
-}
-
-fn events_path(hub: &TestHub, id: &str) -> String {
-    let token = worker_token(&hub.data_dir, id);
-    format!("/agent/{id}/events?token={token}")
-}
-
 #[test]
 fn upgrade_checks_session_and_token() {
     let dir = TempDir::new("wsauth");
     let hub = hub_with(&dir, json!({"panel": {"token": "panel-secret"}}));
-    assert_eq!(
-        post(
-            &hub,
-            "/api/sessions?token=panel-secret",
-            json!({"session": "w"})
-        )
-        .status,
-        201
-    );
+    create_session_with_token(&hub, "w", "panel-secret");
     let token = worker_token(&hub.data_dir, "w");
     assert_eq!(ws_refusal(hub.addr, "/agent/nope/events?token=x"), 404);
     assert_eq!(ws_refusal(hub.addr, "/agent/bad%2Fid/events?token=x"), 404);
@@ -78,8 +52,8 @@ fn upgrade_checks_session_and_token() {
 fn identity_stats_and_unknown_events() {
     let dir = TempDir::new("identity");
     let hub = hub_with(&dir, json!({}));
-    create(&hub, "s");
-    let mut ws = ws_connect(hub.addr, &events_path(&hub, "s")).unwrap();
+    create_session(&hub, "s");
+    let mut ws = worker_events(&hub, "s");
     send_text(
         &mut ws,
         envelope(
@@ -138,8 +112,8 @@ fn identity_stats_and_unknown_events() {
 fn twenty_protocol_errors_close_1008() {
     let dir = TempDir::new("protoerr");
     let hub = hub_with(&dir, json!({}));
-    create(&hub, "p");
-    let mut ws = ws_connect(hub.addr, &events_path(&hub, "p")).unwrap();
+    create_session(&hub, "p");
+    let mut ws = worker_events(&hub, "p");
     for i in 0..19 {
         let bad = match i % 4 {
             0 => "not json".to_string(),
@@ -160,8 +134,8 @@ fn twenty_protocol_errors_close_1008() {
 fn missing_fields_are_issues_not_errors() {
     let dir = TempDir::new("issues");
     let hub = hub_with(&dir, json!({}));
-    create(&hub, "i");
-    let mut ws = ws_connect(hub.addr, &events_path(&hub, "i")).unwrap();
+    create_session(&hub, "i");
+    let mut ws = worker_events(&hub, "i");
     let frame =
         json!({"type": "event", "event": "model_response", "session_id": "i", "worker_id": "w"});
     send_text(&mut ws, frame.to_string());
@@ -176,10 +150,10 @@ fn missing_fields_are_issues_not_errors() {
 fn a_second_connection_supersedes_the_first_with_4001() {
     let dir = TempDir::new("supersede");
     let hub = hub_with(&dir, json!({}));
-    create(&hub, "x");
-    let mut first = ws_connect(hub.addr, &events_path(&hub, "x")).unwrap();
+    create_session(&hub, "x");
+    let mut first = worker_events(&hub, "x");
     ws_read_until(&mut first, |v| v["type"] == "signal");
-    let mut second = ws_connect(hub.addr, &events_path(&hub, "x")).unwrap();
+    let mut second = worker_events(&hub, "x");
     assert_eq!(ws_close_code(&mut first), Some(4001));
     ws_read_until(&mut second, |v| v["type"] == "signal");
     send_text(&mut second, envelope("x", "w", 1, "status", json!({})));
@@ -192,8 +166,8 @@ fn a_second_connection_supersedes_the_first_with_4001() {
 fn oversized_frames_close_1009() {
     let dir = TempDir::new("oversize");
     let hub = hub_with(&dir, json!({"limits": {"maxMessageBytes": 4096}}));
-    create(&hub, "o");
-    let mut ws = ws_connect(hub.addr, &events_path(&hub, "o")).unwrap();
+    create_session(&hub, "o");
+    let mut ws = worker_events(&hub, "o");
     let big = envelope("o", "w", 1, "status", json!({"pad": "x".repeat(5000)}));
     let _ = ws.send(tungstenite::Message::Text(big.into()));
     assert_eq!(ws_close_code(&mut ws), Some(1009));
@@ -203,8 +177,8 @@ fn oversized_frames_close_1009() {
 fn a_worker_that_never_answers_pings_is_terminated() {
     let dir = TempDir::new("ping");
     let hub = hub_with(&dir, json!({"limits": {"pingIntervalMs": 200}}));
-    create(&hub, "q");
-    let ws = ws_connect(hub.addr, &events_path(&hub, "q")).unwrap();
+    create_session(&hub, "q");
+    let ws = worker_events(&hub, "q");
     wait_session(&hub, "q", |s| s["connected"] == true);
     // Never reading means never answering the hub's pings.
     wait_session(&hub, "q", |s| s["connected"] == false);
@@ -215,7 +189,7 @@ fn a_worker_that_never_answers_pings_is_terminated() {
 fn requests_become_unknown_when_the_worker_drops_before_admission() {
     let dir = TempDir::new("unknownreq");
     let hub = hub_with(&dir, json!({}));
-    create(&hub, "u");
+    create_session(&hub, "u");
     let refused = post(
         &hub,
         "/api/sessions/u/input",
@@ -225,7 +199,7 @@ fn requests_become_unknown_when_the_worker_drops_before_admission() {
         (refused.status, refused.json()["error"].clone()),
         (409, json!("input_not_sent"))
     );
-    let mut ws = ws_connect(hub.addr, &events_path(&hub, "u")).unwrap();
+    let mut ws = worker_events(&hub, "u");
     wait_session(&hub, "u", |s| s["connected"] == true);
     let invalid = post(
         &hub,
@@ -260,8 +234,8 @@ fn transcript_is_bounded_by_count_and_bytes() {
         &dir,
         json!({"limits": {"transcriptEvents": 5, "transcriptBytes": 1000000}}),
     );
-    create(&hub, "c");
-    let mut ws = ws_connect(hub.addr, &events_path(&hub, "c")).unwrap();
+    create_session(&hub, "c");
+    let mut ws = worker_events(&hub, "c");
     for seq in 1..=12 {
         send_text(
             &mut ws,
@@ -288,8 +262,8 @@ fn transcript_is_bounded_by_count_and_bytes() {
         &dir2,
         json!({"limits": {"transcriptEvents": 1000, "transcriptBytes": 4000}}),
     );
-    create(&hub2, "b");
-    let mut ws2 = ws_connect(hub2.addr, &events_path(&hub2, "b")).unwrap();
+    create_session(&hub2, "b");
+    let mut ws2 = worker_events(&hub2, "b");
     for seq in 1..=20 {
         send_text(
             &mut ws2,
@@ -309,8 +283,8 @@ fn transcript_is_bounded_by_count_and_bytes() {
 fn history_replies_are_never_retained() {
     let dir = TempDir::new("transient");
     let hub = hub_with(&dir, json!({}));
-    create(&hub, "h");
-    let mut ws = ws_connect(hub.addr, &events_path(&hub, "h")).unwrap();
+    create_session(&hub, "h");
+    let mut ws = worker_events(&hub, "h");
     send_text(
         &mut ws,
         envelope("h", "w", 1, "history", json!({"turns": []})),
@@ -331,12 +305,12 @@ fn history_replies_are_never_retained() {
 fn events_file_reports_omissions_when_its_writer_stalls() {
     let dir = TempDir::new("stall");
     let hub = hub_with(&dir, json!({}));
-    create(&hub, "f");
+    create_session(&hub, "f");
     let fifo = dir.path().join("sessions/f/events.jsonl");
     let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
     // SAFETY: mkfifo on a path we own.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
-    let mut ws = ws_connect(hub.addr, &events_path(&hub, "f")).unwrap();
+    let mut ws = worker_events(&hub, "f");
     // Nobody reads the FIFO: the writer blocks, ingestion must not.
     for seq in 1..=40 {
         send_text(

@@ -10,11 +10,9 @@ use tiny_http::Request;
 use super::{auth, url, ApiError};
 use crate::hub::Hub;
 use crate::session;
+use crate::util::thread::Stack;
 use crate::worker::{confirm, events};
 use crate::ws;
-
-/// Stack of a worker socket thread: it parses JSON frames of bounded depth.
-const SOCKET_STACK: usize = 256 * 1024;
 
 /// Which worker socket a path names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,13 +129,10 @@ fn upgrade(
         Kind::Events => "worker-events",
         Kind::Confirm => "worker-confirm",
     };
-    let spawned = std::thread::Builder::new()
-        .name(name.into())
-        .stack_size(SOCKET_STACK)
-        .spawn(move || match kind {
-            Kind::Events => events::run(hub, id, accepted),
-            Kind::Confirm => confirm::run(hub, id, accepted),
-        });
+    let spawned = crate::util::thread::spawn(name, Stack::Large, move || match kind {
+        Kind::Events => events::run(hub, id, accepted),
+        Kind::Confirm => confirm::run(hub, id, accepted),
+    });
     if let Err(err) = spawned {
         log::error!("cannot start a worker socket thread: {err}");
     }

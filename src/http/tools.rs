@@ -15,12 +15,10 @@ use tiny_http::{Method, Request, ServerHandle};
 use super::{header, url, ApiError};
 use crate::hub::Hub;
 use crate::session;
+use crate::util::thread::Stack;
 use crate::worker::tool_frames;
 use crate::worker::tools::{self, Upgrade};
 use crate::ws;
-
-/// Stack of a tool socket thread: it parses one JSON frame of bounded depth.
-const SOCKET_STACK: usize = 256 * 1024;
 
 /// Starts serving the tools listener.
 pub fn start(hub: Arc<Hub>, listener: TcpListener) -> std::io::Result<ServerHandle> {
@@ -116,10 +114,9 @@ fn upgrade(hub: &Arc<Hub>, rq: Request) -> Result<(), (Request, ApiError)> {
             _ => String::new(),
         },
     };
-    let spawned = std::thread::Builder::new()
-        .name("worker-tools".into())
-        .stack_size(SOCKET_STACK)
-        .spawn(move || tools::run(hub, upgrade, accepted, slot));
+    let spawned = crate::util::thread::spawn("worker-tools", Stack::Large, move || {
+        tools::run(hub, upgrade, accepted, slot)
+    });
     if let Err(err) = spawned {
         log::error!("cannot start a tool socket thread: {err}");
     }

@@ -30,6 +30,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use super::protocol;
+use crate::util::thread::Stack;
 use crate::util::wakes::{self, Wake};
 use crate::ws::{self, FrameWriter};
 
@@ -39,9 +40,6 @@ const QUEUE_FRAMES: usize = 16 * 1024;
 
 /// The most frame bytes the writer hands to one `writev`.
 pub const WRITE_BATCH_BYTES: usize = 256 * 1024;
-
-/// Stack of a panel writer thread (it touches about 8 KiB).
-pub const WRITER_STACK: usize = 128 * 1024;
 
 /// The most frames in one `writev` (well under `IOV_MAX`, 1024).
 const WRITE_BATCH_FRAMES: usize = 256;
@@ -285,10 +283,10 @@ impl PanelConn {
                 let inbox = WriterInbox {
                     queue: self.queue.clone(),
                 };
-                let spawned = std::thread::Builder::new()
-                    .name("panel-writer".into())
-                    .stack_size(WRITER_STACK)
-                    .spawn(move || conn.write_loop(inbox));
+                let spawned =
+                    crate::util::thread::spawn("panel-writer", Stack::Medium, move || {
+                        conn.write_loop(inbox)
+                    });
                 if let Err(err) = spawned {
                     log::error!("panel {}: cannot start a writer: {err}", self.id);
                     self.queue.lock().writer_running = false;

@@ -163,8 +163,7 @@ pub struct ParentRef {
 pub struct Outcome {
     pub request_id: String,
     pub operation: String,
-    /// intent, sent, admitted, rejected, unknown or finished.
-    pub state: String,
+    pub state: OutcomeState,
     pub run_id: Option<String>,
     /// The run status of `finished`.
     pub run_status: Option<String>,
@@ -180,7 +179,7 @@ impl Outcome {
         let mut out = json!({
             "request_id": self.request_id,
             "operation": self.operation,
-            "state": self.state,
+            "state": self.state.as_str(),
             "updated_at": self.updated_at,
         });
         for (key, value) in [
@@ -201,13 +200,52 @@ impl Outcome {
         Some(Outcome {
             request_id: s("request_id")?,
             operation: s("operation")?,
-            state: s("state")?,
+            state: OutcomeState::parse(&s("state")?)?,
             run_id: s("run_id"),
             run_status: s("run_status"),
             summary: v.get("summary").cloned(),
             error: s("error"),
             updated_at: s("updated_at").unwrap_or_default(),
         })
+    }
+}
+
+/// What became of a `subagent/send`, as its receipt and `receive` say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutcomeState {
+    /// Recorded, not yet written to the child's worker.
+    Intent,
+    Sent,
+    Admitted,
+    Rejected,
+    /// The delivery's fate cannot be known (a connection ended after the
+    /// write); never resent.
+    Unknown,
+    Finished,
+}
+
+impl OutcomeState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OutcomeState::Intent => "intent",
+            OutcomeState::Sent => "sent",
+            OutcomeState::Admitted => "admitted",
+            OutcomeState::Rejected => "rejected",
+            OutcomeState::Unknown => "unknown",
+            OutcomeState::Finished => "finished",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<OutcomeState> {
+        use OutcomeState::*;
+        [Intent, Sent, Admitted, Rejected, Unknown, Finished]
+            .into_iter()
+            .find(|o| o.as_str() == s)
+    }
+
+    /// Not yet known to have reached the worker's queue.
+    pub fn is_in_flight(self) -> bool {
+        matches!(self, OutcomeState::Intent | OutcomeState::Sent)
     }
 }
 
@@ -540,7 +578,7 @@ mod tests {
         c.push_outcome(Outcome {
             request_id: "r1".into(),
             operation: "message".into(),
-            state: "finished".into(),
+            state: OutcomeState::Finished,
             run_id: Some("run".into()),
             run_status: Some("completed".into()),
             summary: None,
@@ -583,7 +621,7 @@ mod tests {
             c.push_outcome(Outcome {
                 request_id: format!("r{i}"),
                 operation: "message".into(),
-                state: "sent".into(),
+                state: OutcomeState::Sent,
                 run_id: None,
                 run_status: None,
                 summary: None,

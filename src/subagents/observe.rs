@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::child::{LifecycleEvent, Outcome};
+use super::child::{LifecycleEvent, Outcome, OutcomeState};
 use crate::session::{IdentityState, Session};
 use crate::worker::envelope::Envelope;
 
@@ -79,8 +79,8 @@ pub fn observe(s: &mut Session, env: &Envelope, now: &str) -> Observed {
     };
     let changed = match env.event.as_str() {
         "input_admitted" => match c.outcome_mut(&env.request_id) {
-            Some(o) if matches!(o.state.as_str(), "intent" | "sent" | "unknown") => {
-                o.state = "admitted".into();
+            Some(o) if o.state.is_in_flight() || o.state == OutcomeState::Unknown => {
+                o.state = OutcomeState::Admitted;
                 if !env.run_id.is_empty() {
                     o.run_id = Some(env.run_id.clone());
                 }
@@ -91,8 +91,8 @@ pub fn observe(s: &mut Session, env: &Envelope, now: &str) -> Observed {
         "input_rejected" => {
             let id = field("request_id").unwrap_or(env.request_id.as_str());
             match c.outcome_mut(id) {
-                Some(o) if o.state != "finished" => {
-                    o.state = "rejected".into();
+                Some(o) if o.state != OutcomeState::Finished => {
+                    o.state = OutcomeState::Rejected;
                     o.error = Some(
                         [field("code"), field("message")]
                             .into_iter()
@@ -116,14 +116,13 @@ pub fn observe(s: &mut Session, env: &Envelope, now: &str) -> Observed {
             let compact = env.event == "compact_finished";
             let run = env.run_id.as_str();
             let found = c.outcomes.iter_mut().rev().find(|o| {
-                o.state != "finished"
-                    && o.state != "rejected"
+                !matches!(o.state, OutcomeState::Finished | OutcomeState::Rejected)
                     && ((!run.is_empty() && o.run_id.as_deref() == Some(run))
                         || (!env.request_id.is_empty() && o.request_id == env.request_id))
             });
             match found {
                 Some(o) => {
-                    o.state = "finished".into();
+                    o.state = OutcomeState::Finished;
                     if compact {
                         o.run_status.get_or_insert_with(|| "completed".into());
                         o.summary = data.and_then(|d| d.get("summary")).cloned();
@@ -160,8 +159,8 @@ pub fn disconnected(s: &mut Session, now: &str) -> bool {
     };
     let mut changed = false;
     for o in c.outcomes.iter_mut() {
-        if o.state == "sent" || o.state == "intent" {
-            o.state = "unknown".into();
+        if o.state.is_in_flight() {
+            o.state = OutcomeState::Unknown;
             o.updated_at = now.to_string();
             changed = true;
         }

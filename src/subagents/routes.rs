@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 use super::args::{self, Call, SendOp};
-use super::child::{Lifecycle, Outcome, ParentRef, RECEIVE_OUTCOMES, SENT_CONTENT};
+use super::child::{Lifecycle, Outcome, OutcomeState, ParentRef, RECEIVE_OUTCOMES, SENT_CONTENT};
 use super::conversation::PAGE_BODY_BUDGET;
 use super::family::{self, Caller};
 use super::Refusal;
@@ -391,7 +391,7 @@ fn send(
             c.push_outcome(Outcome {
                 request_id: request_id.clone(),
                 operation: operation.to_string(),
-                state: "intent".into(),
+                state: OutcomeState::Intent,
                 run_id: None,
                 run_status: None,
                 summary: None,
@@ -411,24 +411,25 @@ fn send(
     let input = payload_input(&request_id, op);
     let sent = hub.send_input(id, &input);
     let (state, refusal) = match &sent {
-        Ok(_) => ("sent", None),
-        Err(SendError::NotConnected(msg)) | Err(SendError::UnknownSession(msg)) => {
-            ("rejected", Some(Refusal::new("disconnected", msg.clone())))
-        }
+        Ok(_) => (OutcomeState::Sent, None),
+        Err(SendError::NotConnected(msg)) | Err(SendError::UnknownSession(msg)) => (
+            OutcomeState::Rejected,
+            Some(Refusal::new("disconnected", msg.clone())),
+        ),
         Err(SendError::Invalid(msg)) => (
-            "rejected",
+            OutcomeState::Rejected,
             Some(Refusal::new("invalid_arguments", msg.clone())),
         ),
         Err(other) => (
-            "unknown",
+            OutcomeState::Unknown,
             Some(Refusal::new("delivery_unknown", other.to_string())),
         ),
     };
     hub.with_session(id, |s| {
         if let Some(c) = s.subagent.as_mut() {
             if let Some(o) = c.outcome_mut(&request_id) {
-                if o.state == "intent" {
-                    o.state = state.into();
+                if o.state == OutcomeState::Intent {
+                    o.state = state;
                     o.updated_at = time::now_rfc3339();
                     if let Some(r) = &refusal {
                         o.error = Some(r.message.clone());

@@ -16,6 +16,7 @@ use crate::hub::Hub;
 use crate::util::bounded_writer::{self, BoundedWriter};
 use crate::util::line_splitter::{Line, LineSplitter};
 use crate::util::log_ring::Stream;
+use crate::util::thread::Stack;
 use crate::util::time;
 
 /// How long a pipe may stay open after its worker exited.
@@ -99,10 +100,10 @@ pub fn spawn_readers(
         let lifecycle = lifecycle_id.to_string();
         let file = file.clone();
         let exited = exited.clone();
-        let spawned = std::thread::Builder::new()
-            .name(format!("worker-{}", stream.as_str()))
-            .stack_size(128 * 1024)
-            .spawn(move || read_pipe(&hub, &session, &lifecycle, stream, pipe, &file, &exited));
+        let name = format!("worker-{}", stream.as_str());
+        let spawned = crate::util::thread::spawn(&name, Stack::Medium, move || {
+            read_pipe(&hub, &session, &lifecycle, stream, pipe, &file, &exited)
+        });
         match spawned {
             Ok(handle) => handles.push(handle),
             Err(err) => log::error!("cannot start a pipe reader: {err}"),

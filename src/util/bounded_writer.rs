@@ -31,9 +31,6 @@ pub const CLOSE_DEADLINE: Duration = Duration::from_secs(1);
 /// How long `Drop` waits for pending data when `close` was not called.
 const DROP_DEADLINE: Duration = Duration::from_millis(100);
 
-/// The writer thread's stack.
-const STACK_SIZE: usize = 128 * 1024;
-
 /// At most this many bytes are gathered from the channel into one write.
 const BATCH_BYTES: usize = 64 * 1024;
 
@@ -322,10 +319,8 @@ impl BoundedWriter {
         let (tx, rx) = crossbeam_channel::unbounded();
         let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(0);
         let shared = Arc::clone(&self.shared);
-        let handle = thread::Builder::new()
-            .name("disk-writer".to_string())
-            .stack_size(STACK_SIZE)
-            .spawn(move || {
+        let handle =
+            super::thread::spawn("disk-writer", super::thread::Stack::Medium, move || {
                 run(&shared, &rx);
                 drop(done_tx);
             })?;

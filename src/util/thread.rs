@@ -6,7 +6,8 @@
 //! - [`Stack::Small`], 64 KiB: waiters and watchers that block in one call
 //!   (`wait()`, a pidfd `poll`) and the stop ladder.
 //! - [`Stack::Medium`], 128 KiB: loops over a socket or pipe that parse
-//!   little themselves (panel writers, the panel poll thread, pipe readers).
+//!   little themselves (panel writers, the panel poll thread, pipe readers,
+//!   disk writers).
 //! - [`Stack::Large`], 256 KiB: threads that run request handlers, JSON
 //!   parsing and SQLite calls (socket threads, panel readers and actions,
 //!   subagent work).

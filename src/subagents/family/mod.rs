@@ -41,17 +41,12 @@ pub use stop::{
     begin_stop, children_of, freeze_all, freeze_descendants, process_gone, stop_children,
 };
 
-/// Stack of the short-lived subagent threads (launch, startup watch,
-/// conversation write, history refresh, cleanup ticker).
-const THREAD_STACK: usize = 256 * 1024;
-
-/// Runs `work` on a new named thread; `Err` when none could start.
+/// Runs `work` on a new named thread (the short-lived subagent threads:
+/// launch, startup watch, conversation write, history refresh, cleanup
+/// ticker; large stacks: they parse JSON and call SQLite); `Err` when none
+/// could start.
 fn spawn_thread(name: &str, work: impl FnOnce() + Send + 'static) -> std::io::Result<()> {
-    std::thread::Builder::new()
-        .name(name.into())
-        .stack_size(THREAD_STACK)
-        .spawn(work)
-        .map(drop)
+    crate::util::thread::spawn(name, crate::util::thread::Stack::Large, work).map(drop)
 }
 
 /// Family-wide state held by the hub.

@@ -13,7 +13,9 @@ use super::startup::{launch, startup_deadline, watch_startup};
 use super::stop::{begin_stop, stop_children, stop_worker};
 use super::{set_reason, spawn_thread};
 use crate::hub::Hub;
-use crate::subagents::child::{Child, Lifecycle, LifecycleEvent, ParentRef, MAX_CLEANUP_ATTEMPTS};
+use crate::subagents::child::{
+    Child, Lifecycle, LifecycleEvent, OutcomeState, ParentRef, MAX_CLEANUP_ATTEMPTS,
+};
 use crate::subagents::{Refusal, KIND};
 use crate::supervisor::control::StopMode;
 use crate::util::time;
@@ -40,8 +42,8 @@ pub fn load(hub: &Hub) {
                 // unknown; it is never resent.
                 let now = time::now_rfc3339();
                 for o in child.outcomes.iter_mut() {
-                    if o.state == "intent" || o.state == "sent" {
-                        o.state = "unknown".into();
+                    if o.state.is_in_flight() {
+                        o.state = OutcomeState::Unknown;
                         o.updated_at = now.clone();
                         child.outcomes_unpersisted = true;
                     }

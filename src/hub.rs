@@ -803,9 +803,7 @@ impl Hub {
     /// The current description of one open prompt (64 KiB preview).
     pub fn describe_prompt(&self, session: &str, confirmation_id: &str) -> Option<Value> {
         self.with_session(session, |s| {
-            s.prompts
-                .iter()
-                .find(|p| p.request.confirmation_id == confirmation_id)
+            s.prompt(confirmation_id)
                 .map(|p| s.describe_prompt(p, crate::session::PROMPT_PREVIEW_BYTES))
         })
         .flatten()

@@ -23,8 +23,10 @@ use crate::ws::FrameWriter;
 
 mod link;
 mod process;
+mod prompts;
 
 pub use process::{NoStop, StopBegun};
+pub use prompts::{DecideError, NewPrompt, NotOpened, PromptStep};
 
 /// Log ring bounds before the configuration applies its own.
 const DEFAULT_LOG_CAPS: (usize, usize) = (500, 256 * 1024);
@@ -489,7 +491,7 @@ pub struct Session {
     last_event_at: Option<String>,
     last_event: Option<String>,
     requests: VecDeque<RequestRecord>,
-    pub prompts: Vec<Prompt>,
+    prompts: Vec<Prompt>,
     pub transcript: Transcript,
     /// `<session dir>/events.jsonl`, best effort.
     pub events_file: Option<Arc<BoundedWriter>>,

@@ -37,7 +37,7 @@ pub fn describe(session: &Session, child: &Child) -> Value {
         "reason": child.reason,
         "observed_at": session.last_event_at(),
         "active_run": session.active_run().is_some(),
-        "pending_approvals": session.prompts.len(),
+        "pending_approvals": session.prompts().len(),
         "cleanup_attempts": child.cleanup_attempts,
     })
 }

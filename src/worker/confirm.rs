@@ -24,7 +24,9 @@ use tungstenite::{Error as WsError, Message};
 
 use super::confirm_frames::{self, ConfirmationRequest};
 use crate::hub::{Hub, Note};
-use crate::session::{IdentityState, Prompt, PromptState, Session, PROMPT_PREVIEW_BYTES};
+use crate::session::{
+    NewPrompt, NotOpened, PromptState, PromptStep, Session, PROMPT_PREVIEW_BYTES,
+};
 use crate::subagents::child::Policy;
 use crate::util::time;
 use crate::ws::{close, Accepted, FrameWriter};
@@ -41,26 +43,7 @@ const CLOSE_GRACE: Duration = Duration::from_secs(3);
 /// How often the socket thread looks at its deadlines.
 const POLL: Duration = Duration::from_millis(250);
 
-/// Why an operator decision was refused.
-#[derive(Debug)]
-pub enum DecideError {
-    /// No open prompt has this id (never existed, or retired).
-    Unknown,
-    /// The prompt cannot take this decision now (already answered, or its
-    /// worker identity is not verified yet).
-    Rejected(&'static str),
-}
-
-impl std::fmt::Display for DecideError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DecideError::Unknown => f.write_str("that confirmation is no longer open"),
-            DecideError::Rejected(why) => write!(f, "decision refused: {why}"),
-        }
-    }
-}
-
-impl std::error::Error for DecideError {}
+pub use crate::session::DecideError;
 
 /// Records an operator's decision and sends it to the worker. The first
 /// decision wins; nothing is ever resent.
@@ -74,25 +57,14 @@ pub fn decide(
     let now = time::now_rfc3339();
     let outcome = hub
         .with_session(session_id, |s| {
-            let index = s
-                .prompts
-                .iter()
-                .position(|p| p.request.confirmation_id == confirmation_id)
-                .ok_or(DecideError::Unknown)?;
-            match s.prompts[index].state {
-                PromptState::AwaitingDecision => {}
-                PromptState::AwaitingIdentity => {
-                    return Err(DecideError::Rejected(
-                        "the worker identity is not verified yet",
-                    ))
-                }
-                PromptState::Decided => return Err(DecideError::Rejected("already answered")),
-            }
-            let (writer, response) = settle_at(s, index, approved, reason, &now);
+            let prompt = s.settle_prompt(confirmation_id, approved, reason, &now)?;
+            let writer = prompt.writer.clone();
+            let response = response_text(&prompt.request, approved, reason);
+            let prompt = s.prompt(confirmation_id).expect("settled just now");
             Ok((
                 writer,
                 response,
-                s.describe_prompt(&s.prompts[index], PROMPT_PREVIEW_BYTES),
+                s.describe_prompt(prompt, PROMPT_PREVIEW_BYTES),
             ))
         })
         .ok_or(DecideError::Unknown)??;
@@ -108,31 +80,6 @@ pub fn decide(
         outcome: None,
     });
     Ok(())
-}
-
-fn settle(prompt: &mut Prompt, approved: bool, reason: Option<String>, now: &str) {
-    prompt.state = PromptState::Decided;
-    prompt.decision = Some(approved);
-    prompt.reason = reason;
-    prompt.settled_at = Some(now.to_string());
-}
-
-/// Settles the decidable prompt at `index` and returns its writer and the
-/// response to write once the lock is released. The one decision path of
-/// operators ([`decide`]) and of a headless child's policy.
-fn settle_at(
-    s: &mut Session,
-    index: usize,
-    approved: bool,
-    reason: Option<&str>,
-    now: &str,
-) -> (Arc<FrameWriter>, String) {
-    let prompt = &mut s.prompts[index];
-    settle(prompt, approved, reason.map(str::to_string), now);
-    (
-        prompt.writer.clone(),
-        response_text(&prompt.request, approved, reason),
-    )
 }
 
 /// What a headless child's operator policy answers to a request that just
@@ -165,14 +112,17 @@ struct AutoAnswer {
     approved: bool,
 }
 
-/// Applies the child's policy to the prompt at `index`, which has just
-/// become decidable (verified live worker, active run).
-fn auto_answer(s: &mut Session, index: usize, now: &str) -> Option<AutoAnswer> {
+/// Applies the child's policy to the prompt `confirmation_id`, which has
+/// just become decidable (verified live worker, active run).
+fn auto_answer(s: &mut Session, confirmation_id: &str, now: &str) -> Option<AutoAnswer> {
     let approved = policy_answer(s)?;
-    let (writer, response) = settle_at(s, index, approved, Some(policy_reason(approved)), now);
+    let reason = Some(policy_reason(approved));
+    let prompt = s
+        .settle_prompt(confirmation_id, approved, reason, now)
+        .ok()?;
     Some(AutoAnswer {
-        writer,
-        response,
+        writer: prompt.writer.clone(),
+        response: response_text(&prompt.request, approved, reason),
         approved,
     })
 }
@@ -190,13 +140,6 @@ fn deliver_auto(session_id: &str, confirmation_id: &str, auto: &AutoAnswer) {
 
 fn response_text(request: &ConfirmationRequest, approved: bool, reason: Option<&str>) -> String {
     confirm_frames::confirmation_response(request, approved, reason).to_string()
-}
-
-/// What the socket thread must do after registering or polling.
-enum Step {
-    Wait,
-    /// Deny at once (written by the socket thread) with this reason.
-    Deny(&'static str),
 }
 
 /// Runs one accepted confirmation socket until the prompt is retired.
@@ -246,7 +189,7 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
     let mut decided_at: Option<Instant> = None;
     let mut outcome = "closed";
     loop {
-        if let Step::Deny(reason) = std::mem::replace(&mut step, Step::Wait) {
+        if let PromptStep::Deny(reason) = std::mem::replace(&mut step, PromptStep::Wait) {
             deny_now(&hub, &session_id, &confirmation_id, reason);
         }
         match socket.read() {
@@ -266,17 +209,13 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
         }
         let now = Instant::now();
         let state = hub.with_session(&session_id, |s| {
-            let before = prompt_state(s, &confirmation_id);
-            let mut polled = poll(s, &confirmation_id, now >= hold_until);
+            let before = s.prompt(&confirmation_id).map(|p| p.state);
+            let mut polled = s.recheck_prompt(&confirmation_id, now >= hold_until);
             let verified = before == Some(PromptState::AwaitingIdentity)
                 && matches!(polled, Some((PromptState::AwaitingDecision, _)));
             // Just became decidable: a headless child's policy may answer.
             let auto = if verified {
-                let index = s
-                    .prompts
-                    .iter()
-                    .position(|p| p.request.confirmation_id == confirmation_id);
-                let auto = index.and_then(|i| auto_answer(s, i, &time::now_rfc3339()));
+                let auto = auto_answer(s, &confirmation_id, &time::now_rfc3339());
                 if auto.is_some() {
                     if let Some((state, _)) = polled.as_mut() {
                         *state = PromptState::Decided;
@@ -349,7 +288,7 @@ fn read_request(
 }
 
 enum Registered {
-    Open(Step),
+    Open(PromptStep),
     Duplicate,
     Gone,
     /// Capacity exhausted: the denial to send; the prompt is never listed.
@@ -367,45 +306,32 @@ fn register(
     let now = time::now_rfc3339();
     let deadline_at =
         time::rfc3339_from_millis(time::now_millis() + hub.config.worker.confirmation_timeout_ms);
+    let confirmation_id = request.confirmation_id.clone();
+    let full = "capacity exhausted: too many open confirmations";
+    let full_response = response_text(&request, false, Some(full));
+    let new = NewPrompt {
+        conn_id,
+        request,
+        received_at: now.clone(),
+        deadline_at,
+        writer: writer.clone(),
+    };
     let result = hub.with_session(session_id, |s| {
-        if s.prompts
-            .iter()
-            .any(|p| p.request.confirmation_id == request.confirmation_id)
-        {
-            return (Registered::Duplicate, None, None);
-        }
-        if s.prompts.len() >= MAX_OPEN_PROMPTS {
-            let reason = "capacity exhausted: too many open confirmations";
-            return (
-                Registered::Full(response_text(&request, false, Some(reason))),
-                None,
-                None,
-            );
-        }
-        let (state, step) = judge(s, &request);
-        let decidable = state == PromptState::AwaitingDecision && matches!(step, Step::Wait);
-        s.prompts.push(Prompt {
-            conn_id,
-            verified: decidable,
-            identity_state: s.identity(),
-            request,
-            state,
-            received_at: now.clone(),
-            deadline_at: deadline_at.clone(),
-            settled_at: None,
-            decision: None,
-            reason: None,
-            writer: writer.clone(),
-        });
+        let step = match s.open_prompt(new, MAX_OPEN_PROMPTS) {
+            Ok(step) => step,
+            Err(NotOpened::Duplicate) => return (Registered::Duplicate, None, None),
+            Err(NotOpened::Full) => return (Registered::Full(full_response), None, None),
+        };
         // Decidable on arrival: a headless child's policy may answer now,
         // before any panel is told, so no operator sees it open.
-        let index = s.prompts.len() - 1;
-        let auto = if decidable {
-            auto_answer(s, index, &now)
+        let decidable = s.prompt(&confirmation_id).is_some_and(|p| p.verified);
+        let auto = if decidable && step == PromptStep::Wait {
+            auto_answer(s, &confirmation_id, &now)
         } else {
             None
         };
-        let described = Some(s.describe_prompt(&s.prompts[index], PROMPT_PREVIEW_BYTES));
+        let prompt = s.prompt(&confirmation_id).expect("opened just now");
+        let described = Some(s.describe_prompt(prompt, PROMPT_PREVIEW_BYTES));
         (Registered::Open(step), described, auto)
     });
     match result {
@@ -428,101 +354,14 @@ fn register(
     }
 }
 
-/// Whether a request can be decided now.
-enum Verdict {
-    /// The live worker is the requester (and, for a headless child, the
-    /// request's run is its active run): the prompt is decidable.
-    Verified,
-    /// A live worker that is not the requester: denied at once.
-    Foreign,
-    /// Not yet: held until the identity hold ends, then denied with this
-    /// reason.
-    Held(&'static str),
-}
-
-const FOREIGN: &str = "the request does not come from the connected worker";
-
-fn verify(s: &Session, request: &ConfirmationRequest) -> Verdict {
-    match s.identity() {
-        IdentityState::Live if s.worker_id() == Some(request.worker_id.as_str()) => {
-            if s.subagent.is_some() && s.active_run() != Some(request.run_id.as_str()) {
-                Verdict::Held("the request's run is not the subagent's active run")
-            } else {
-                Verdict::Verified
-            }
-        }
-        IdentityState::Live => Verdict::Foreign,
-        IdentityState::Unknown | IdentityState::Stale => {
-            Verdict::Held("the worker identity was not verified in time")
-        }
-    }
-}
-
-/// Identity judgement: live and equal asks the operator (a headless child
-/// also needs the request's run to be active); live and different denies;
-/// anything else holds.
-fn judge(s: &Session, request: &ConfirmationRequest) -> (PromptState, Step) {
-    match verify(s, request) {
-        Verdict::Verified => (PromptState::AwaitingDecision, Step::Wait),
-        Verdict::Foreign => (PromptState::AwaitingDecision, Step::Deny(FOREIGN)),
-        Verdict::Held(_) => (PromptState::AwaitingIdentity, Step::Wait),
-    }
-}
-
-/// Re-judges a held prompt; returns its state and what to do, or `None`
-/// when the prompt is gone.
-fn prompt_state(s: &Session, confirmation_id: &str) -> Option<PromptState> {
-    s.prompts
-        .iter()
-        .find(|p| p.request.confirmation_id == confirmation_id)
-        .map(|p| p.state)
-}
-
-fn poll(s: &mut Session, confirmation_id: &str, hold_expired: bool) -> Option<(PromptState, Step)> {
-    let identity = s.identity();
-    let index = s
-        .prompts
-        .iter()
-        .position(|p| p.request.confirmation_id == confirmation_id)?;
-    if s.prompts[index].state != PromptState::AwaitingIdentity {
-        return Some((s.prompts[index].state, Step::Wait));
-    }
-    let verdict = verify(s, &s.prompts[index].request);
-    let prompt = &mut s.prompts[index];
-    prompt.identity_state = identity;
-    let step = match verdict {
-        Verdict::Verified => {
-            prompt.state = PromptState::AwaitingDecision;
-            prompt.verified = true;
-            Step::Wait
-        }
-        Verdict::Foreign => Step::Deny(FOREIGN),
-        Verdict::Held(why) if hold_expired => Step::Deny(why),
-        Verdict::Held(_) => Step::Wait,
-    };
-    Some((prompt.state, step))
-}
-
 /// Denies a prompt on the hub's own authority (identity or capacity).
 fn deny_now(hub: &Hub, session_id: &str, confirmation_id: &str, reason: &'static str) {
     let now = time::now_rfc3339();
     let sent = hub.with_session(session_id, |s| {
-        let prompt = s
-            .prompts
-            .iter_mut()
-            .find(|p| p.request.confirmation_id == confirmation_id)?;
-        if prompt.state == PromptState::Decided {
-            return None;
-        }
-        settle(prompt, false, Some(reason.to_string()), &now);
-        let (writer, response) = (
-            prompt.writer.clone(),
-            response_text(&prompt.request, false, Some(reason)),
-        );
-        let prompt = s
-            .prompts
-            .iter()
-            .find(|p| p.request.confirmation_id == confirmation_id)?;
+        let prompt = s.deny_prompt(confirmation_id, reason, &now)?;
+        let writer = prompt.writer.clone();
+        let response = response_text(&prompt.request, false, Some(reason));
+        let prompt = s.prompt(confirmation_id)?;
         Some((
             writer,
             response,
@@ -544,11 +383,7 @@ fn deny_now(hub: &Hub, session_id: &str, confirmation_id: &str, reason: &'static
 /// Removes the prompt; a retired prompt can no longer be answered.
 fn retire(hub: &Hub, session_id: &str, confirmation_id: &str, conn_id: u64, outcome: &str) {
     let removed = hub.with_session(session_id, |s| {
-        let pos = s
-            .prompts
-            .iter()
-            .position(|p| p.request.confirmation_id == confirmation_id && p.conn_id == conn_id)?;
-        let prompt = s.prompts.remove(pos);
+        let prompt = s.retire_prompt(confirmation_id, conn_id)?;
         Some(s.describe_prompt(&prompt, PROMPT_PREVIEW_BYTES))
     });
     if let Some(Some(mut described)) = removed {

@@ -9,6 +9,7 @@ use tiny_http::Request;
 
 use super::{auth, url, ApiError};
 use crate::hub::Hub;
+use crate::ops::code;
 use crate::session;
 use crate::util::thread::Stack;
 use crate::worker::{confirm, events};
@@ -46,7 +47,7 @@ pub fn check_worker_upgrade(
 ) -> Result<(), ApiError> {
     let expected = hub
         .session_token(id)
-        .ok_or_else(|| ApiError::new(404, "unknown_session", "no such session"))?;
+        .ok_or_else(|| ApiError::new(404, code::UNKNOWN_SESSION, "no such session"))?;
     let presented = match url::query_param(query, "token") {
         Some(Ok(token)) => token,
         _ => String::new(),
@@ -54,7 +55,7 @@ pub fn check_worker_upgrade(
     if !auth::constant_time_eq(presented.as_bytes(), expected.as_bytes()) {
         return Err(ApiError::new(
             401,
-            "unauthorized",
+            code::UNAUTHORIZED,
             "missing or wrong worker token",
         ));
     }
@@ -63,7 +64,7 @@ pub fn check_worker_upgrade(
         if !crate::panel::service::origin_matches(origin, host) {
             return Err(ApiError::new(
                 403,
-                "forbidden_origin",
+                code::FORBIDDEN_ORIGIN,
                 "cross-origin upgrade refused",
             ));
         }
@@ -95,7 +96,7 @@ fn upgrade(
     query: &str,
     is_upgrade: bool,
 ) -> Result<(), (Request, ApiError)> {
-    let not_found = || ApiError::new(404, "not_found", "no such worker route");
+    let not_found = || ApiError::new(404, code::NOT_FOUND, "no such worker route");
     let Some((id, kind)) = parse_path(rest) else {
         return Err((rq, not_found()));
     };

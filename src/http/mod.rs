@@ -23,6 +23,7 @@ use serde_json::Value;
 use tiny_http::{Header, Method, Request, Response, ServerHandle, ServerLimits};
 
 use crate::hub::Hub;
+use crate::ops::code;
 use crate::panel::Panels;
 
 /// Content-Security-Policy of every response: only same-origin scripts,
@@ -85,7 +86,7 @@ impl ApiError {
 /// A malformed WebSocket handshake: 400 `bad_request`.
 impl From<crate::ws::BadUpgrade> for ApiError {
     fn from(err: crate::ws::BadUpgrade) -> ApiError {
-        ApiError::new(400, crate::ops::code::BAD_REQUEST, err.0)
+        ApiError::new(400, code::BAD_REQUEST, err.0)
     }
 }
 
@@ -108,7 +109,9 @@ fn handle(hub: &Arc<Hub>, panels: &Arc<Panels>, mut rq: Request) {
     let target = rq.url().to_string();
     let (path, query) = match url::split_target(&target) {
         Ok(parts) => parts,
-        Err(err) => return respond_error(rq, &ApiError::new(400, "bad_request", err.to_string())),
+        Err(err) => {
+            return respond_error(rq, &ApiError::new(400, code::BAD_REQUEST, err.to_string()))
+        }
     };
     log::debug!("{} {}", method, path);
     let port = hub.local_addr().port();
@@ -122,7 +125,7 @@ fn handle(hub: &Arc<Hub>, panels: &Arc<Panels>, mut rq: Request) {
             rq,
             &ApiError::new(
                 411,
-                "length_required",
+                code::LENGTH_REQUIRED,
                 "send a Content-Length body, not chunked",
             ),
         );
@@ -146,7 +149,7 @@ fn handle(hub: &Arc<Hub>, panels: &Arc<Panels>, mut rq: Request) {
     if is_upgrade {
         return respond_error(
             rq,
-            &ApiError::new(404, "not_found", "no such upgrade route"),
+            &ApiError::new(404, code::NOT_FOUND, "no such upgrade route"),
         );
     }
     serve_static(hub, rq, &method, path)
@@ -165,7 +168,7 @@ pub(crate) fn check_host(
     let parsed = host
         .ok_or(url::UrlError::BadHost)
         .and_then(url::parse_host)
-        .map_err(|err| ApiError::new(400, "bad_request", err.to_string()))?;
+        .map_err(|err| ApiError::new(400, code::BAD_REQUEST, err.to_string()))?;
     if !loopback {
         return Ok(());
     }
@@ -199,7 +202,7 @@ pub(crate) fn check_host(
 /// (the opaque `null` included) that does not name the request's `Host`.
 /// Clients that are not browsers send neither header.
 fn check_same_origin(rq: &Request) -> Result<(), ApiError> {
-    let refuse = || ApiError::new(403, "forbidden_origin", "cross-site request refused");
+    let refuse = || ApiError::new(403, code::FORBIDDEN_ORIGIN, "cross-site request refused");
     match header(rq, "Sec-Fetch-Site") {
         Some(site) if site.eq_ignore_ascii_case("same-origin") => return Ok(()),
         Some(site) if !site.eq_ignore_ascii_case("none") => return Err(refuse()),
@@ -240,7 +243,7 @@ pub fn read_body(rq: &mut Request, max: usize) -> Result<Vec<u8>, ApiError> {
     rq.as_reader()
         .take(max as u64 + 1)
         .read_to_end(&mut body)
-        .map_err(|err| ApiError::new(400, "bad_request", format!("cannot read body: {err}")))?;
+        .map_err(|err| ApiError::new(400, code::BAD_REQUEST, format!("cannot read body: {err}")))?;
     if body.len() > max {
         return Err(too_large());
     }
@@ -344,7 +347,7 @@ fn serve_static(hub: &Hub, rq: Request, method: &Method, path: &str) {
     if *method != Method::Get && *method != Method::Head {
         let mut reply = Reply::error(&ApiError::new(
             405,
-            "method_not_allowed",
+            code::METHOD_NOT_ALLOWED,
             "only GET and HEAD are served outside /api",
         ));
         reply.extra.push(("Allow", "GET, HEAD".into()));
@@ -353,10 +356,10 @@ fn serve_static(hub: &Hub, rq: Request, method: &Method, path: &str) {
     let name = match assets::resolve_path(path) {
         Ok(name) => name,
         Err(assets::PathError::Malformed) => {
-            return respond_error(rq, &ApiError::new(400, "bad_request", "malformed path"))
+            return respond_error(rq, &ApiError::new(400, code::BAD_REQUEST, "malformed path"))
         }
         Err(assets::PathError::Refused) => {
-            return respond_error(rq, &ApiError::new(404, "not_found", "no such file"))
+            return respond_error(rq, &ApiError::new(404, code::NOT_FOUND, "no such file"))
         }
     };
     match assets::lookup(&name, hub.static_dir.as_deref()) {
@@ -371,7 +374,7 @@ fn serve_static(hub: &Hub, rq: Request, method: &Method, path: &str) {
                 later: None,
             },
         ),
-        None => respond_error(rq, &ApiError::new(404, "not_found", "no such file")),
+        None => respond_error(rq, &ApiError::new(404, code::NOT_FOUND, "no such file")),
     }
 }
 

@@ -14,6 +14,7 @@ use tiny_http::{Method, Request, ServerHandle};
 
 use super::{header, url, ApiError};
 use crate::hub::Hub;
+use crate::ops::code;
 use crate::session;
 use crate::util::thread::Stack;
 use crate::worker::tool_frames;
@@ -51,11 +52,11 @@ fn handle(hub: &Arc<Hub>, rq: Request) {
 /// Checks and upgrades; a refusal hands the request back with its error.
 #[allow(clippy::result_large_err)] // the request is moved back, never copied
 fn upgrade(hub: &Arc<Hub>, rq: Request) -> Result<(), (Request, ApiError)> {
-    let not_found = || ApiError::new(404, "not_found", "no such route on the tools listener");
+    let not_found = || ApiError::new(404, code::NOT_FOUND, "no such route on the tools listener");
     let target = rq.url().to_string();
     let (path, query) = match url::split_target(&target) {
         Ok(parts) => parts,
-        Err(err) => return Err((rq, ApiError::new(400, "bad_request", err.to_string()))),
+        Err(err) => return Err((rq, ApiError::new(400, code::BAD_REQUEST, err.to_string()))),
     };
     let port = hub.tools_port();
     if let Err(err) = super::check_host(

@@ -13,8 +13,10 @@ use crate::subagents::Refusal;
 use crate::worker::confirm::DecideError;
 use crate::worker::query::QueryError;
 
-/// The stable wire codes of panel protocol v1 and the JSON API, in one
-/// place. Front-ends spell a code only through these constants.
+/// The stable wire codes of panel protocol v1 and the JSON API (the
+/// front door's included), in one place. Front-ends spell a code only
+/// through these constants. (The worker protocol's tool-route codes are
+/// that protocol's own registry, `worker::tool_frames::code`.)
 pub mod code {
     pub const BAD_REQUEST: &str = "bad_request";
     pub const BAD_JSON: &str = "bad_json";
@@ -23,6 +25,8 @@ pub mod code {
     pub const UNAUTHORIZED: &str = "unauthorized";
     pub const NOT_FOUND: &str = "not_found";
     pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
+    pub const LENGTH_REQUIRED: &str = "length_required";
+    pub const FORBIDDEN_ORIGIN: &str = "forbidden_origin";
     pub const UNKNOWN_SESSION: &str = "unknown_session";
     pub const INVALID_SESSION: &str = "invalid_session";
     pub const SESSION_EXISTS: &str = "session_exists";

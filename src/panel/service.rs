@@ -86,7 +86,7 @@ fn check(hub: &Hub, rq: &Request, query: &str) -> Result<(), ApiError> {
     if !auth::panel_authorized(&hub.config.panel.token, &presented) {
         return Err(ApiError::new(
             401,
-            "unauthorized",
+            code::UNAUTHORIZED,
             "missing or wrong panel token",
         ));
     }
@@ -95,7 +95,7 @@ fn check(hub: &Hub, rq: &Request, query: &str) -> Result<(), ApiError> {
         if !origin_matches(origin, host) {
             return Err(ApiError::new(
                 403,
-                "forbidden_origin",
+                code::FORBIDDEN_ORIGIN,
                 "cross-origin upgrade refused",
             ));
         }
@@ -135,7 +135,7 @@ pub fn drain(hub: &Arc<Hub>, panels: &Panels, mut parked: Parked) -> Drained {
                 return Drained::Park(parked);
             }
             Err(WsError::Capacity(_)) => {
-                reply_error(&panel, "bad_message", "message too large", None);
+                reply_error(&panel, code::BAD_MESSAGE, "message too large", None);
                 break;
             }
             Err(_) => break,
@@ -150,7 +150,7 @@ pub fn drain(hub: &Arc<Hub>, panels: &Panels, mut parked: Parked) -> Drained {
                     log::error!("panel {}: handler failed on a message", panel.id);
                     reply_error(
                         &panel,
-                        "internal_error",
+                        code::INTERNAL_ERROR,
                         "the hub failed to process the message",
                         None,
                     );
@@ -158,7 +158,7 @@ pub fn drain(hub: &Arc<Hub>, panels: &Panels, mut parked: Parked) -> Drained {
             }
             Message::Binary(_) => reply_error(
                 &panel,
-                "binary_not_supported",
+                code::BINARY_NOT_SUPPORTED,
                 "panel messages must be text",
                 None,
             ),
@@ -500,7 +500,7 @@ fn legacy_subscribe(
         panel.subs().remove(session);
         return reply_error(
             panel,
-            "display_snapshot_too_large",
+            code::DISPLAY_SNAPSHOT_TOO_LARGE,
             "the transcript does not fit one frame; subscribe with paged: true or a narrower since",
             request_id.as_deref(),
         );
@@ -613,7 +613,7 @@ fn replay_step(
     if protocol::wire_cost(frame.len()) > protocol::OUTBOUND_BUDGET {
         reply_error(
             &panel,
-            "display_snapshot_too_large",
+            code::DISPLAY_SNAPSHOT_TOO_LARGE,
             "a transcript entry exceeds the outbound budget",
             None,
         );

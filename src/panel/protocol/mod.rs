@@ -34,24 +34,5 @@ pub use frames::{
 /// The protocol version every message carries as `"v"`.
 pub const VERSION: u64 = 1;
 
-/// The protocol's error codes (`error.error`). Codes are stable; messages
-/// are not.
-pub mod code {
-    pub const BAD_JSON: &str = "bad_json";
-    pub const BAD_MESSAGE: &str = "bad_message";
-    pub const UNSUPPORTED_VERSION: &str = "unsupported_version";
-    pub const UNKNOWN_SESSION: &str = "unknown_session";
-    pub const INVALID_SESSION: &str = "invalid_session";
-    pub const SESSION_EXISTS: &str = "session_exists";
-    pub const SESSION_BUSY: &str = "session_busy";
-    pub const HEADLESS_RESTRICTED: &str = "headless_restricted";
-    pub const INVALID_POLICY: &str = "invalid_policy";
-    pub const INPUT_NOT_SENT: &str = "input_not_sent";
-    pub const SIGNAL_NOT_SENT: &str = "signal_not_sent";
-    pub const UNKNOWN_CONFIRMATION: &str = "unknown_confirmation";
-    pub const CONFIRMATION_REJECTED: &str = "confirmation_rejected";
-    pub const WORKER_ACTION_FAILED: &str = "worker_action_failed";
-    pub const BINARY_NOT_SUPPORTED: &str = "binary_not_supported";
-    pub const INTERNAL_ERROR: &str = "internal_error";
-    pub const DISPLAY_SNAPSHOT_TOO_LARGE: &str = "display_snapshot_too_large";
-}
+/// The panel protocol's error codes: the command layer's wire codes.
+pub use crate::ops::code;

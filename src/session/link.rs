@@ -169,33 +169,20 @@ fn set_string(slot: &mut Option<String>, value: &str) {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use serde_json::json;
 
     use super::*;
-    use crate::session::RequestRecord;
-    use crate::transcript::Transcript;
+    use crate::session::{testkit, RequestRecord};
     use crate::worker::envelope;
 
     fn session() -> Session {
-        Session::new(
-            "s".into(),
-            "t0".into(),
-            json!({}),
-            "token".into(),
-            "life".into(),
-            Transcript::new(10, 1 << 20),
-        )
+        testkit::session("life")
     }
 
-    /// A link over a loopback socket nothing is written to.
     fn link(conn_id: u64) -> WorkerLink {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let stream = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         WorkerLink {
             conn_id,
-            writer: Arc::new(crate::ws::FrameWriter::for_tests(stream)),
+            writer: testkit::writer(),
         }
     }
 

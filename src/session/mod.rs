@@ -24,6 +24,8 @@ use crate::ws::FrameWriter;
 mod link;
 mod process;
 mod prompts;
+#[cfg(test)]
+mod testkit;
 
 pub use process::{NoStop, StopBegun};
 pub use prompts::{DecideError, NewPrompt, NotOpened, PromptStep};

@@ -143,20 +143,10 @@ impl Session {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
-    use crate::transcript::Transcript;
 
     fn session() -> Session {
-        Session::new(
-            "s".into(),
-            "t0".into(),
-            json!({}),
-            "token".into(),
-            "old".into(),
-            Transcript::new(10, 1 << 20),
-        )
+        crate::session::testkit::session("old")
     }
 
     fn spawned(lifecycle_id: &str) -> ProcessInfo {

@@ -248,27 +248,14 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::session::testkit::{self, writer};
     use crate::session::WorkerLink;
-    use crate::transcript::Transcript;
     use crate::worker::confirm_frames::parse_confirmation_request;
     use crate::worker::envelope;
 
-    fn writer() -> Arc<FrameWriter> {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let stream = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
-        Arc::new(FrameWriter::for_tests(stream))
-    }
-
     /// A session whose live worker is `worker`.
     fn live(worker: &str) -> Session {
-        let mut s = Session::new(
-            "s".into(),
-            "t".into(),
-            json!({}),
-            "tok".into(),
-            "l".into(),
-            Transcript::new(10, 1 << 20),
-        );
+        let mut s = testkit::session("l");
         s.attach_link(WorkerLink {
             conn_id: 1,
             writer: writer(),

@@ -25,7 +25,7 @@ pub mod headless;
 pub mod sessions;
 pub mod worker;
 
-pub use error::{code, ErrorKind, NotSent, OpError};
+pub use error::{code, ErrorKind, OpError};
 
 use crate::hub::Hub;
 

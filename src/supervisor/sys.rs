@@ -7,7 +7,9 @@
 //!
 //! - A pid we spawned and have not reaped cannot be reused (the zombie keeps
 //!   it), so `kill`/`killpg` on it are safe until the reaping `wait` returns
-//!   ([`signal_child`], [`signal_group_of_child`]).
+//!   (`signal_child`, `signal_group_of_child`: the module's tests signal
+//!   their own children with these; the hub itself signals only through
+//!   [`Pinned`]).
 //! - Any other pid (an adopted worker, or our own after the waiter thread
 //!   reaped it) goes through [`Pinned`]: `pidfd_open` first, then the start
 //!   time comparison, then `pidfd_send_signal`, which can only ever reach
@@ -25,6 +27,7 @@ use std::time::{Duration, Instant};
 /// Field 22 (`starttime`, clock ticks since boot) of a `/proc/<pid>/stat`
 /// line. The comm field (2) may contain spaces and parentheses, so the
 /// fields are counted after the last `)`. `None` for anything malformed.
+#[cfg(test)]
 pub fn parse_stat_start_time(stat: &str) -> Option<u64> {
     parse_stat(stat.as_bytes()).map(|s| s.start_time)
 }
@@ -292,7 +295,7 @@ impl Pinned {
 
 /// Makes this process a child subreaper (`PR_SET_CHILD_SUBREAPER`): orphans
 /// among the descendants of our workers (daemonized grandchildren) are
-/// reparented to the hub instead of init, so [`reap_orphans`] can reap them.
+/// reparented to the hub instead of init, so [`reap_exited`] can reap them.
 /// Affects the whole process, for the rest of its life.
 pub fn set_child_subreaper() -> io::Result<()> {
     let (on, unused): (libc::c_ulong, libc::c_ulong) = (1, 0);
@@ -317,6 +320,7 @@ pub fn set_child_subreaper() -> io::Result<()> {
 /// WNOHANG)`. Every child process of the hub that something else waits on
 /// (any `std::process::Child`) must be in `keep`, or its `wait` fails with
 /// ECHILD; spawn under the same lock that builds `keep`.
+#[cfg(test)]
 pub fn reap_orphans(keep: &[u32]) -> Vec<u32> {
     reap_exited(&list_children(), keep)
 }
@@ -355,6 +359,7 @@ pub fn reap_exited(children: &[u32], keep: &[u32]) -> Vec<u32> {
 /// (an unreaped child keeps its pid, even as a zombie, so this cannot reach
 /// a stranger). Refuses pids 0 and 1 and pids beyond `pid_t`, which `kill`
 /// would read as "my group" or "everyone".
+#[cfg(test)]
 pub fn signal_child(pid: u32, sig: i32) -> io::Result<()> {
     let raw_pid = match to_pid(pid) {
         Some(p) if p > 1 => p,
@@ -374,6 +379,7 @@ pub fn signal_child(pid: u32, sig: i32) -> io::Result<()> {
 /// group leader and have not reaped (its unreaped pid pins the group id).
 /// `Ok(true)` if the group had a member (a zombie counts), `Ok(false)` if
 /// the group is empty (ESRCH). Refuses 0, 1, ids beyond `pid_t` and our own group.
+#[cfg(test)]
 pub fn signal_group_of_child(pgid: u32, sig: i32) -> io::Result<bool> {
     match raw_killpg(pgid, sig) {
         Ok(()) => Ok(true),

@@ -61,7 +61,7 @@ pub fn check_worker_upgrade(
     }
     if let Some(origin) = super::header(rq, "Origin") {
         let host = super::header(rq, "Host").unwrap_or("");
-        if !crate::panel::service::origin_matches(origin, host) {
+        if !url::origin_matches(origin, host) {
             return Err(ApiError::new(
                 403,
                 code::FORBIDDEN_ORIGIN,

@@ -210,7 +210,7 @@ fn check_same_origin(rq: &Request) -> Result<(), ApiError> {
     }
     match header(rq, "Origin") {
         Some(origin)
-            if !crate::panel::service::origin_matches(origin, header(rq, "Host").unwrap_or("")) =>
+            if !url::origin_matches(origin, header(rq, "Host").unwrap_or("")) =>
         {
             Err(refuse())
         }

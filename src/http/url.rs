@@ -186,6 +186,25 @@ pub fn parse_host(value: &str) -> Result<HostHeader, UrlError> {
     Ok(HostHeader { host, port })
 }
 
+/// Whether `origin` (`scheme://host[:port]`) names `host` (`host[:port]`).
+pub fn origin_matches(origin: &str, host: &str) -> bool {
+    let Some((scheme, rest)) = origin.split_once("://") else {
+        return false;
+    };
+    if !matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https") || rest.contains('/') {
+        return false;
+    }
+    let (Ok(o), Ok(h)) = (parse_host(rest), parse_host(host)) else {
+        return false;
+    };
+    let default = if scheme.eq_ignore_ascii_case("https") {
+        443
+    } else {
+        80
+    };
+    o.host == h.host && o.port.unwrap_or(default) == h.port.unwrap_or(default)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -92,7 +92,7 @@ fn check(hub: &Hub, rq: &Request, query: &str) -> Result<(), ApiError> {
     }
     if let Some(origin) = http::header(rq, "Origin") {
         let host = http::header(rq, "Host").unwrap_or("");
-        if !origin_matches(origin, host) {
+        if !url::origin_matches(origin, host) {
             return Err(ApiError::new(
                 403,
                 code::FORBIDDEN_ORIGIN,
@@ -101,25 +101,6 @@ fn check(hub: &Hub, rq: &Request, query: &str) -> Result<(), ApiError> {
         }
     }
     Ok(())
-}
-
-/// Whether `origin` (`scheme://host[:port]`) names `host` (`host[:port]`).
-pub fn origin_matches(origin: &str, host: &str) -> bool {
-    let Some((scheme, rest)) = origin.split_once("://") else {
-        return false;
-    };
-    if !matches!(scheme.to_ascii_lowercase().as_str(), "http" | "https") || rest.contains('/') {
-        return false;
-    }
-    let (Ok(o), Ok(h)) = (url::parse_host(rest), url::parse_host(host)) else {
-        return false;
-    };
-    let default = if scheme.eq_ignore_ascii_case("https") {
-        443
-    } else {
-        80
-    };
-    o.host == h.host && o.port.unwrap_or(default) == h.port.unwrap_or(default)
 }
 
 /// Reads and handles the messages a parked socket has available (called

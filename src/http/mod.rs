@@ -209,9 +209,7 @@ fn check_same_origin(rq: &Request) -> Result<(), ApiError> {
         _ => {}
     }
     match header(rq, "Origin") {
-        Some(origin)
-            if !url::origin_matches(origin, header(rq, "Host").unwrap_or("")) =>
-        {
+        Some(origin) if !url::origin_matches(origin, header(rq, "Host").unwrap_or("")) => {
             Err(refuse())
         }
         _ => Ok(()),

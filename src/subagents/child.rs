@@ -101,10 +101,12 @@ impl Lifecycle {
     /// The lifecycle after `event`, or `None` when `event` cannot happen
     /// now. The whole machine:
     ///
-    ///     preparing --Launch--> starting --Live--> ready
-    ///     preparing | starting | ready --Stop--> stopping
-    ///     stopping | cleanup-pending | stopped --RetryStop--> stopping
-    ///     anything but stopped --CleanupFailed--> cleanup-pending
+    /// ```text
+    /// preparing --Launch--> starting --Live--> ready
+    /// preparing | starting | ready --Stop--> stopping
+    /// stopping | cleanup-pending | stopped --RetryStop--> stopping
+    /// anything but stopped --CleanupFailed--> cleanup-pending
+    /// ```
     ///
     /// `stopped` is reached only by the record's removal (its terminal
     /// record says `stopped`).

@@ -15,7 +15,7 @@
 //! idle panel costs no thread at all (its socket waits in the poller).
 //!
 //! Waking a sleeping writer is deferred while the queuing thread is in the
-//! middle of a batch of input (see [`hold_wakes`]): a worker-events thread
+//! middle of a batch of input (see `util::wakes`): a worker-events thread
 //! that ingests 32 envelopes from one socket read wakes each panel writer
 //! once, when it goes back to read, instead of 32 times.
 //!
@@ -146,17 +146,6 @@ impl Wake for Queue {
             self.ready.notify_one();
         }
     }
-}
-
-/// From now on, frames this thread queues for a sleeping writer wake it
-/// only at the next [`release_wakes`] (see `util::wakes`).
-pub fn hold_wakes() {
-    wakes::hold();
-}
-
-/// Wakes every writer this thread deferred a wake for, and stops holding.
-pub fn release_wakes() {
-    wakes::release();
 }
 
 /// A connected panel.
@@ -567,12 +556,12 @@ mod tests {
         std::thread::spawn(move || writer.write_loop(inbox));
         // Let the writer go to sleep, then queue while holding wakes.
         std::thread::sleep(std::time::Duration::from_millis(50));
-        hold_wakes();
+        wakes::hold();
         assert!(conn.send_text("a"));
         assert!(conn.send_text("b"));
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert_eq!(conn.pending_bytes(), 6, "written before the release");
-        release_wakes();
+        wakes::release();
         let mut expect = encode("a").bytes.to_vec();
         expect.extend_from_slice(&encode("b").bytes);
         assert_eq!(read_exact(&mut peer, expect.len()), expect);

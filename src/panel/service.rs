@@ -112,7 +112,7 @@ pub fn drain(hub: &Arc<Hub>, panels: &Panels, mut parked: Parked) -> Drained {
         let message = match parked.socket.read() {
             Ok(message) => message,
             Err(WsError::Io(err)) if err.kind() == std::io::ErrorKind::WouldBlock => {
-                conn::release_wakes();
+                crate::util::wakes::release();
                 return Drained::Park(parked);
             }
             Err(WsError::Capacity(_)) => {

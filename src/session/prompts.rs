@@ -87,17 +87,18 @@ impl Session {
 
     /// Opens a prompt for `new` and judges the worker identity: decidable
     /// when the live worker is the requester, denied at once when another
-    /// worker is live, held otherwise. At most `max_open` prompts.
+    /// worker is live, held otherwise. At most `max_open` prompts; a
+    /// refused request comes back with the reason.
     pub fn open_prompt(
         &mut self,
         new: NewPrompt,
         max_open: usize,
-    ) -> Result<PromptStep, NotOpened> {
+    ) -> Result<PromptStep, (NotOpened, Box<NewPrompt>)> {
         if self.prompt(&new.request.confirmation_id).is_some() {
-            return Err(NotOpened::Duplicate);
+            return Err((NotOpened::Duplicate, Box::new(new)));
         }
         if self.prompts.len() >= max_open {
-            return Err(NotOpened::Full);
+            return Err((NotOpened::Full, Box::new(new)));
         }
         let (state, step) = match self.verify(&new.request) {
             Verdict::Verified => (PromptState::AwaitingDecision, PromptStep::Wait),
@@ -284,16 +285,20 @@ mod tests {
         }
     }
 
+    fn open(s: &mut Session, new: NewPrompt, max_open: usize) -> Result<PromptStep, NotOpened> {
+        s.open_prompt(new, max_open).map_err(|(why, _)| why)
+    }
+
     #[test]
     fn the_requesting_live_worker_makes_a_prompt_decidable() {
         let mut s = live("w");
-        assert_eq!(s.open_prompt(new("a", "w", 5), 4), Ok(PromptStep::Wait));
+        assert_eq!(open(&mut s, new("a", "w", 5), 4), Ok(PromptStep::Wait));
         let p = s.prompt("a").unwrap();
         assert_eq!(p.state, PromptState::AwaitingDecision);
         assert!(p.verified);
         // Another live worker's request is denied at once.
         assert_eq!(
-            s.open_prompt(new("b", "other", 6), 4),
+            open(&mut s, new("b", "other", 6), 4),
             Ok(PromptStep::Deny(FOREIGN))
         );
         assert!(!s.prompt("b").unwrap().verified);
@@ -302,20 +307,17 @@ mod tests {
     #[test]
     fn ids_are_unique_and_the_count_is_capped() {
         let mut s = live("w");
-        s.open_prompt(new("a", "w", 1), 2).unwrap();
-        assert_eq!(
-            s.open_prompt(new("a", "w", 2), 2),
-            Err(NotOpened::Duplicate)
-        );
-        s.open_prompt(new("b", "w", 3), 2).unwrap();
-        assert_eq!(s.open_prompt(new("c", "w", 4), 2), Err(NotOpened::Full));
+        open(&mut s, new("a", "w", 1), 2).unwrap();
+        assert_eq!(open(&mut s, new("a", "w", 2), 2), Err(NotOpened::Duplicate));
+        open(&mut s, new("b", "w", 3), 2).unwrap();
+        assert_eq!(open(&mut s, new("c", "w", 4), 2), Err(NotOpened::Full));
         assert_eq!(s.prompts().len(), 2);
     }
 
     #[test]
     fn a_held_prompt_becomes_decidable_or_is_denied_when_the_hold_ends() {
         let mut s = live("");
-        assert_eq!(s.open_prompt(new("a", "w", 1), 4), Ok(PromptStep::Wait));
+        assert_eq!(open(&mut s, new("a", "w", 1), 4), Ok(PromptStep::Wait));
         assert_eq!(s.prompt("a").unwrap().state, PromptState::AwaitingIdentity);
         assert_eq!(
             s.settle_prompt("a", true, None, "t").err(),
@@ -332,7 +334,7 @@ mod tests {
         assert!(matches!(step, PromptStep::Deny(_)));
 
         let mut s = live("");
-        s.open_prompt(new("a", "w", 1), 4).unwrap();
+        open(&mut s, new("a", "w", 1), 4).unwrap();
         let frame = json!({"type": "event", "event": "status", "session_id": "s",
             "worker_id": "w", "request_id": "", "run_id": "", "sequence": 1, "data": {}});
         s.observe_envelope(
@@ -349,7 +351,7 @@ mod tests {
     #[test]
     fn the_first_decision_wins_and_retired_prompts_take_none() {
         let mut s = live("w");
-        s.open_prompt(new("a", "w", 7), 4).unwrap();
+        open(&mut s, new("a", "w", 7), 4).unwrap();
         let p = s.settle_prompt("a", false, Some("no"), "t1").unwrap();
         assert_eq!((p.decision, p.reason.as_deref()), (Some(false), Some("no")));
         assert_eq!(

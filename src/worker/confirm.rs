@@ -307,8 +307,6 @@ fn register(
     let deadline_at =
         time::rfc3339_from_millis(time::now_millis() + hub.config.worker.confirmation_timeout_ms);
     let confirmation_id = request.confirmation_id.clone();
-    let full = "capacity exhausted: too many open confirmations";
-    let full_response = response_text(&request, false, Some(full));
     let new = NewPrompt {
         conn_id,
         request,
@@ -319,8 +317,12 @@ fn register(
     let result = hub.with_session(session_id, |s| {
         let step = match s.open_prompt(new, MAX_OPEN_PROMPTS) {
             Ok(step) => step,
-            Err(NotOpened::Duplicate) => return (Registered::Duplicate, None, None),
-            Err(NotOpened::Full) => return (Registered::Full(full_response), None, None),
+            Err((NotOpened::Duplicate, _)) => return (Registered::Duplicate, None, None),
+            Err((NotOpened::Full, new)) => {
+                let reason = "capacity exhausted: too many open confirmations";
+                let denial = response_text(&new.request, false, Some(reason));
+                return (Registered::Full(denial), None, None);
+            }
         };
         // Decidable on arrival: a headless child's policy may answer now,
         // before any panel is told, so no operator sees it open.

@@ -405,24 +405,28 @@ impl Hub {
             rec.lifecycle_id,
             transcript,
         );
-        s.kind = rec.kind;
+        let headless = rec.kind == crate::subagents::KIND;
         s.set_log_caps(limits.log_lines, limits.log_ring_bytes);
         // Headless events are consumed transiently: no events file.
-        s.events_file = (s.kind != crate::subagents::KIND).then(|| {
+        let events_file = (!headless).then(|| {
             Arc::new(BoundedWriter::new(
                 events_path,
                 bounded_writer::DEFAULT_BUDGET,
                 bounded_writer::jsonl_omission_marker,
-                format!("session {} events.jsonl", s.id),
+                format!("session {} events.jsonl", s.id()),
             ))
         });
-        s.plan = match self.store().get_plan(&s.id) {
+        let plan = match self.store().get_plan(s.id()) {
             Ok(plan) => plan_json(&plan),
             Err(err) => {
-                log::warn!("session {}: plan not readable: {err}", s.id);
+                log::warn!("session {}: plan not readable: {err}", s.id());
                 plan_json(&PlanRecord::default())
             }
         };
+        s = s
+            .with_kind(rec.kind)
+            .with_events_file(events_file)
+            .with_plan(plan);
         s
     }
 
@@ -434,11 +438,7 @@ impl Hub {
     /// Replaces a session's spec in memory and in the store.
     pub fn persist_spec(&self, id: &str, spec: &Value) {
         let changed = self
-            .with_session(id, |s| {
-                let changed = s.spec != *spec;
-                s.spec = spec.clone();
-                changed
-            })
+            .with_session(id, |s| s.replace_spec(spec))
             .unwrap_or(false);
         if changed {
             if let Err(err) = self.store().update_session_spec(id, spec) {
@@ -473,7 +473,7 @@ impl Hub {
             .list()
             .into_iter()
             .filter(|s| s.process().is_some_and(|p| p.state.is_active()))
-            .map(|s| s.id.clone())
+            .map(|s| s.id().to_string())
             .collect()
     }
 
@@ -494,7 +494,7 @@ impl Hub {
     /// The worker token of session `id` (copied out for a comparison done
     /// outside the lock).
     pub fn session_token(&self, id: &str) -> Option<String> {
-        self.sessions().get(id).map(|s| s.token.clone())
+        self.sessions().get(id).map(|s| s.token().to_string())
     }
 
     /// Remembers an accepted socket until it ends; returns its id.
@@ -577,7 +577,7 @@ impl Hub {
 
     /// The session plan as panels see it (`{markdown, revision, updated_at}`).
     pub fn plan_value(&self, id: &str) -> Value {
-        self.with_session(id, |s| s.plan.clone())
+        self.with_session(id, |s| s.plan().clone())
             .unwrap_or_else(|| plan_json(&PlanRecord::default()))
     }
 
@@ -622,7 +622,7 @@ impl Hub {
         // Published to the cache before the broadcast, under the lock that
         // subscriptions take: a subscriber sees this revision either in its
         // `subscribed` frame or in the `plan` message after it.
-        self.with_session(id, |s| s.plan = value.clone());
+        self.with_session(id, |s| s.publish_plan(value.clone()));
         self.notify(Note::Plan {
             session: id.to_string(),
             plan: value,
@@ -687,7 +687,7 @@ impl Hub {
         }
         if tracked {
             let described = self.with_session(session_id, |s| {
-                s.request_mut(&request_id).map(|r| r.describe())
+                s.request(&request_id).map(|r| r.describe())
             });
             if let Some(Some(request)) = described {
                 self.notify(Note::Request {
@@ -724,9 +724,9 @@ impl Hub {
     /// sequence. `None` for an unknown session.
     pub fn events_since(&self, id: &str, since: u64, limit: usize) -> Option<(u64, Vec<Arc<str>>)> {
         self.with_session(id, |s| {
-            let entries = s.transcript.since(since, limit);
+            let entries = s.transcript().since(since, limit);
             (
-                s.transcript.latest(),
+                s.transcript().latest(),
                 entries.into_iter().map(|e| e.json).collect(),
             )
         })
@@ -818,7 +818,7 @@ impl Hub {
     pub fn session_kind(&self, id: &str) -> Option<bool> {
         self.sessions()
             .get(id)
-            .map(|s| s.subagent.is_some() || s.kind == crate::subagents::KIND)
+            .map(|s| s.is_headless() || s.kind() == crate::subagents::KIND)
     }
 
     /// Creates a session: validates, records it durably, creates its
@@ -865,23 +865,22 @@ impl Hub {
             let session = sessions
                 .get_mut(id)
                 .ok_or_else(|| HubError::UnknownSession(id.into()))?;
-            if let Some(reason) = session.busy_reason() {
-                return Err(HubError::SessionBusy {
+            session
+                .begin_removal()
+                .map_err(|reason| HubError::SessionBusy {
                     id: id.into(),
                     reason,
-                });
-            }
-            session.removing = true;
+                })?;
         }
         let result = self.store().delete_session(id).map_err(HubError::Store);
         if let Err(err) = result {
             if let Some(s) = self.sessions().get_mut(id) {
-                s.removing = false;
+                s.cancel_removal();
             }
             return Err(err);
         }
         if let Some(removed) = self.sessions().remove(id) {
-            if let Some(file) = &removed.events_file {
+            if let Some(file) = &removed.events_file() {
                 file.close(std::time::Duration::from_millis(200));
             }
         }
@@ -905,7 +904,7 @@ impl Hub {
             .sessions()
             .list()
             .into_iter()
-            .filter_map(|s| s.events_file.clone())
+            .filter_map(|s| s.events_file().cloned())
             .collect();
         let deadline = std::time::Instant::now() + bounded_writer::CLOSE_DEADLINE;
         for file in files {

@@ -65,12 +65,12 @@ pub fn transcript(hub: &Hub, id: &str, since: u64) -> Result<(Value, Entries), O
     operable(hub, id, "status_snapshot")?;
     hub.with_session(id, |s| {
         let entries = s
-            .transcript
+            .transcript()
             .since(since, usize::MAX)
             .into_iter()
             .map(|e| e.json)
             .collect();
-        let latest = s.transcript.latest();
+        let latest = s.transcript().latest();
         (s.describe(), Entries { latest, entries })
     })
     .ok_or_else(|| OpError::unknown_session(id))
@@ -117,14 +117,14 @@ pub fn logs(hub: &Hub, id: &str, bounds: LogBounds) -> Result<LogTail, OpError> 
     operable(hub, id, "logs")?;
     hub.with_session(id, |s| {
         let (lines, omitted) = crate::util::log_ring::panel_tail(
-            &s.logs,
+            s.logs(),
             bounds.lines,
             bounds.bytes,
             bounds.line_bytes,
         );
         LogTail {
             lines,
-            dropped: s.logs.dropped(),
+            dropped: s.logs().dropped(),
             omitted,
             log_path: s.process().and_then(|p| p.log_path.clone()),
         }

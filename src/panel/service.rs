@@ -451,12 +451,12 @@ fn legacy_subscribe(
     let _ordered = hub.publishing();
     let built = hub.with_session(session, |s| {
         let entries: Vec<Arc<str>> = s
-            .transcript
+            .transcript()
             .since(since, usize::MAX)
             .into_iter()
             .map(|e| e.json)
             .collect();
-        let latest = s.transcript.latest().max(since);
+        let latest = s.transcript().latest().max(since);
         let logs = logs_value(s);
         let frame = protocol::subscribed(
             session,
@@ -464,7 +464,7 @@ fn legacy_subscribe(
             logs,
             latest,
             &hub.epoch,
-            s.plan.clone(),
+            s.plan().clone(),
             None,
             request_id.as_deref(),
             s.describe(),
@@ -491,12 +491,12 @@ fn legacy_subscribe(
 
 fn logs_value(s: &crate::session::Session) -> Value {
     let (lines, omitted) = crate::util::log_ring::panel_tail(
-        &s.logs,
+        s.logs(),
         protocol::MAX_LOG_LINES,
         protocol::LOG_TAIL_BYTES,
         protocol::LOG_LINE_PREVIEW,
     );
-    json!({"lines": lines, "dropped": s.logs.dropped(), "omitted": omitted})
+    json!({"lines": lines, "dropped": s.logs().dropped(), "omitted": omitted})
 }
 
 /// Sends the next replay page, then schedules the following one after the
@@ -522,7 +522,7 @@ fn replay_step(
             .get_mut(&session)
             .filter(|sub| sub.generation == generation)?;
         let entries: Vec<Arc<str>> = s
-            .transcript
+            .transcript()
             .since(sub.cursor, REPLAY_BATCH)
             .into_iter()
             .map(|e| e.json)
@@ -536,7 +536,7 @@ fn replay_step(
                 logs_value(s),
                 sub.cursor,
                 &hub.epoch,
-                s.plan.clone(),
+                s.plan().clone(),
                 Some(Paging {
                     replay_more: false,
                     replay_reset: first,
@@ -547,7 +547,7 @@ fn replay_step(
             return Some((frame, false));
         }
         let seqs: Vec<u64> = s
-            .transcript
+            .transcript()
             .since(sub.cursor, entries.len())
             .iter()
             .map(|e| e.hub_sequence)

@@ -464,15 +464,15 @@ impl Prompt {
 /// One session as the hub holds it in memory.
 #[derive(Debug)]
 pub struct Session {
-    pub id: String,
-    pub created_at: String,
-    pub spec: Value,
+    id: String,
+    created_at: String,
+    spec: Value,
     /// Per-session worker token; only worker routes accept it.
-    pub token: String,
-    pub lifecycle_id: String,
-    pub kind: String,
+    token: String,
+    lifecycle_id: String,
+    kind: String,
     /// Set while a delete is in progress; the session is busy meanwhile.
-    pub removing: bool,
+    removing: bool,
     link: Option<WorkerLink>,
     identity: IdentityState,
     worker_id: Option<String>,
@@ -494,23 +494,23 @@ pub struct Session {
     last_event: Option<String>,
     requests: VecDeque<RequestRecord>,
     prompts: Vec<Prompt>,
-    pub transcript: Transcript,
+    transcript: Transcript,
     /// `<session dir>/events.jsonl`, best effort.
-    pub events_file: Option<Arc<BoundedWriter>>,
+    events_file: Option<Arc<BoundedWriter>>,
     /// The worker process, once one was started or adopted.
     process: Option<ProcessInfo>,
     /// Captured worker output of the current process.
-    pub logs: LogRing,
+    logs: LogRing,
     /// `(lines, bytes)` bounds of `logs`.
-    pub log_caps: (usize, usize),
+    log_caps: (usize, usize),
     /// `logs/worker.log` of the current process, best effort.
-    pub log_file: Option<Arc<BoundedWriter>>,
+    log_file: Option<Arc<BoundedWriter>>,
     /// The published plan `{markdown, revision, updated_at}`, cached from
     /// the store so subscriptions read it under the same lock that orders
     /// them against `plan` broadcasts.
-    pub plan: Value,
+    plan: Value,
     /// Set for a headless child (`kind: "headless"`).
-    pub subagent: Option<Box<crate::subagents::child::Child>>,
+    subagent: Option<Box<crate::subagents::child::Child>>,
 }
 
 /// Read access to the worker link's state; it changes only through the
@@ -621,6 +621,155 @@ impl Session {
         }
     }
 
+    /// The session's `kind` (`ordinary` unless set here at creation).
+    pub fn with_kind(mut self, kind: String) -> Session {
+        self.kind = kind;
+        self
+    }
+
+    /// The events file that retained events are appended to.
+    pub fn with_events_file(mut self, file: Option<Arc<BoundedWriter>>) -> Session {
+        self.events_file = file;
+        self
+    }
+
+    /// The published plan read from the store at load.
+    pub fn with_plan(mut self, plan: Value) -> Session {
+        self.plan = plan;
+        self
+    }
+
+    /// Makes this the record of a headless child (at fork or restore).
+    pub fn attach_headless(&mut self, child: crate::subagents::child::Child) {
+        self.subagent = Some(Box::new(child));
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub fn created_at(&self) -> &str {
+        &self.created_at
+    }
+
+    /// The normalized spec.
+    pub fn spec(&self) -> &Value {
+        &self.spec
+    }
+
+    /// Per-session worker token; only worker routes accept it.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    pub fn lifecycle_id(&self) -> &str {
+        &self.lifecycle_id
+    }
+
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+
+    /// The retained event transcript.
+    pub fn transcript(&self) -> &Transcript {
+        &self.transcript
+    }
+
+    /// `<session dir>/events.jsonl`, when this session keeps one.
+    pub fn events_file(&self) -> Option<&Arc<BoundedWriter>> {
+        self.events_file.as_ref()
+    }
+
+    /// Captured worker output of the current process.
+    pub fn logs(&self) -> &LogRing {
+        &self.logs
+    }
+
+    /// The published plan `{markdown, revision, updated_at}`.
+    pub fn plan(&self) -> &Value {
+        &self.plan
+    }
+
+    /// The headless child's record, for a `kind: "headless"` session.
+    pub fn headless(&self) -> Option<&crate::subagents::child::Child> {
+        self.subagent.as_deref()
+    }
+
+    /// The headless child's record, to apply one of its named transitions
+    /// (`subagents::child` keeps its fields private).
+    pub fn headless_mut(&mut self) -> Option<&mut crate::subagents::child::Child> {
+        self.subagent.as_deref_mut()
+    }
+
+    pub fn is_headless(&self) -> bool {
+        self.subagent.is_some()
+    }
+
+    /// Replaces the spec; true when it changed.
+    pub fn replace_spec(&mut self, spec: &Value) -> bool {
+        let changed = self.spec != *spec;
+        self.spec = spec.clone();
+        changed
+    }
+
+    /// Publishes a new plan revision to the cache that subscriptions read.
+    pub fn publish_plan(&mut self, plan: Value) {
+        self.plan = plan;
+    }
+
+    /// A delete begins: the session is busy until it ends or is undone.
+    /// Refused with the reason while the session is busy.
+    pub fn begin_removal(&mut self) -> Result<(), &'static str> {
+        if let Some(reason) = self.busy_reason() {
+            return Err(reason);
+        }
+        self.removing = true;
+        Ok(())
+    }
+
+    /// The delete failed: the session is kept as it was.
+    pub fn cancel_removal(&mut self) {
+        self.removing = false;
+    }
+
+    /// Retains one event in the transcript: `entry` renders it with its
+    /// hub sequence, `omission` the record of an event dropped to stay in
+    /// bounds. Returns the sequence and the rendered entry.
+    pub fn retain_event(
+        &mut self,
+        entry: impl FnOnce(u64) -> Arc<str>,
+        omission: impl FnOnce(u64, usize) -> Arc<str>,
+    ) -> (u64, Arc<str>) {
+        let seq = self.transcript.next_sequence();
+        let json = entry(seq);
+        self.transcript.push(json.clone(), omission);
+        (seq, json)
+    }
+
+    /// Appends captured output of the process launched as `lifecycle`;
+    /// false (nothing kept) when the session has moved on to another.
+    pub fn capture_output(
+        &mut self,
+        lifecycle: &str,
+        stream: crate::util::log_ring::Stream,
+        lines: Vec<crate::util::line_splitter::Line>,
+        now_ms: u64,
+    ) -> bool {
+        if self.lifecycle_id != lifecycle {
+            return false;
+        }
+        for line in lines {
+            self.logs.push(stream, line, now_ms);
+        }
+        true
+    }
+
+    /// Detaches the worker log writer (a headless cleanup closes it before
+    /// removing the directory).
+    pub fn take_log_file(&mut self) -> Option<Arc<BoundedWriter>> {
+        self.log_file.take()
+    }
+
     /// Sets the log ring bounds (from `limits.logLines`/`logRingBytes`).
     pub fn set_log_caps(&mut self, lines: usize, bytes: usize) {
         self.log_caps = (lines, bytes);
@@ -639,7 +788,7 @@ impl Session {
     /// A headless child's invocation is redacted.
     pub fn describe_process(&self) -> Value {
         let mut described = self.describe_process_full();
-        if self.subagent.is_some() {
+        if self.is_headless() {
             if let Some(map) = described.as_object_mut() {
                 for key in ["command", "args", "cwd", "log_path"] {
                     map.remove(key);
@@ -679,7 +828,15 @@ impl Session {
         }
     }
 
-    pub fn request_mut(&mut self, request_id: &str) -> Option<&mut RequestRecord> {
+    /// The newest record of payload `request_id`.
+    pub fn request(&self, request_id: &str) -> Option<&RequestRecord> {
+        self.requests
+            .iter()
+            .rev()
+            .find(|r| r.request_id == request_id)
+    }
+
+    fn request_mut(&mut self, request_id: &str) -> Option<&mut RequestRecord> {
         self.requests
             .iter_mut()
             .rev()
@@ -731,7 +888,7 @@ impl Session {
         if let Some(child) = &self.subagent {
             out["subagent"] = json!({
                 "session_id": self.id,
-                "parent_session_id": child.parent.session_id,
+                "parent_session_id": child.parent().session_id,
             });
         }
         out
@@ -922,5 +1079,57 @@ mod tests {
             d.to_string().find("tok").is_none(),
             "token leaked into description"
         );
+    }
+
+    #[test]
+    fn a_removal_is_refused_while_busy_and_can_be_undone() {
+        let mut s = testkit::session("l1");
+        assert_eq!(s.begin_removal(), Ok(()));
+        assert_eq!(s.busy_reason(), Some("the session is being removed"));
+        assert_eq!(s.begin_removal(), Err("the session is being removed"));
+        s.cancel_removal();
+        assert_eq!(s.busy_reason(), None);
+        s.attach_link(WorkerLink {
+            conn_id: 7,
+            writer: testkit::writer(),
+        });
+        assert_eq!(
+            s.begin_removal(),
+            Err("a worker is connected; stop it first")
+        );
+    }
+
+    #[test]
+    fn a_spec_replacement_reports_a_change() {
+        let mut s = testkit::session("l1");
+        assert!(!s.replace_spec(&json!({})));
+        assert!(s.replace_spec(&json!({"provider": "x"})));
+        assert_eq!(s.spec()["provider"], "x");
+    }
+
+    #[test]
+    fn output_of_an_earlier_process_is_not_kept() {
+        use crate::util::line_splitter::Line;
+        use crate::util::log_ring::Stream;
+        let mut s = testkit::session("l1");
+        let line = |t: &str| Line {
+            text: t.into(),
+            truncated_bytes: 0,
+        };
+        assert!(s.capture_output("l1", Stream::Stdout, vec![line("a"), line("b")], 1));
+        assert!(!s.capture_output("l0", Stream::Stderr, vec![line("late")], 2));
+        assert_eq!(s.logs().len(), 2);
+    }
+
+    #[test]
+    fn a_retained_event_carries_the_next_sequence() {
+        let mut s = testkit::session("l1");
+        let entry = |seq: u64| -> Arc<str> { format!("{{\"hub_sequence\":{seq}}}").into() };
+        let omitted =
+            |seq: u64, _: usize| -> Arc<str> { format!("{{\"hub_sequence\":{seq}}}").into() };
+        let (first, json) = s.retain_event(entry, omitted);
+        let (second, _) = s.retain_event(entry, omitted);
+        assert_eq!((first + 1, second), (second, s.transcript().latest()));
+        assert_eq!(&*json, format!("{{\"hub_sequence\":{first}}}"));
     }
 }

@@ -215,8 +215,7 @@ impl Session {
             IdentityState::Live
                 if self.worker_id.as_deref() == Some(request.worker_id.as_str()) =>
             {
-                if self.subagent.is_some()
-                    && self.active_run.as_deref() != Some(request.run_id.as_str())
+                if self.is_headless() && self.active_run.as_deref() != Some(request.run_id.as_str())
                 {
                     Verdict::Held("the request's run is not the subagent's active run")
                 } else {

@@ -8,18 +8,19 @@ use crate::hub::{Followup, Hub, WorkerHooks};
 use crate::session::Session;
 use crate::worker::envelope::Envelope;
 
-use super::{family, observe};
+use super::child::observe;
+use super::family;
 
 /// Headless children's reactions to their workers.
 pub struct Subagents;
 
 impl WorkerHooks for Subagents {
     fn event(&self, s: &mut Session, env: &Envelope, now: &str) -> Followup {
-        if s.subagent.is_none() {
+        if !s.is_headless() {
             return Followup::default();
         }
         let seen = observe::observe(s, env, now);
-        let id = s.id.clone();
+        let id = s.id().to_string();
         let changed = seen.changed;
         let work = move |hub: &Arc<Hub>| {
             if let Some(meta) = &seen.meta {
@@ -45,7 +46,7 @@ impl WorkerHooks for Subagents {
         if !observe::disconnected(s, now) {
             return Followup::default();
         }
-        let id = s.id.clone();
+        let id = s.id().to_string();
         Followup {
             changed: false,
             work: Some(Box::new(move |hub: &Arc<Hub>| {

@@ -13,7 +13,6 @@ pub mod child;
 pub mod conversation;
 pub mod family;
 pub mod hooks;
-pub mod observe;
 pub mod routes;
 
 use serde_json::{json, Value};
@@ -26,19 +25,19 @@ pub fn describe(session: &Session, child: &Child) -> Value {
     let live = session.identity() == IdentityState::Live;
     json!({
         "parent": {
-            "session_id": child.parent.session_id,
-            "lifecycle_id": child.parent.lifecycle_id,
-            "worker_id": child.parent.worker_id,
+            "session_id": child.parent().session_id,
+            "lifecycle_id": child.parent().lifecycle_id,
+            "worker_id": child.parent().worker_id,
         },
-        "depth": child.depth,
+        "depth": child.depth(),
         "lifecycle": child.lifecycle().as_str(),
-        "policy": child.policy.as_str(),
+        "policy": child.policy().as_str(),
         "health": child.health(session.connected(), live),
-        "reason": child.reason,
+        "reason": child.reason(),
         "observed_at": session.last_event_at(),
         "active_run": session.active_run().is_some(),
         "pending_approvals": session.prompts().len(),
-        "cleanup_attempts": child.cleanup_attempts,
+        "cleanup_attempts": child.cleanup_attempts(),
     })
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 use super::args::{self, Call, SendOp};
-use super::child::{Lifecycle, Outcome, OutcomeState, ParentRef, RECEIVE_OUTCOMES, SENT_CONTENT};
+use super::child::{Lifecycle, OutcomeState, ParentRef, RECEIVE_OUTCOMES};
 use super::conversation::PAGE_BODY_BUDGET;
 use super::family::{self, Caller};
 use super::Refusal;
@@ -27,7 +27,7 @@ pub fn execute(
     call: Call,
 ) -> Result<Value, Refusal> {
     let lifecycle_id = hub
-        .with_session(&caller.session_id, |s| s.lifecycle_id.clone())
+        .with_session(&caller.session_id, |s| s.lifecycle_id().to_string())
         .ok_or_else(|| Refusal::new("unauthorized", "the caller session is gone"))?;
     let me = ParentRef {
         session_id: caller.session_id.clone(),
@@ -150,7 +150,7 @@ impl<'a> Receipts<'a> {
 /// Checks that `id` is a live direct child of `me`.
 fn owned(hub: &Hub, me: &ParentRef, id: &str) -> Result<(), Refusal> {
     let parent = hub
-        .with_session(id, |s| s.subagent.as_ref().map(|c| c.parent.clone()))
+        .with_session(id, |s| s.headless().map(|c| c.parent().clone()))
         .flatten();
     match parent {
         Some(p) if &p == me => Ok(()),
@@ -177,12 +177,12 @@ fn retained(hub: &Hub, me: &ParentRef, id: &str) -> Option<family::Terminal> {
 /// One child's status object: its description block plus what a parent
 /// needs to address it.
 fn status(s: &crate::session::Session) -> Option<Value> {
-    let c = s.subagent.as_ref()?;
+    let c = s.headless()?;
     let mut out = super::describe(s, c);
     for (key, value) in [
-        ("subagent_id", json!(s.id)),
+        ("subagent_id", json!(s.id())),
         ("connected", json!(s.connected())),
-        ("created_at", json!(c.created_at)),
+        ("created_at", json!(c.created_at())),
         ("worker_id", json!(s.worker_id())),
         ("retained", json!(false)),
     ] {
@@ -209,7 +209,7 @@ fn list(hub: &Hub, me: &ParentRef) -> Value {
         .sessions()
         .list()
         .into_iter()
-        .filter(|s| s.subagent.as_ref().is_some_and(|c| &c.parent == me))
+        .filter(|s| s.headless().is_some_and(|c| c.parent() == me))
         .filter_map(status)
         .collect();
     for t in hub
@@ -246,12 +246,12 @@ fn inspect(
     }
     owned(hub, me, id)?;
     hub.with_session(id, |s| {
-        let c = s.subagent.as_ref()?;
-        let conversation = c.conversation.page(cursor, limit, PAGE_BODY_BUDGET);
+        let c = s.headless()?;
+        let conversation = c.conversation().page(cursor, limit, PAGE_BODY_BUDGET);
         let mut result = json!({
             "status": status(s),
             "requests": c.latest_outcomes(RECEIVE_OUTCOMES),
-            "requests_truncated": c.outcomes.len() > RECEIVE_OUTCOMES,
+            "requests_truncated": c.outcome_count() > RECEIVE_OUTCOMES,
             "conversation": conversation,
         });
         fit_requests(&mut result);
@@ -342,8 +342,8 @@ fn send(
     // The child must be ready, connected and open for admission.
     let standing = hub
         .with_session(id, |s| {
-            let c = s.subagent.as_ref()?;
-            if c.frozen || c.lifecycle().is_closing() {
+            let c = s.headless()?;
+            if c.closed_to_admission() {
                 return Some(Err(Refusal::new(
                     "lifecycle_closed",
                     format!("the child is {}", c.lifecycle().as_str()),
@@ -381,23 +381,8 @@ fn send(
         _ => None,
     };
     hub.with_session(id, |s| {
-        if let Some(c) = s.subagent.as_mut() {
-            if let Some(content) = content {
-                while c.sent_content.len() >= SENT_CONTENT {
-                    c.sent_content.pop_front();
-                }
-                c.sent_content.push_back((request_id.clone(), content));
-            }
-            c.push_outcome(Outcome {
-                request_id: request_id.clone(),
-                operation: operation.to_string(),
-                state: OutcomeState::Intent,
-                run_id: None,
-                run_status: None,
-                summary: None,
-                error: None,
-                updated_at: now.clone(),
-            });
+        if let Some(c) = s.headless_mut() {
+            c.record_intent(&request_id, operation, content, &now);
         }
     });
     family::persist_outcomes(hub, id);
@@ -426,17 +411,9 @@ fn send(
         ),
     };
     hub.with_session(id, |s| {
-        if let Some(c) = s.subagent.as_mut() {
-            if let Some(o) = c.outcome_mut(&request_id) {
-                if o.state == OutcomeState::Intent {
-                    o.state = state;
-                    o.updated_at = time::now_rfc3339();
-                    if let Some(r) = &refusal {
-                        o.error = Some(r.message.clone());
-                    }
-                    c.outcomes_unpersisted = true;
-                }
-            }
+        if let Some(c) = s.headless_mut() {
+            let error = refusal.as_ref().map(|r| r.message.as_str());
+            c.settle_intent(&request_id, state, error, &time::now_rfc3339());
         }
     });
     family::persist_outcomes(hub, id);

@@ -171,14 +171,7 @@ fn deliver(
     }
     let now = time::now_millis();
     let batch = std::mem::take(lines);
-    hub.with_session(session, |s| {
-        if s.lifecycle_id != lifecycle {
-            return;
-        }
-        for line in batch {
-            s.logs.push(stream, line, now);
-        }
-    });
+    hub.with_session(session, |s| s.capture_output(lifecycle, stream, batch, now));
 }
 
 #[cfg(test)]

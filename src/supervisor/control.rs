@@ -140,7 +140,7 @@ pub fn start(hub: &Arc<Hub>, id: &str, spec: Option<&Value>) -> StartResult {
     // Reserve the start under the lock: a second start is refused.
     let reserved = hub.with_session(id, |s| {
         s.reserve_start(&lifecycle_id)?;
-        Ok((s.spec.clone(), s.token.clone()))
+        Ok((s.spec().clone(), s.token().to_string()))
     });
     let (current_spec, token) = match reserved {
         None => return Err(StartFailed(format!("no session {id:?}"))),

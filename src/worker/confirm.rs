@@ -87,11 +87,11 @@ pub fn decide(
 /// `None` for ask (operators decide) and for ordinary sessions. A child on
 /// its way out never approves.
 fn policy_answer(s: &Session) -> Option<bool> {
-    let child = s.subagent.as_ref()?;
-    match child.policy {
+    let child = s.headless()?;
+    match child.policy() {
         Policy::Ask => None,
         Policy::Deny => Some(false),
-        Policy::Approve if child.lifecycle().is_closing() || child.frozen => None,
+        Policy::Approve if child.closed_to_admission() => None,
         Policy::Approve => Some(true),
     }
 }

@@ -228,20 +228,21 @@ fn ingest(hub: &Arc<Hub>, session_id: &str, conn_id: u64, env: Envelope, frame_b
         let describe = !was_live || matches!(env.event.as_str(), "ready" | "status");
         // A headless child's events are consumed transiently (seed 003).
         let followup = hub.hooks().event(s, &env, &now);
-        let headless = s.subagent.is_some();
-        let seq = (!transient && !headless).then(|| s.transcript.next_sequence());
-        let json = finish_entry(prefix, seq);
-        if seq.is_some() {
+        let (seq, json) = if transient || s.is_headless() {
+            (None, finish_entry(prefix, None))
+        } else {
             let (event, worker) = (&env.event, &env.worker_id);
-            s.transcript.push(json.clone(), |seq, bytes| {
-                omission_record(seq, event, worker, bytes)
-            });
-        }
+            let (seq, json) = s.retain_event(
+                |seq| finish_entry(prefix, Some(seq)),
+                |seq, bytes| omission_record(seq, event, worker, bytes),
+            );
+            (Some(seq), json)
+        };
         (
             seq,
             json,
             request_change,
-            s.events_file.clone(),
+            s.events_file().cloned(),
             describe,
             followup,
         )

@@ -229,7 +229,7 @@ fn authorize(
         Instant::now() + Duration::from_millis(hub.config.limits.confirm_identity_hold_ms);
     loop {
         let judged = hub.with_session(&upgrade.session_id, |s| {
-            if !auth::constant_time_eq(upgrade.token.as_bytes(), s.token.as_bytes()) {
+            if !auth::constant_time_eq(upgrade.token.as_bytes(), s.token().as_bytes()) {
                 return Judged::Refuse("the worker token is no longer valid");
             }
             let live = s.identity() == IdentityState::Live

@@ -10,12 +10,9 @@ use super::persist::{persist_meta, Terminal};
 use super::stop::{children_of, stop_worker};
 use super::{lock, spawn_thread};
 use crate::hub::{Hub, Note};
-use crate::subagents::child::{self, Lifecycle, LifecycleEvent, MAX_CLEANUP_ATTEMPTS};
+use crate::subagents::child::{self, CleanupClaim};
 use crate::supervisor::control::StopMode;
 use crate::util::time;
-
-/// Delays before the second and third automatic cleanup attempts.
-pub const RETRY_DELAYS_MS: [u64; 2] = [10_000, 20_000];
 
 /// How often pending cleanups are looked at.
 const RETRY_TICK: Duration = Duration::from_secs(5);
@@ -37,20 +34,15 @@ pub fn cleanup(hub: &Arc<Hub>, id: &str) {
     let claimed = hub
         .with_session(id, |s| {
             let alive = s.process().is_some_and(|p| p.state.is_active());
-            let c = s.subagent.as_mut()?;
-            if c.cleanup_in_flight || alive || !c.lifecycle().is_closing() {
-                return None;
-            }
-            c.cleanup_in_flight = true;
-            c.cleanup_attempts += 1;
-            Some((
-                c.parent.clone(),
-                c.reason.clone(),
-                c.latest_outcomes(child::MAX_OUTCOMES),
-            ))
+            s.headless_mut()?.claim_cleanup(alive)
         })
         .flatten();
-    let Some((parent, reason, outcomes)) = claimed else {
+    let Some(CleanupClaim {
+        parent,
+        reason,
+        outcomes,
+    }) = claimed
+    else {
         return;
     };
     match remove_child(hub, id) {
@@ -82,20 +74,8 @@ pub(super) fn cleanup_failed(hub: &Arc<Hub>, id: &str, err: &str, counted: bool)
     log::warn!("subagent {id}: cleanup failed: {err}");
     let meta = hub
         .with_session(id, |s| {
-            let c = s.subagent.as_mut()?;
-            c.cleanup_in_flight = false;
-            c.apply(LifecycleEvent::CleanupFailed);
-            c.reason = Some(format!("cleanup failed: {err}"));
-            if !counted {
-                c.cleanup_attempts += 1;
-            }
-            let attempt = c.cleanup_attempts.max(1) as usize;
-            if c.automatic_retry && attempt < MAX_CLEANUP_ATTEMPTS as usize {
-                c.retry_at_ms = Some(time::now_millis() + RETRY_DELAYS_MS[attempt - 1]);
-            } else {
-                c.automatic_retry = false;
-                c.retry_at_ms = None;
-            }
+            let c = s.headless_mut()?;
+            c.cleanup_failed(err, counted, time::now_millis());
             Some(c.meta_json())
         })
         .flatten();
@@ -113,8 +93,8 @@ pub(super) fn cleanup_failed(hub: &Arc<Hub>, id: &str, err: &str, counted: bool)
 fn retry_cleanup(hub: &Arc<Hub>, id: &str) {
     let alive = hub
         .with_session(id, |s| {
-            if let Some(c) = s.subagent.as_mut() {
-                c.retry_at_ms = None;
+            if let Some(c) = s.headless_mut() {
+                c.cancel_retry();
             }
             s.process().is_some_and(|p| p.state.is_active())
         })
@@ -139,7 +119,7 @@ fn remove_child(hub: &Hub, id: &str) -> Result<(), String> {
             return Err("the subagents root is a symbolic link".into());
         }
     }
-    if let Some(file) = hub.with_session(id, |s| s.log_file.take()).flatten() {
+    if let Some(file) = hub.with_session(id, |s| s.take_log_file()).flatten() {
         file.close(Duration::from_secs(5));
     }
     crate::hub::remove_session_dir(&dir)
@@ -190,12 +170,9 @@ pub(super) fn pending_cleanups(hub: &Hub, now: u64) -> (Vec<String>, usize) {
     let mut due = Vec::new();
     let mut pending = 0;
     for s in sessions.list() {
-        let Some(c) = &s.subagent else { continue };
-        if c.lifecycle() != Lifecycle::CleanupPending || !c.automatic_retry {
-            continue;
-        }
-        match c.retry_at_ms {
-            Some(at) if at <= now => due.push(s.id.clone()),
+        let Some(c) = s.headless() else { continue };
+        match c.cleanup_due_at() {
+            Some(at) if at <= now => due.push(s.id().to_string()),
             Some(_) => pending += 1,
             None => {}
         }
@@ -212,17 +189,15 @@ pub fn shutdown(hub: &Arc<Hub>) {
         .sessions()
         .list()
         .into_iter()
-        .filter_map(|s| Some((s.subagent.as_ref()?.depth, s.id.clone())))
+        .filter_map(|s| Some((s.headless()?.depth(), s.id().to_string())))
         .collect();
     ids.sort_by_key(|entry| std::cmp::Reverse(entry.0));
     // One attempt each, as at any stop: a failed one leaves the child
     // `cleanup-pending` with its attempt counted, for the next start.
     for (_, id) in &ids {
         hub.with_session(id, |s| {
-            if let Some(c) = s.subagent.as_mut() {
-                if c.apply(LifecycleEvent::Stop) {
-                    c.reason.get_or_insert_with(|| "the hub shut down".into());
-                }
+            if let Some(c) = s.headless_mut() {
+                c.stop_for_shutdown();
             }
         });
         cleanup(hub, id);
@@ -235,7 +210,7 @@ pub fn shutdown(hub: &Arc<Hub>) {
             .filter(|(_, id)| {
                 hub.with_session(id, |s| {
                     let alive = s.process().is_some_and(|p| p.state.is_active());
-                    alive || s.subagent.as_ref().is_some_and(|c| c.cleanup_in_flight)
+                    alive || s.headless().is_some_and(|c| c.cleanup_in_flight())
                 })
                 .unwrap_or(false)
             })

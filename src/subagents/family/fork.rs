@@ -59,15 +59,15 @@ pub fn fork(
                 "the caller's worker is stopping",
             ));
         }
-        let depth = match &s.subagent {
+        let depth = match s.headless() {
             None => 1,
-            Some(c) if c.frozen || c.lifecycle().is_closing() => {
+            Some(c) if c.closed_to_admission() => {
                 return Err(Refusal::new(
                     "lifecycle_closed",
                     "the caller's family is closed",
                 ))
             }
-            Some(c) => c.depth as usize + 1,
+            Some(c) => c.depth() as usize + 1,
         };
         if depth > limits.max_depth {
             return Err(Refusal::new(
@@ -79,7 +79,7 @@ pub fn fork(
             ));
         }
         let all = sessions.list();
-        let live = all.iter().filter(|x| x.subagent.is_some()).count();
+        let live = all.iter().filter(|x| x.is_headless()).count();
         if live >= limits.max_live {
             return Err(Refusal::new(
                 "limit_exceeded",
@@ -89,9 +89,8 @@ pub fn fork(
         let children = all
             .iter()
             .filter(|x| {
-                x.subagent
-                    .as_ref()
-                    .is_some_and(|c| c.parent.session_id == caller.session_id)
+                x.headless()
+                    .is_some_and(|c| c.parent().session_id == caller.session_id)
             })
             .count();
         if children >= limits.max_children {
@@ -109,7 +108,7 @@ pub fn fork(
         }
         let parent = ParentRef {
             session_id: caller.session_id.clone(),
-            lifecycle_id: s.lifecycle_id.clone(),
+            lifecycle_id: s.lifecycle_id().to_string(),
             worker_id: caller.worker_id.clone(),
         };
         (parent, depth)
@@ -189,7 +188,7 @@ pub fn fork(
         ));
     }
     let mut session = hub.new_session(session_rec);
-    session.subagent = Some(Box::new(child));
+    session.attach_headless(child);
     hub.sessions().insert(session);
     drop(_serial);
     log::info!("session {}: forked headless child {id}", caller.session_id);

@@ -28,7 +28,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::hub::Hub;
 
-pub use cleanup::{cleanup, shutdown, RETRY_DELAYS_MS};
+pub use crate::subagents::child::RETRY_DELAYS_MS;
+pub use cleanup::{cleanup, shutdown};
 pub use fork::{fork, Caller, STARTUP_LAUNCH, STARTUP_WORKER};
 pub use persist::{
     persist_meta, persist_outcomes, schedule_conversation_write, transition, Terminal,
@@ -79,8 +80,8 @@ impl Family {
 
 fn set_reason(hub: &Hub, id: &str, reason: &str) {
     hub.with_session(id, |s| {
-        if let Some(c) = s.subagent.as_mut() {
-            c.reason.get_or_insert_with(|| reason.to_string());
+        if let Some(c) = s.headless_mut() {
+            c.note_reason(reason);
         }
     });
 }

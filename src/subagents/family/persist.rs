@@ -51,7 +51,7 @@ impl Family {
 pub fn transition(hub: &Hub, id: &str, event: LifecycleEvent) -> bool {
     let changed = hub
         .with_session(id, |s| {
-            let c = s.subagent.as_mut()?;
+            let c = s.headless_mut()?;
             c.apply(event).then(|| c.meta_json())
         })
         .flatten();
@@ -72,8 +72,8 @@ pub fn persist_meta(hub: &Hub, id: &str, meta: &Value) {
     if let Err(err) = hub.store().put_subagent_meta(id, meta) {
         log::warn!("subagent {id}: metadata not stored: {err}");
         hub.with_session(id, |s| {
-            if let Some(c) = s.subagent.as_mut() {
-                c.degraded = true;
+            if let Some(c) = s.headless_mut() {
+                c.meta_store_failed();
             }
         });
     }
@@ -82,22 +82,16 @@ pub fn persist_meta(hub: &Hub, id: &str, meta: &Value) {
 /// Writes the child's outcome tail if it changed.
 pub fn persist_outcomes(hub: &Hub, id: &str) {
     let outcomes = hub
-        .with_session(id, |s| {
-            let c = s.subagent.as_ref()?;
-            c.outcomes_unpersisted.then(|| c.outcomes_json())
-        })
+        .with_session(id, |s| s.headless()?.outcomes_to_store())
         .flatten();
     let Some(outcomes) = outcomes else { return };
     let stored = hub.store().put_subagent_outcomes(id, &outcomes);
+    if let Err(err) = &stored {
+        log::warn!("subagent {id}: outcomes not stored: {err}");
+    }
     hub.with_session(id, |s| {
-        if let Some(c) = s.subagent.as_mut() {
-            match &stored {
-                Ok(()) => c.outcomes_unpersisted = false,
-                Err(err) => {
-                    log::warn!("subagent {id}: outcomes not stored: {err}");
-                    c.degraded = true;
-                }
-            }
+        if let Some(c) = s.headless_mut() {
+            c.outcomes_stored(stored.is_ok());
         }
     });
 }
@@ -114,15 +108,10 @@ pub const CONVERSATION_FILE: &str = "conversation.json";
 pub fn schedule_conversation_write(hub: &Arc<Hub>, id: &str) {
     let first = hub
         .with_session(id, |s| {
-            let c = s.subagent.as_mut()?;
-            if !c.conversation_dirty || c.conversation_write_scheduled {
-                return None;
-            }
-            c.conversation_write_scheduled = true;
-            Some(())
+            s.headless_mut()
+                .is_some_and(|c| c.schedule_conversation_write())
         })
-        .flatten()
-        .is_some();
+        .unwrap_or(false);
     if !first {
         return;
     }
@@ -142,29 +131,17 @@ pub fn schedule_conversation_write(hub: &Arc<Hub>, id: &str) {
 /// the projection stale and the child degraded.
 fn write_conversation(hub: &Hub, id: &str) {
     let doc = hub
-        .with_session(id, |s| {
-            let c = s.subagent.as_mut()?;
-            c.conversation_write_scheduled = false;
-            if !c.conversation_dirty || c.cleanup_in_flight {
-                return None;
-            }
-            c.conversation_dirty = false;
-            Some(c.conversation.to_json())
-        })
+        .with_session(id, |s| s.headless_mut()?.take_conversation_write())
         .flatten();
     let Some(doc) = doc else { return };
     let path = hub.session_dir(id).join(CONVERSATION_FILE);
     let written = fsutil::write_private_atomic(&path, doc.to_string().as_bytes());
+    if let Err(err) = &written {
+        log::warn!("subagent {id}: {} not written: {err}", path.display());
+    }
     hub.with_session(id, |s| {
-        if let Some(c) = s.subagent.as_mut() {
-            match &written {
-                Ok(()) => c.conversation_failed = false,
-                Err(err) => {
-                    log::warn!("subagent {id}: {} not written: {err}", path.display());
-                    c.conversation_failed = true;
-                    c.conversation.mark_stale(true);
-                }
-            }
+        if let Some(c) = s.headless_mut() {
+            c.conversation_written(written.is_ok());
         }
     });
 }

@@ -12,8 +12,8 @@ use crate::subagents::{child, Refusal};
 pub fn set_policy(hub: &Hub, id: &str, policy: child::Policy) -> Result<Value, Refusal> {
     let meta = hub
         .with_session(id, |s| {
-            let c = s.subagent.as_mut()?;
-            c.policy = policy;
+            let c = s.headless_mut()?;
+            c.set_policy(policy);
             Some(c.meta_json())
         })
         .ok_or_else(|| Refusal::new("not_found", "no such session"))?

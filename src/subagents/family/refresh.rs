@@ -25,19 +25,8 @@ pub fn start_refresh(hub: &Arc<Hub>, id: &str) {
         .with_session(id, |s| {
             let history = s.has_capability("session-history");
             let idle = s.active_run().is_none() && s.connected();
-            let c = s.subagent.as_mut()?;
-            if !history
-                || !idle
-                || c.refresh_running
-                || c.refresh_attempts >= REFRESH_ATTEMPTS
-                || c.lifecycle().is_closing()
-            {
-                return None;
-            }
-            let refresh = c.conversation.start_refresh()?;
-            c.refresh_running = true;
-            c.refresh_attempts += 1;
-            Some(refresh)
+            s.headless_mut()?
+                .claim_refresh(history, idle, REFRESH_ATTEMPTS)
         })
         .flatten();
     let Some(refresh) = claimed else { return };
@@ -49,8 +38,8 @@ pub fn start_refresh(hub: &Arc<Hub>, id: &str) {
     .is_err()
     {
         hub.with_session(id, |s| {
-            if let Some(c) = s.subagent.as_mut() {
-                c.refresh_running = false;
+            if let Some(c) = s.headless_mut() {
+                c.refresh_abandoned();
             }
         });
     }
@@ -80,24 +69,11 @@ fn run_refresh(hub: &Arc<Hub>, id: &str, mut refresh: Refresh) {
     let now = time::now_rfc3339();
     let published = hub
         .with_session(id, |s| {
-            let c = s.subagent.as_mut()?;
-            c.refresh_running = false;
-            match outcome {
-                Ok(snapshot) => match c.conversation.publish_refresh(snapshot, &now) {
-                    Ok(()) => {
-                        c.conversation_dirty = true;
-                        Some(true)
-                    }
-                    Err(err) => {
-                        log::debug!("subagent {id}: refresh not published: {err}");
-                        Some(false)
-                    }
-                },
-                Err(err) => {
-                    log::debug!("subagent {id}: history refresh failed: {err}");
-                    Some(false)
-                }
-            }
+            let finished = s.headless_mut()?.finish_refresh(outcome, &now);
+            Some(finished.unwrap_or_else(|err| {
+                log::debug!("subagent {id}: {err}");
+                false
+            }))
         })
         .flatten();
     if published == Some(true) {

@@ -14,7 +14,7 @@ use super::stop::{begin_stop, stop_children, stop_worker};
 use super::{set_reason, spawn_thread};
 use crate::hub::Hub;
 use crate::subagents::child::{
-    Child, Lifecycle, LifecycleEvent, OutcomeState, ParentRef, MAX_CLEANUP_ATTEMPTS,
+    Child, Lifecycle, LifecycleEvent, ParentRef, RecoveryRefused, MAX_CLEANUP_ATTEMPTS,
 };
 use crate::subagents::{Refusal, KIND};
 use crate::supervisor::control::StopMode;
@@ -36,21 +36,12 @@ pub fn load(hub: &Hub) {
         match Child::from_stored(&rec.meta, &rec.outcomes, bytes) {
             Ok(mut child) => {
                 if let Some(conversation) = load_conversation(hub, &rec.id) {
-                    child.conversation = conversation;
+                    child.restore_conversation(conversation);
                 }
                 // Delivery that was not confirmed before the restart is
                 // unknown; it is never resent.
-                let now = time::now_rfc3339();
-                for o in child.outcomes.iter_mut() {
-                    if o.state.is_in_flight() {
-                        o.state = OutcomeState::Unknown;
-                        o.updated_at = now.clone();
-                        child.outcomes_unpersisted = true;
-                    }
-                }
-                let attached = hub.with_session(&rec.id, |s| {
-                    s.subagent = Some(Box::new(child));
-                });
+                child.forget_in_flight(&time::now_rfc3339());
+                let attached = hub.with_session(&rec.id, |s| s.attach_headless(child));
                 if attached.is_none() {
                     hub.family
                         .block(format!("subagent {} has no session record", rec.id));
@@ -68,8 +59,8 @@ pub fn load(hub: &Hub) {
         .sessions()
         .list()
         .into_iter()
-        .filter(|s| s.kind == KIND && s.subagent.is_none())
-        .map(|s| s.id.clone())
+        .filter(|s| s.kind() == KIND && !s.is_headless())
+        .map(|s| s.id().to_string())
         .collect();
     for id in orphans {
         hub.family
@@ -89,26 +80,17 @@ pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
         .list()
         .into_iter()
         .filter_map(|s| {
-            let c = s.subagent.as_ref()?;
+            let c = s.headless()?;
             let alive = s.process().is_some_and(|p| p.state.is_active());
-            Some((s.id.clone(), c.parent.clone(), c.lifecycle(), alive))
+            Some((s.id().to_string(), c.parent().clone(), c.lifecycle(), alive))
         })
         .collect();
     for (id, parent, lifecycle, alive) in children {
         if lifecycle == Lifecycle::Starting && !alive && !launched.contains(&id) {
             let meta = hub
                 .with_session(&id, |s| {
-                    let c = s.subagent.as_mut()?;
-                    c.uncertain_start = true;
-                    c.frozen = true;
-                    c.automatic_retry = false;
-                    c.retry_at_ms = None;
-                    c.apply(LifecycleEvent::CleanupFailed);
-                    c.reason = Some(
-                        "uncertain startup: the hub stopped between launching the worker and \
-                         recording it; stop any such worker, then confirm-terminated"
-                            .into(),
-                    );
+                    let c = s.headless_mut()?;
+                    c.mark_uncertain_start();
                     Some(c.meta_json())
                 })
                 .flatten();
@@ -120,7 +102,7 @@ pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
         }
         let parent_live = hub
             .with_session(&parent.session_id, |p| {
-                p.lifecycle_id == parent.lifecycle_id
+                p.lifecycle_id() == parent.lifecycle_id
                     && p.process().is_some_and(|x| x.state.is_active())
             })
             .unwrap_or(false);
@@ -129,8 +111,8 @@ pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
             // Retained: its stored attempt count and backoff stand; a
             // restart neither resets nor skips them (the ticker retries).
             hub.with_session(&id, |s| {
-                if let Some(c) = s.subagent.as_mut() {
-                    c.frozen = true;
+                if let Some(c) = s.headless_mut() {
+                    c.freeze();
                 }
             });
             continue;
@@ -182,22 +164,20 @@ pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
 /// a headless child.
 pub fn recovery_info(hub: &Hub, id: &str) -> Option<Value> {
     hub.with_session(id, |s| {
-        let c = s.subagent.as_ref()?;
+        let c = s.headless()?;
         let alive = s.process().is_some_and(|p| p.state.is_active());
-        Some(json!({
-            "session_id": s.id,
-            "lifecycle_id": s.lifecycle_id,
-            "lifecycle": c.lifecycle().as_str(),
-            "uncertain_start": c.uncertain_start,
-            "termination_confirmed": c.termination_confirmed || (s.process().is_some() && !alive),
+        let mut out = json!({
+            "session_id": s.id(),
+            "lifecycle_id": s.lifecycle_id(),
             "process_alive": alive,
             "connected": s.connected(),
-            "cleanup_attempts": c.cleanup_attempts,
             "max_cleanup_attempts": MAX_CLEANUP_ATTEMPTS,
-            "automatic_retry": c.automatic_retry && c.retry_at_ms.is_some(),
-            "retry_at": c.retry_at_ms.map(time::rfc3339_from_millis),
-            "reason": c.reason,
-        }))
+            "retry_at": c.retry_at_ms().map(time::rfc3339_from_millis),
+        });
+        for (key, value) in c.recovery_fields(s.process().is_some() && !alive) {
+            out[key] = value;
+        }
+        Some(out)
     })
     .flatten()
 }
@@ -235,41 +215,27 @@ pub fn recover(
         .with_session(id, |s| {
             let alive = s.process().is_some_and(|p| p.state.is_active());
             let connected = s.connected();
-            let current = s.lifecycle_id.clone();
-            let c = s.subagent.as_mut()?;
+            let current = s.lifecycle_id().to_string();
+            let c = s.headless_mut()?;
             if current != lifecycle_id {
                 return Some(Err(Refusal::new(
                     "stale_lifecycle",
                     "the lifecycle id is not the child's current one",
                 )));
             }
-            if c.cleanup_in_flight {
-                return Some(Err(Refusal::new(
-                    "recovery_conflict",
-                    "a cleanup attempt is in flight",
-                )));
+            let confirm = action == RecoverAction::ConfirmTerminated;
+            if let Err(refused) = c.recover(confirm, alive || connected) {
+                let message = match refused {
+                    RecoveryRefused::InFlight => "a cleanup attempt is in flight".to_string(),
+                    RecoveryRefused::NotRetained(lifecycle) => {
+                        format!("the child is {lifecycle}, not retained")
+                    }
+                    RecoveryRefused::WorkerAlive => {
+                        "the recorded worker is known to be alive or connected".to_string()
+                    }
+                };
+                return Some(Err(Refusal::new("recovery_conflict", message)));
             }
-            if !c.lifecycle().is_closing() {
-                return Some(Err(Refusal::new(
-                    "recovery_conflict",
-                    format!("the child is {}, not retained", c.lifecycle().as_str()),
-                )));
-            }
-            match action {
-                RecoverAction::ConfirmTerminated if alive || connected => {
-                    return Some(Err(Refusal::new(
-                        "recovery_conflict",
-                        "the recorded worker is known to be alive or connected",
-                    )))
-                }
-                RecoverAction::ConfirmTerminated => {
-                    c.termination_confirmed = true;
-                }
-                RecoverAction::Retry => {}
-            }
-            c.cleanup_attempts = 0;
-            c.automatic_retry = true;
-            c.retry_at_ms = None;
             Some(Ok((c.meta_json(), alive)))
         })
         .flatten();
@@ -290,7 +256,7 @@ pub fn recover(
         // Retry of a child whose worker still runs: stop it again; the
         // waiter cleans up once it is gone.
         hub.with_session(id, |s| {
-            if let Some(c) = s.subagent.as_mut() {
+            if let Some(c) = s.headless_mut() {
                 c.apply(LifecycleEvent::RetryStop);
             }
         });

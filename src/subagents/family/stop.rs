@@ -9,7 +9,6 @@ use super::cleanup::{cleanup, cleanup_failed};
 use super::persist::persist_meta;
 use super::set_reason;
 use crate::hub::{Hub, Note};
-use crate::subagents::child::LifecycleEvent;
 use crate::supervisor::control::{self, StopMode};
 
 /// Direct children of `parent`, by id.
@@ -18,11 +17,10 @@ pub fn children_of(hub: &Hub, parent: &str) -> Vec<String> {
         .list()
         .into_iter()
         .filter(|s| {
-            s.subagent
-                .as_ref()
-                .is_some_and(|c| c.parent.session_id == parent)
+            s.headless()
+                .is_some_and(|c| c.parent().session_id == parent)
         })
-        .map(|s| s.id.clone())
+        .map(|s| s.id().to_string())
         .collect()
 }
 
@@ -53,8 +51,8 @@ pub fn freeze_all(hub: &Hub) {
         .sessions()
         .list()
         .into_iter()
-        .filter(|s| s.subagent.is_some())
-        .map(|s| s.id.clone())
+        .filter(|s| s.is_headless())
+        .map(|s| s.id().to_string())
         .collect();
     freeze(hub, ids);
 }
@@ -62,8 +60,8 @@ pub fn freeze_all(hub: &Hub) {
 fn freeze(hub: &Hub, ids: Vec<String>) {
     for id in ids {
         hub.with_session(&id, |s| {
-            if let Some(c) = s.subagent.as_mut() {
-                c.frozen = true;
+            if let Some(c) = s.headless_mut() {
+                c.freeze();
             }
         });
     }
@@ -86,12 +84,8 @@ pub fn stop_children(hub: &Arc<Hub>, parent: &str, reason: &str) {
 pub fn begin_stop(hub: &Arc<Hub>, id: &str, on_stopping: Option<Box<dyn FnOnce() + Send>>) {
     let entered = hub
         .with_session(id, |s| {
-            let c = s.subagent.as_mut()?;
-            c.frozen = true;
-            if !c.apply(LifecycleEvent::Stop) {
-                return Some(None);
-            }
-            Some(Some(c.meta_json()))
+            let c = s.headless_mut()?;
+            Some(c.begin_stop().then(|| c.meta_json()))
         })
         .flatten();
     match entered {
@@ -138,9 +132,7 @@ pub(super) fn stop_worker(hub: &Arc<Hub>, id: &str, mode: StopMode) {
 pub fn process_gone(hub: &Arc<Hub>, id: &str) {
     stop_children(hub, id, "the parent worker exited");
     let closing = hub
-        .with_session(id, |s| {
-            s.subagent.as_ref().map(|c| c.lifecycle().is_closing())
-        })
+        .with_session(id, |s| s.headless().map(|c| c.lifecycle().is_closing()))
         .flatten();
     match closing {
         None => {}

@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::child::{LifecycleEvent, Outcome, OutcomeState};
+use super::{LifecycleEvent, Outcome, OutcomeState};
 use crate::session::{IdentityState, Session};
 use crate::worker::envelope::Envelope;
 
@@ -28,7 +28,7 @@ pub struct Observed {
 pub fn observe(s: &mut Session, env: &Envelope, now: &str) -> Observed {
     let live = s.identity() == IdentityState::Live;
     let no_run = s.active_run().is_none();
-    let Some(c) = s.subagent.as_mut() else {
+    let Some(c) = s.headless_mut() else {
         return Observed::default();
     };
     let mut seen = Observed {
@@ -154,19 +154,8 @@ pub fn observe(s: &mut Session, env: &Envelope, now: &str) -> Observed {
 /// The event connection of a child closed: requests only `sent` become
 /// `unknown` (never retransmitted).
 pub fn disconnected(s: &mut Session, now: &str) -> bool {
-    let Some(c) = s.subagent.as_mut() else {
+    let Some(c) = s.headless_mut() else {
         return false;
     };
-    let mut changed = false;
-    for o in c.outcomes.iter_mut() {
-        if o.state.is_in_flight() {
-            o.state = OutcomeState::Unknown;
-            o.updated_at = now.to_string();
-            changed = true;
-        }
-    }
-    if changed {
-        c.outcomes_unpersisted = true;
-    }
-    changed
+    c.forget_in_flight(now)
 }

@@ -11,6 +11,11 @@ use serde_json::{json, Value};
 
 use super::conversation::Conversation;
 
+pub mod observe;
+mod steps;
+
+pub use steps::{CleanupClaim, RecoveryRefused, RETRY_DELAYS_MS};
+
 /// Outcomes kept per child (the receive tail shows the newest 20).
 pub const MAX_OUTCOMES: usize = 200;
 
@@ -266,50 +271,50 @@ impl std::error::Error for BadRecord {}
 /// The hub's record of one headless child.
 #[derive(Debug)]
 pub struct Child {
-    pub parent: ParentRef,
+    parent: ParentRef,
     /// 1 for a child of an ordinary session.
-    pub depth: u32,
+    depth: u32,
     /// Changed only through [`Child::apply`].
     lifecycle: Lifecycle,
-    pub policy: Policy,
+    policy: Policy,
     /// Why the child failed or is retained, when it did or is.
-    pub reason: Option<String>,
-    pub created_at: String,
-    pub cleanup_attempts: u32,
+    reason: Option<String>,
+    created_at: String,
+    cleanup_attempts: u32,
     /// When the next automatic cleanup attempt is due (ms since the epoch).
-    pub retry_at_ms: Option<u64>,
+    retry_at_ms: Option<u64>,
     /// Whether automatic cleanup may still retry.
-    pub automatic_retry: bool,
+    automatic_retry: bool,
     /// A launch whose process was never confirmed (spawn evidence lost).
-    pub uncertain_start: bool,
+    uncertain_start: bool,
     /// The operator attested the worker is gone.
-    pub termination_confirmed: bool,
+    termination_confirmed: bool,
     /// A cleanup attempt is running.
-    pub cleanup_in_flight: bool,
+    cleanup_in_flight: bool,
     /// The family's admission is closed (an ancestor is stopping): no
     /// forks and no sends through this child.
-    pub frozen: bool,
+    frozen: bool,
     /// The latest outcomes, oldest first.
-    pub outcomes: VecDeque<Outcome>,
+    outcomes: VecDeque<Outcome>,
     /// The outcome tail changed and the store has not taken it yet.
-    pub outcomes_unpersisted: bool,
+    outcomes_unpersisted: bool,
     /// The last metadata write failed.
-    pub degraded: bool,
+    degraded: bool,
     /// The visible dialogue (user and assistant text only).
-    pub conversation: Conversation,
+    conversation: Conversation,
     /// Content of recent sends, until the child commits them
     /// (`input_committed` carries no content); at most [`SENT_CONTENT`].
-    pub sent_content: VecDeque<(String, Value)>,
+    sent_content: VecDeque<(String, Value)>,
     /// `conversation.json` is behind the projection.
-    pub conversation_dirty: bool,
+    conversation_dirty: bool,
     /// A coalesced `conversation.json` write is scheduled.
-    pub conversation_write_scheduled: bool,
+    conversation_write_scheduled: bool,
     /// The last `conversation.json` write failed.
-    pub conversation_failed: bool,
+    conversation_failed: bool,
     /// A history refresh is running.
-    pub refresh_running: bool,
+    refresh_running: bool,
     /// Refresh attempts since the last connection or run settlement.
-    pub refresh_attempts: u32,
+    refresh_attempts: u32,
 }
 
 /// Sent contents remembered until their commit.
@@ -448,7 +453,7 @@ impl Child {
     }
 
     /// The outcome of `request_id`, newest first.
-    pub fn outcome_mut(&mut self, request_id: &str) -> Option<&mut Outcome> {
+    fn outcome_mut(&mut self, request_id: &str) -> Option<&mut Outcome> {
         self.outcomes
             .iter_mut()
             .rev()

@@ -686,9 +686,8 @@ impl Hub {
             return Err(SendError::WriteFailed(err.to_string()));
         }
         if tracked {
-            let described = self.with_session(session_id, |s| {
-                s.request(&request_id).map(|r| r.describe())
-            });
+            let described =
+                self.with_session(session_id, |s| s.request(&request_id).map(|r| r.describe()));
             if let Some(Some(request)) = described {
                 self.notify(Note::Request {
                     session: session_id.to_string(),
@@ -743,7 +742,7 @@ impl Hub {
     /// `<dataDir>/sessions/<id>`, or `<dataDir>/subagents/<id>` for a
     /// headless child (the generated namespace).
     pub fn session_dir(&self, id: &str) -> PathBuf {
-        let root = if crate::subagents::child::is_child_id(id) {
+        let root = if crate::session::headless::is_child_id(id) {
             "subagents"
         } else {
             "sessions"

@@ -1,4 +1,4 @@
-//! `subagents::conversation::Conversation`, the child's bounded
+//! `session::headless::conversation::Conversation`, the child's bounded
 //! conversation projection, driven by an arbitrary sequence of live
 //! events, connections, gaps, history refreshes, receive pages and
 //! `conversation.json` round trips, next to a model of the worker's
@@ -33,7 +33,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
-use simplex_hub::subagents::conversation::{
+use simplex_hub::session::headless::conversation::{
     Conversation, HistoryQuery, Next, PublishError, Text, MAX_REFRESH_PAGES,
     MIN_CONVERSATION_BYTES, PAGE_SKELETON_BYTES,
 };

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::{ErrorKind, OpError};
 use crate::hub::Hub;
-use crate::subagents::child::Policy;
+use crate::session::headless::Policy;
 use crate::subagents::family::{self, RecoverAction};
 
 /// Sets a headless child's policy (`ask`, `deny` or `approve`) for its

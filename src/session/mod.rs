@@ -21,6 +21,7 @@ use crate::worker::confirm_frames::ConfirmationRequest;
 use crate::worker::display;
 use crate::ws::FrameWriter;
 
+pub mod headless;
 mod link;
 mod process;
 mod prompts;
@@ -510,7 +511,7 @@ pub struct Session {
     /// them against `plan` broadcasts.
     plan: Value,
     /// Set for a headless child (`kind: "headless"`).
-    subagent: Option<Box<crate::subagents::child::Child>>,
+    subagent: Option<Box<headless::Child>>,
 }
 
 /// Read access to the worker link's state; it changes only through the
@@ -640,7 +641,7 @@ impl Session {
     }
 
     /// Makes this the record of a headless child (at fork or restore).
-    pub fn attach_headless(&mut self, child: crate::subagents::child::Child) {
+    pub fn attach_headless(&mut self, child: headless::Child) {
         self.subagent = Some(Box::new(child));
     }
 
@@ -691,13 +692,13 @@ impl Session {
     }
 
     /// The headless child's record, for a `kind: "headless"` session.
-    pub fn headless(&self) -> Option<&crate::subagents::child::Child> {
+    pub fn headless(&self) -> Option<&headless::Child> {
         self.subagent.as_deref()
     }
 
     /// The headless child's record, to apply one of its named transitions
-    /// (`subagents::child` keeps its fields private).
-    pub fn headless_mut(&mut self) -> Option<&mut crate::subagents::child::Child> {
+    /// (`session::headless` keeps its fields private).
+    pub fn headless_mut(&mut self) -> Option<&mut headless::Child> {
         self.subagent.as_deref_mut()
     }
 
@@ -875,7 +876,7 @@ impl Session {
         let mut out = self.describe_common(budget);
         if let Some(child) = &self.subagent {
             out["spec"] = Value::Null;
-            out["subagent"] = crate::subagents::describe(self, child);
+            out["subagent"] = headless::describe(self, child);
         }
         out
     }

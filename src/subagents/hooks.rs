@@ -8,8 +8,8 @@ use crate::hub::{Followup, Hub, WorkerHooks};
 use crate::session::Session;
 use crate::worker::envelope::Envelope;
 
-use super::child::observe;
 use super::family;
+use crate::session::headless::observe;
 
 /// Headless children's reactions to their workers.
 pub struct Subagents;

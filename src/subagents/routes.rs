@@ -8,11 +8,11 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 use super::args::{self, Call, SendOp};
-use super::child::{Lifecycle, OutcomeState, ParentRef, RECEIVE_OUTCOMES};
-use super::conversation::PAGE_BODY_BUDGET;
 use super::family::{self, Caller};
 use super::Refusal;
 use crate::hub::{Hub, SendError};
+use crate::session::headless::conversation::PAGE_BODY_BUDGET;
+use crate::session::headless::{Lifecycle, OutcomeState, ParentRef, RECEIVE_OUTCOMES};
 use crate::session::IdentityState;
 use crate::store::ReceiptRecord;
 use crate::util::time;
@@ -178,7 +178,7 @@ fn retained(hub: &Hub, me: &ParentRef, id: &str) -> Option<family::Terminal> {
 /// needs to address it.
 fn status(s: &crate::session::Session) -> Option<Value> {
     let c = s.headless()?;
-    let mut out = super::describe(s, c);
+    let mut out = crate::session::headless::describe(s, c);
     for (key, value) in [
         ("subagent_id", json!(s.id())),
         ("connected", json!(s.connected())),

@@ -24,10 +24,10 @@ use tungstenite::{Error as WsError, Message};
 
 use super::confirm_frames::{self, ConfirmationRequest};
 use crate::hub::{Hub, Note};
+use crate::session::headless::Policy;
 use crate::session::{
     NewPrompt, NotOpened, PromptState, PromptStep, Session, PROMPT_PREVIEW_BYTES,
 };
-use crate::subagents::child::Policy;
 use crate::util::time;
 use crate::ws::{close, Accepted, FrameWriter};
 

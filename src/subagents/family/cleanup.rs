@@ -10,7 +10,7 @@ use super::persist::{persist_meta, Terminal};
 use super::stop::{children_of, stop_worker};
 use super::{lock, spawn_thread};
 use crate::hub::{Hub, Note};
-use crate::subagents::child::{self, CleanupClaim};
+use crate::session::headless::{self as child, CleanupClaim};
 use crate::supervisor::control::StopMode;
 use crate::util::time;
 

@@ -28,7 +28,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::hub::Hub;
 
-pub use crate::subagents::child::RETRY_DELAYS_MS;
+pub use crate::session::headless::RETRY_DELAYS_MS;
 pub use cleanup::{cleanup, shutdown};
 pub use fork::{fork, Caller, STARTUP_LAUNCH, STARTUP_WORKER};
 pub use persist::{

@@ -10,8 +10,8 @@ use serde_json::Value;
 
 use super::{lock, spawn_thread, Family};
 use crate::hub::{Hub, Note};
-use crate::subagents::child::{LifecycleEvent, ParentRef};
-use crate::subagents::conversation::Conversation;
+use crate::session::headless::conversation::Conversation;
+use crate::session::headless::{LifecycleEvent, ParentRef};
 use crate::util::fsutil;
 
 /// Terminal records kept for parents, at most.

@@ -5,7 +5,8 @@ use serde_json::{json, Value};
 
 use super::persist::persist_meta;
 use crate::hub::{Hub, Note};
-use crate::subagents::{child, Refusal};
+use crate::session::headless as child;
+use crate::subagents::Refusal;
 
 /// Sets a child's operator policy (new requests only); persisted at once.
 /// `Err` with `invalid_policy` when `id` is not a headless child.

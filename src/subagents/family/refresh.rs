@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::persist::schedule_conversation_write;
 use super::spawn_thread;
 use crate::hub::Hub;
-use crate::subagents::conversation::{Next, Refresh};
+use crate::session::headless::conversation::{Next, Refresh};
 use crate::util::time;
 
 /// History refresh attempts per connection or run settlement.

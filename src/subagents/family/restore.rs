@@ -13,7 +13,7 @@ use super::startup::{launch, startup_deadline, watch_startup};
 use super::stop::{begin_stop, stop_children, stop_worker};
 use super::{set_reason, spawn_thread};
 use crate::hub::Hub;
-use crate::subagents::child::{
+use crate::session::headless::{
     Child, Lifecycle, LifecycleEvent, ParentRef, RecoveryRefused, MAX_CLEANUP_ATTEMPTS,
 };
 use crate::subagents::{Refusal, KIND};

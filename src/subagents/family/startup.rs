@@ -9,7 +9,7 @@ use super::persist::transition;
 use super::set_reason;
 use super::stop::begin_stop;
 use crate::hub::Hub;
-use crate::subagents::child::{Lifecycle, LifecycleEvent};
+use crate::session::headless::{Lifecycle, LifecycleEvent};
 use crate::supervisor::control;
 
 /// How often the startup watcher looks at a starting child.

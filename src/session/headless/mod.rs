@@ -1,20 +1,50 @@
-//! One headless child's hub-side record (pure): its immutable parent
-//! reference, lifecycle, operator safety policy, cleanup bookkeeping and
-//! request-outcome tail, with their stored JSON form (`subagents.meta` and
-//! `subagents.outcomes` in the store) and the `subagent` block of the
-//! session description.
+//! One headless child's hub-side record (pure), the part of the session
+//! core a `kind: "headless"` session adds: its immutable parent reference,
+//! lifecycle, operator safety policy, cleanup bookkeeping, request-outcome
+//! tail and conversation projection (`conversation/`), with their stored
+//! JSON form (`subagents.meta` and `subagents.outcomes` in the store) and
+//! the `subagent` block of the session description. The named steps that
+//! change it are `steps.rs`; what its worker's events change is
+//! `observe.rs`. The subagent service (`crate::subagents`) runs families
+//! on top of it.
 
 use std::collections::VecDeque;
 use std::fmt;
 
 use serde_json::{json, Value};
 
-use super::conversation::Conversation;
+use super::{IdentityState, Session};
+use conversation::Conversation;
 
+pub mod conversation;
 pub mod observe;
 mod steps;
 
 pub use steps::{CleanupClaim, RecoveryRefused, RETRY_DELAYS_MS};
+
+/// The session `kind` of a headless child.
+pub const KIND: &str = "headless";
+
+/// The `subagent` block of a headless session's description.
+pub fn describe(session: &Session, child: &Child) -> Value {
+    let live = session.identity() == IdentityState::Live;
+    json!({
+        "parent": {
+            "session_id": child.parent.session_id,
+            "lifecycle_id": child.parent.lifecycle_id,
+            "worker_id": child.parent.worker_id,
+        },
+        "depth": child.depth,
+        "lifecycle": child.lifecycle.as_str(),
+        "policy": child.policy.as_str(),
+        "health": child.health(session.connected(), live),
+        "reason": child.reason,
+        "observed_at": session.last_event_at(),
+        "active_run": session.active_run().is_some(),
+        "pending_approvals": session.prompts().len(),
+        "cleanup_attempts": child.cleanup_attempts,
+    })
+}
 
 /// Outcomes kept per child (the receive tail shows the newest 20).
 pub const MAX_OUTCOMES: usize = 200;

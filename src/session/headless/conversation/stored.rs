@@ -234,8 +234,8 @@ impl Conversation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::subagents::conversation::test_support::*;
-    use crate::subagents::conversation::MIN_CONVERSATION_BYTES;
+    use crate::session::headless::conversation::test_support::*;
+    use crate::session::headless::conversation::MIN_CONVERSATION_BYTES;
 
     #[test]
     fn stored_headers_are_bounded_and_revisions_saturate() {

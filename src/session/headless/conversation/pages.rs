@@ -245,8 +245,8 @@ pub(super) fn clip_bytes(s: &str, max: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::subagents::conversation::test_support::*;
-    use crate::subagents::conversation::{MAX_SOURCE_BYTES, PAGE_BODY_BUDGET};
+    use crate::session::headless::conversation::test_support::*;
+    use crate::session::headless::conversation::{MAX_SOURCE_BYTES, PAGE_BODY_BUDGET};
 
     #[test]
     fn pages_follow_cursor_and_limit() {

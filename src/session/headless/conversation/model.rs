@@ -497,8 +497,8 @@ pub(super) fn sanitize_source(source: &Value) -> Option<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::subagents::conversation::test_support::*;
-    use crate::subagents::conversation::PAGE_BODY_BUDGET;
+    use crate::session::headless::conversation::test_support::*;
+    use crate::session::headless::conversation::PAGE_BODY_BUDGET;
     use serde_json::json;
 
     #[test]

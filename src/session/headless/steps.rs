@@ -11,7 +11,7 @@ use super::{
     Child, Lifecycle, LifecycleEvent, Outcome, OutcomeState, ParentRef, Policy,
     MAX_CLEANUP_ATTEMPTS, SENT_CONTENT,
 };
-use crate::subagents::conversation::{Conversation, Refresh, RefreshSnapshot};
+use crate::session::headless::conversation::{Conversation, Refresh, RefreshSnapshot};
 
 /// What a claimed cleanup attempt needs after the lock is released.
 #[derive(Debug)]

@@ -667,7 +667,7 @@ impl Refresh {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::subagents::conversation::test_support::*;
+    use crate::session::headless::conversation::test_support::*;
 
     fn q(start: u64, step: u64, limit: u64) -> HistoryQuery {
         HistoryQuery { start, step, limit }

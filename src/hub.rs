@@ -499,7 +499,20 @@ impl Hub {
 
     /// Remembers an accepted socket until it ends; returns its id.
     pub fn register_socket(&self, writer: Arc<FrameWriter>) -> u64 {
-        let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
+        let id = self.reserve_conn_id();
+        self.register_socket_as(id, writer);
+        id
+    }
+
+    /// A connection id, taken before an upgrade is answered where the
+    /// order of connections matters (ids only grow).
+    pub fn reserve_conn_id(&self) -> u64 {
+        self.next_conn.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Remembers an accepted socket under an id from
+    /// [`Hub::reserve_conn_id`] until it ends.
+    pub fn register_socket_as(&self, id: u64, writer: Arc<FrameWriter>) {
         self.sockets
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -507,7 +520,6 @@ impl Hub {
         if self.shutting_down.load(Ordering::Acquire) {
             self.close_sockets();
         }
-        id
     }
 
     pub fn unregister_socket(&self, id: u64) {

@@ -118,6 +118,8 @@ fn upgrade(
             .max_message_bytes
             .min(confirm::MAX_FRAME_BYTES),
     };
+    // Taken before the 101 goes out: a later connection has a larger id.
+    let conn_id = hub.reserve_conn_id();
     let accepted = match ws::accept(rq, &accept_key, max) {
         Ok(accepted) => accepted,
         Err(err) => {
@@ -131,7 +133,7 @@ fn upgrade(
         Kind::Confirm => "worker-confirm",
     };
     let spawned = crate::util::thread::spawn(name, Stack::Large, move || match kind {
-        Kind::Events => events::run(hub, id, accepted),
+        Kind::Events => events::run(hub, id, conn_id, accepted),
         Kind::Confirm => confirm::run(hub, id, accepted),
     });
     if let Err(err) = spawned {

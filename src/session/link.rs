@@ -14,12 +14,20 @@ impl Session {
     /// identity is unknown until its first envelope; capabilities and
     /// status are the new connection's to tell. Returns the superseded
     /// link, which the caller closes.
-    pub fn attach_link(&mut self, link: WorkerLink) -> Option<WorkerLink> {
+    ///
+    /// Connection ids are taken before the upgrade is answered, so a
+    /// larger id is a later connection. A link older than the current one
+    /// (its thread got here late) is refused and handed back (`Err`):
+    /// the newest connection always wins, whatever order the threads run.
+    pub fn attach_link(&mut self, link: WorkerLink) -> Result<Option<WorkerLink>, WorkerLink> {
+        if self.link.as_ref().is_some_and(|l| l.conn_id > link.conn_id) {
+            return Err(link);
+        }
         let old = self.link.replace(link);
         self.identity = IdentityState::Unknown;
         self.capabilities = None;
         self.status = None;
-        old
+        Ok(old)
     }
 
     /// The connection `conn_id` ended. If it is still the current link:
@@ -207,7 +215,7 @@ mod tests {
     #[test]
     fn attaching_resets_what_the_new_connection_must_tell() {
         let mut s = session();
-        assert!(s.attach_link(link(1)).is_none());
+        assert!(s.attach_link(link(1)).unwrap().is_none());
         s.observe_envelope(
             &env("status", "w", 1, "", "", json!({"capabilities": ["a"]})),
             "t1",
@@ -216,6 +224,7 @@ mod tests {
         assert_eq!(s.capabilities(), Some(&["a".to_string()][..]));
         let old = s
             .attach_link(link(2))
+            .unwrap()
             .expect("the first link is superseded");
         assert_eq!(old.conn_id, 1);
         assert_eq!(s.identity(), IdentityState::Unknown);
@@ -224,9 +233,20 @@ mod tests {
     }
 
     #[test]
+    fn a_late_older_connection_never_supersedes_a_newer_one() {
+        let mut s = session();
+        s.attach_link(link(5)).unwrap();
+        s.observe_envelope(&env("status", "w", 1, "", "", json!({})), "t1");
+        let refused = s.attach_link(link(3)).expect_err("older than the current");
+        assert_eq!(refused.conn_id, 3);
+        assert_eq!(s.link().map(|l| l.conn_id), Some(5));
+        assert_eq!(s.identity(), IdentityState::Live, "nothing was reset");
+    }
+
+    #[test]
     fn a_new_worker_id_is_a_new_incarnation_without_its_run() {
         let mut s = session();
-        s.attach_link(link(1));
+        s.attach_link(link(1)).unwrap();
         s.observe_envelope(&env("run_started", "w1", 1, "r1", "", json!({})), "t1");
         assert_eq!(s.active_run(), Some("r1"));
         s.observe_envelope(&env("status", "w2", 1, "", "", json!({})), "t2");
@@ -238,7 +258,7 @@ mod tests {
     #[test]
     fn sequence_gaps_and_duplicates_are_counted() {
         let mut s = session();
-        s.attach_link(link(1));
+        s.attach_link(link(1)).unwrap();
         for seq in [1, 2, 2, 5, 3, 6] {
             s.observe_envelope(&env("status", "w", seq, "", "", json!({})), "t");
         }
@@ -249,7 +269,7 @@ mod tests {
     #[test]
     fn runs_start_and_finish_only_their_own() {
         let mut s = session();
-        s.attach_link(link(1));
+        s.attach_link(link(1)).unwrap();
         s.observe_envelope(&env("input_admitted", "w", 1, "r1", "", json!({})), "t");
         assert_eq!(s.active_run(), Some("r1"));
         s.observe_envelope(&env("run_finished", "w", 2, "r0", "", json!({})), "t");
@@ -262,7 +282,7 @@ mod tests {
     #[test]
     fn the_first_outcome_of_a_request_wins() {
         let mut s = session();
-        s.attach_link(link(1));
+        s.attach_link(link(1)).unwrap();
         sent(&mut s, "q1");
         let admitted =
             s.observe_envelope(&env("input_admitted", "w", 1, "r", "q1", json!({})), "t1");
@@ -299,7 +319,7 @@ mod tests {
     #[test]
     fn detaching_the_current_link_orphans_sent_requests_only() {
         let mut s = session();
-        s.attach_link(link(1));
+        s.attach_link(link(1)).unwrap();
         s.observe_envelope(
             &env("status", "w", 1, "", "", json!({"capabilities": []})),
             "t",
@@ -322,7 +342,7 @@ mod tests {
     #[test]
     fn a_link_that_never_spoke_leaves_the_identity_unknown() {
         let mut s = session();
-        s.attach_link(link(1));
+        s.attach_link(link(1)).unwrap();
         s.detach_link(1, "t").unwrap();
         assert_eq!(s.identity(), IdentityState::Unknown);
     }

@@ -1093,7 +1093,8 @@ mod tests {
         s.attach_link(WorkerLink {
             conn_id: 7,
             writer: testkit::writer(),
-        });
+        })
+        .unwrap();
         assert_eq!(
             s.begin_removal(),
             Err("a worker is connected; stop it first")

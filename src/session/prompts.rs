@@ -259,7 +259,8 @@ mod tests {
         s.attach_link(WorkerLink {
             conn_id: 1,
             writer: writer(),
-        });
+        })
+        .unwrap();
         if !worker.is_empty() {
             let frame = json!({"type": "event", "event": "status", "session_id": "s",
                 "worker_id": worker, "request_id": "", "run_id": "", "sequence": 1,

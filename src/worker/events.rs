@@ -29,20 +29,33 @@ const TRANSIENT: &[&str] = &["history", "history_error", "answer", "answer_error
 
 /// Runs one accepted event socket until it ends. Called on a thread of its
 /// own.
-pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
+///
+/// `conn_id` was taken with [`Hub::reserve_conn_id`] before the upgrade
+/// was answered, so a later connection of the same session always has a
+/// larger id and wins the link, whichever thread gets here first.
+pub fn run(hub: Arc<Hub>, session_id: String, conn_id: u64, accepted: Accepted) {
     let Accepted { mut socket, writer } = accepted;
-    let conn_id = hub.register_socket(writer.clone());
-    let superseded = hub.with_session(&session_id, |s| {
+    hub.register_socket_as(conn_id, writer.clone());
+    let attached = hub.with_session(&session_id, |s| {
         s.attach_link(WorkerLink {
             conn_id,
             writer: writer.clone(),
         })
     });
-    let Some(old) = superseded else {
-        // The session was deleted between the route check and here.
-        writer.close_and_shutdown(close::POLICY, "unknown session");
-        hub.unregister_socket(conn_id);
-        return;
+    let old = match attached {
+        None => {
+            // The session was deleted between the route check and here.
+            writer.close_and_shutdown(close::POLICY, "unknown session");
+            hub.unregister_socket(conn_id);
+            return;
+        }
+        Some(Err(_late)) => {
+            log::warn!("session {session_id}: a newer worker event connection is already attached");
+            writer.close_and_shutdown(close::SUPERSEDED, "superseded by a new connection");
+            hub.unregister_socket(conn_id);
+            return;
+        }
+        Some(Ok(old)) => old,
     };
     let replaced = old.is_some();
     if let Some(old) = old {

@@ -271,6 +271,8 @@ pub struct Hub {
     local_addr: OnceLock<SocketAddr>,
     /// The bound remote-tools listener address.
     tools_addr: OnceLock<SocketAddr>,
+    /// The offline model provider's base URL, once it listens.
+    mock_base_url: OnceLock<String>,
     /// Open tool sockets, bounded by `toolRequests.maxConnections`.
     tool_sockets: Arc<AtomicUsize>,
     /// Serializes plan replacements so revisions, `plan.json` and panel
@@ -321,6 +323,7 @@ impl Hub {
             sessions: Mutex::new(Registry::default()),
             local_addr: OnceLock::new(),
             tools_addr: OnceLock::new(),
+            mock_base_url: OnceLock::new(),
             tool_sockets: Arc::new(AtomicUsize::new(0)),
             plan_lock: Mutex::new(()),
             publish: Mutex::new(()),
@@ -370,6 +373,17 @@ impl Hub {
     /// The bound remote-tools listener address (after [`Hub::bind_tools`]).
     pub fn tools_addr(&self) -> Option<SocketAddr> {
         self.tools_addr.get().copied()
+    }
+
+    /// Records the offline model provider's base URL (`run.rs`, once it
+    /// listens); worker configurations written after this point at it.
+    pub fn set_mock_base_url(&self, url: String) {
+        let _ = self.mock_base_url.set(url);
+    }
+
+    /// The offline model provider's base URL, while it runs.
+    pub fn mock_base_url(&self) -> Option<&str> {
+        self.mock_base_url.get().map(String::as_str)
     }
 
     /// Reserves one of the `toolRequests.maxConnections` tool socket

@@ -15,6 +15,7 @@ pub mod cli;
 pub mod config;
 pub mod http;
 pub mod hub;
+pub(crate) mod mock_provider;
 pub mod mock_worker;
 pub(crate) mod ops;
 pub mod panel;

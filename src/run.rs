@@ -1,27 +1,32 @@
 //! The start-up wiring: opens the hub, creates the front-ends' own state
 //! (the panel registry), subscribes it to the hub's notifications, binds
-//! and serves both listeners, adopts recorded workers; and the shutdown
-//! order that takes it all apart again. This is the one place that knows
-//! every layer.
+//! and serves both listeners and, when `mock.enabled`, the offline model
+//! provider, adopts recorded workers; and the shutdown order that takes it
+//! all apart again. This is the one place that knows every layer.
 
 use std::sync::Arc;
 
 use crate::config::Config;
 use crate::hub::{Hub, RunOptions, StartError, MAIN_LISTENER, TOOLS_LISTENER};
+use crate::mock_provider::{MockProvider, MockProviderConfig, Scenario, MOCK_LISTENER};
 use crate::panel::Panels;
 
-/// A started hub: the shared state and the two listener handles.
+/// A started hub: the shared state, the two listener handles and the
+/// offline model provider when it runs.
 pub struct Running {
     pub hub: Arc<Hub>,
     server: tiny_http::ServerHandle,
     tools: tiny_http::ServerHandle,
+    mock: Option<MockProvider>,
 }
 
 impl Running {
-    /// Opens, binds both listeners (main, then remote tools) and starts
-    /// serving. If either bind or start fails, whatever was already bound
-    /// is released (dropping a listener or a server handle closes it) and
-    /// the start fails naming the listener.
+    /// Opens, binds both listeners (main, then remote tools), starts the
+    /// offline model provider when `mock.enabled` (before any worker is
+    /// adopted or launched, so every worker configuration can point at it)
+    /// and starts serving. If a bind or start fails, whatever was already
+    /// bound is released (dropping a listener, a server handle or the
+    /// provider closes it) and the start fails naming the listener.
     pub fn start(config: Config, options: RunOptions) -> Result<Running, StartError> {
         let hub = Arc::new(Hub::open(config, options)?);
         let panels = Panels::new();
@@ -32,6 +37,19 @@ impl Running {
         let listener = hub.bind()?;
         // On failure `listener` is dropped here, releasing the main port.
         let tools_listener = hub.bind_tools()?;
+        let mock = if hub.config.mock.enabled {
+            let settings = provider_settings(&hub.config);
+            let provider = MockProvider::start(&settings).map_err(|err| StartError::Bind {
+                listener: MOCK_LISTENER,
+                addr: settings.listen.clone(),
+                err,
+            })?;
+            log::info!("mock provider: {}", provider.base_url());
+            hub.set_mock_base_url(provider.base_url().to_owned());
+            Some(provider)
+        } else {
+            None
+        };
         let recorded = hub.stored_processes();
         let launched: Vec<String> = recorded.iter().map(|r| r.session_id.clone()).collect();
         crate::supervisor::control::adopt(&hub, recorded);
@@ -57,18 +75,68 @@ impl Running {
         if let Some(addr) = hub.tools_addr() {
             log::info!("tools: ws://{}", crate::http::display_addr(&addr));
         }
-        Ok(Running { hub, server, tools })
+        Ok(Running {
+            hub,
+            server,
+            tools,
+            mock,
+        })
     }
 
     /// The documented shutdown order: stop accepting on both listeners,
-    /// stop workers, close every socket (tool sockets included), flush the
-    /// events files, close the store.
+    /// stop workers, stop the offline model provider (the workers may use
+    /// it until they are gone), close every socket (tool sockets included),
+    /// flush the events files, close the store.
     pub fn stop(self) {
         self.server.shutdown();
         self.tools.shutdown();
         crate::subagents::family::freeze_all(&self.hub);
         crate::supervisor::control::stop_all(&self.hub);
         crate::subagents::family::shutdown(&self.hub);
+        if let Some(mock) = &self.mock {
+            mock.stop();
+        }
         self.hub.shutdown();
+    }
+}
+
+/// The offline model provider's settings from a validated configuration
+/// (`mock.*`, and `worker.connectHost` as the host it is advertised on).
+fn provider_settings(config: &Config) -> MockProviderConfig {
+    let mock = &config.mock;
+    MockProviderConfig {
+        listen: mock.listen.clone(),
+        // validation admits only scenario names
+        scenario: Scenario::parse(&mock.scenario).unwrap_or(Scenario::Auto),
+        slow_ms: mock.slow_ms,
+        tool_command: mock.tool_command.clone(),
+        advertise_host: config.worker.connect_host.clone(),
+        ..MockProviderConfig::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mock_provider::DEFAULT_TOOL_COMMAND;
+
+    #[test]
+    fn the_provider_settings_follow_the_configuration() {
+        let config = crate::config::test_config(
+            r#"{"mock": {"listen": "[::1]:0", "scenario": "echo", "slowMs": 5, "toolCommand": "id"},
+                "worker": {"connectHost": "10.0.0.2"}}"#,
+        );
+        let p = provider_settings(&config);
+        assert_eq!(p.listen, "[::1]:0");
+        assert_eq!(p.scenario, Scenario::Echo);
+        assert_eq!(p.slow_ms, 5);
+        assert_eq!(p.tool_command(), "id");
+        assert_eq!(p.advertise_host, "10.0.0.2");
+        let defaults = provider_settings(&crate::config::test_config("{}"));
+        assert_eq!(defaults.listen, "127.0.0.1:0");
+        assert_eq!(defaults.scenario, Scenario::Auto);
+        assert_eq!(defaults.slow_ms, 1500);
+        assert_eq!(defaults.tool_command(), DEFAULT_TOOL_COMMAND);
+        assert_eq!(defaults.advertise_host, "");
     }
 }

@@ -35,3 +35,5 @@ mod answer;
 mod headless_api;
 // Headless subagents end to end.
 mod subagents;
+// The offline model provider: scenarios, bounds, worker configurations.
+mod mock_provider;

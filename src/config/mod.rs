@@ -75,12 +75,21 @@ pub struct Panel {
     pub token: String,
 }
 
-/// `mock.*`: the built-in scripted worker.
+/// `mock.*`: the built-in scripted worker and the offline model provider.
 #[derive(Debug, Clone)]
 pub struct Mock {
     pub enabled: bool,
     /// Name of the provider profile the mock uses.
     pub profile: String,
+    // The offline model provider (`mock_provider::MockProviderConfig`
+    // reads these).
+    /// `host:port` (IPv6 in brackets), checked by `mock_provider::parse_listen`.
+    pub listen: String,
+    /// One of `mock_provider::Scenario`'s names.
+    pub scenario: String,
+    pub slow_ms: u64,
+    /// Empty means the provider's default command.
+    pub tool_command: String,
 }
 
 /// `launcher.kind`. Serializes to its JSON spelling.
@@ -854,11 +863,11 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_all_named_in_one_error() {
-        let text = r#"{"listen": {"bogus": 1}, "nope": true, "mock": {"scenario": "auto"}}"#;
+        let text = r#"{"listen": {"bogus": 1}, "nope": true, "mock": {"speed": "auto"}}"#;
         let err = resolve_text("/etc/h.jsonc", text, &Overrides::default()).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown configuration key(s): listen.bogus, nope, mock.scenario"
+            "unknown configuration key(s): listen.bogus, nope, mock.speed"
         );
     }
 

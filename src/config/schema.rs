@@ -70,7 +70,12 @@ pub(super) const KEYS: &[(&str, Feature)] = &[
     ("dataDir", Feature::Core),
     ("panel.token", Feature::Core),
     ("mock.enabled", Feature::Core),
+    // The offline model provider (`mock_provider`).
+    ("mock.listen", Feature::Core),
     ("mock.profile", Feature::Core),
+    ("mock.scenario", Feature::Core),
+    ("mock.slowMs", Feature::Core),
+    ("mock.toolCommand", Feature::Core),
     ("forceKillProcessGroup", Feature::Core),
     ("providerProfiles", Feature::Core),
     ("launcher.kind", Feature::Core),
@@ -149,7 +154,14 @@ pub(super) fn defaults() -> Value {
         "listen": { "host": "127.0.0.1", "port": 8800, "allowedHosts": [] },
         "dataDir": "~/.simplex/hub",
         "panel": { "token": "" },
-        "mock": { "enabled": true, "profile": "mock" },
+        "mock": {
+            "enabled": true,
+            "listen": "127.0.0.1:0",
+            "profile": "mock",
+            "scenario": "auto",
+            "slowMs": 1500,
+            "toolCommand": ""
+        },
         "forceKillProcessGroup": false,
         "providerProfiles": {
             "deepseek": {
@@ -411,7 +423,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "unknown configuration key(s): launcher.config, launcher.pidFile, \
-             launcher.dockerManagementEnv, mock.listen, mock.scenario, mock.slowMs, mock.toolCommand"
+             launcher.dockerManagementEnv"
         );
     }
 

@@ -45,6 +45,10 @@ pub(super) fn build(merged: &Value, features: &[Feature]) -> Result<Config, Conf
     let mock = Mock {
         enabled: c.boolean("mock.enabled"),
         profile: c.string("mock.profile", false),
+        listen: c.mock_listen("mock.listen"),
+        scenario: c.mock_scenario("mock.scenario"),
+        slow_ms: c.int("mock.slowMs", 0, I32_MAX),
+        tool_command: c.mock_tool_command("mock.toolCommand"),
     };
     let force_kill_process_group = c.boolean("forceKillProcessGroup");
     let provider_profiles = c.profiles("providerProfiles");
@@ -446,6 +450,44 @@ impl<'a> Check<'a> {
         file
     }
 
+    // The offline model provider's keys (`mock_provider`).
+
+    fn mock_listen(&mut self, path: &str) -> String {
+        let listen = self.string(path, false);
+        if let Err(rule) = crate::mock_provider::parse_listen(&listen) {
+            if self.ok(path) {
+                self.fail(path, Value::from(listen), rule);
+            }
+            return String::new();
+        }
+        listen
+    }
+
+    fn mock_scenario(&mut self, path: &str) -> String {
+        let scenario = self.string(path, false);
+        if crate::mock_provider::Scenario::parse(&scenario).is_none() && self.ok(path) {
+            self.fail(
+                path,
+                Value::from(scenario.as_str()),
+                format!("must be one of {}", crate::mock_provider::Scenario::names()),
+            );
+        }
+        scenario
+    }
+
+    fn mock_tool_command(&mut self, path: &str) -> String {
+        let command = self.string(path, false);
+        if !command.is_empty() && command.trim().is_empty() {
+            self.fail(
+                path,
+                Value::from(command),
+                "must not be blank; leave it empty for the default command",
+            );
+            return String::new();
+        }
+        command
+    }
+
     fn profiles(&mut self, path: &str) -> Map<String, Value> {
         let profiles = match self.get(path) {
             Some(Value::Object(profiles)) if !profiles.is_empty() => profiles,
@@ -601,6 +643,46 @@ mod tests {
         assert_eq!(config.limits.log_ring_bytes, 262_144);
         assert_eq!(config.subagents.conversation_bytes, 1_048_576);
         assert_eq!(config.http.max_body_bytes, 1_048_576);
+    }
+
+    #[test]
+    fn offline_provider_keys() {
+        let config = build(&schema::defaults(), Feature::ALL).unwrap();
+        assert_eq!(config.mock.listen, "127.0.0.1:0");
+        assert_eq!(config.mock.scenario, "auto");
+        assert_eq!(config.mock.slow_ms, 1500);
+        assert_eq!(config.mock.tool_command, "");
+        assert_ok(
+            json!({"mock": {"listen": "[::1]:8000", "scenario": "error", "slowMs": 0,
+            "toolCommand": "hostname"}}),
+        );
+        assert_ok(json!({"mock": {"slowMs": 2_147_483_647_u64}}));
+        for listen in [
+            json!("localhost"),
+            json!(":80"),
+            json!("h:65536"),
+            json!(80),
+        ] {
+            assert_refused(json!({"mock": {"listen": listen}}), "mock.listen");
+        }
+        for scenario in [json!("flash"), json!("Auto"), json!(""), json!(1)] {
+            assert_refused(json!({"mock": {"scenario": scenario}}), "mock.scenario");
+        }
+        assert_refused(json!({"mock": {"slowMs": -1}}), "mock.slowMs");
+        assert_refused(
+            json!({"mock": {"slowMs": 2_147_483_648_u64}}),
+            "mock.slowMs",
+        );
+        assert_refused(json!({"mock": {"toolCommand": "  "}}), "mock.toolCommand");
+        assert_refused(json!({"mock": {"toolCommand": false}}), "mock.toolCommand");
+        // each broken key is reported once, with the rule that names it
+        let found = violations(json!({"mock": {"listen": 5, "scenario": "nope"}}));
+        assert_eq!(found.len(), 2, "{found:?}");
+        assert_eq!(found[0].rule, "must be a string");
+        assert_eq!(
+            found[1].rule,
+            "must be one of auto, text, echo, slow, error"
+        );
     }
 
     #[test]

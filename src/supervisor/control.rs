@@ -207,7 +207,7 @@ fn spawn(
         endpoints.tools = render::endpoints(&tools_host, addr.port(), tools_port, id, token).tools;
     }
     let config_path = config_dir.join("config.yaml");
-    let document = match std::fs::read_to_string(&config_path) {
+    let mut document = match std::fs::read_to_string(&config_path) {
         Ok(existing) => render::refresh(&existing, &session_dir, &endpoints)
             .map_err(|e| format!("cannot prepare session configuration: {e}"))?,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
@@ -215,6 +215,10 @@ fn spawn(
         }
         Err(err) => return Err(format!("cannot read {}: {err}", config_path.display())),
     };
+    if let Some(url) = hub.mock_base_url() {
+        render::point_mock_profile(&mut document, &config.mock.profile, url)
+            .map_err(|e| format!("cannot prepare session configuration: {e}"))?;
+    }
     let text = serde_json::to_string_pretty(&document).map_err(|e| e.to_string())?;
     fsutil::write_private_atomic(&config_path, text.as_bytes())
         .map_err(|e| format!("cannot write {}: {e}", config_path.display()))?;

@@ -289,6 +289,30 @@ pub fn refresh(
     Ok(doc)
 }
 
+/// Points the offline model provider's profile at the running provider:
+/// when the document's `driver_model` is `profile` (`mock.profile`), its
+/// `providers.<profile>.endpoint.base_url` becomes `base_url`, creating
+/// missing mappings. Applied after [`render`] or [`refresh`] on every
+/// launch while the provider runs, so the URL follows the provider's port
+/// across hub restarts. Returns whether the document was changed.
+pub fn point_mock_profile(
+    doc: &mut Value,
+    profile: &str,
+    base_url: &str,
+) -> Result<bool, RenderError> {
+    let Value::Object(root) = doc else {
+        return Err(RenderError::NotAnObject {
+            key: "(top level)".into(),
+            found: type_name(doc),
+        });
+    };
+    if root.get("driver_model").and_then(Value::as_str) != Some(profile) {
+        return Ok(false);
+    }
+    mapping(root, &["providers", profile, "endpoint"])?.insert("base_url".into(), json!(base_url));
+    Ok(true)
+}
+
 /// A clean child's worker document from its parent's startup snapshot
 /// (`startup`, the text of `startup-worker.yaml`): the parent's providers,
 /// prompts, plugins and settings are kept; the persistence root moves to
@@ -663,6 +687,88 @@ mod tests {
         // Refreshing twice changes nothing more.
         let again = refresh(&doc.to_string(), Path::new(SESSION), &eps()).unwrap();
         assert_eq!(again.to_string(), doc.to_string());
+    }
+
+    #[test]
+    fn the_mock_profile_points_at_the_live_provider() {
+        let c = test_config("{}");
+        let mut s = spec();
+        s["provider"] = json!("mock");
+        s["model"] = json!("mock-echo");
+        let mut doc = render(&c, &s, Path::new(SESSION), &eps());
+        assert_eq!(
+            doc["providers"]["mock"]["endpoint"]["base_url"],
+            "http://127.0.0.1:0"
+        );
+        let url = "http://127.0.0.1:40123";
+        assert_eq!(point_mock_profile(&mut doc, "mock", url), Ok(true));
+        let mut expected = c.provider_profiles["mock"].clone();
+        expected["model"] = json!("mock-echo");
+        expected["endpoint"]["base_url"] = json!(url);
+        assert_eq!(doc["providers"], json!({"mock": expected}));
+
+        // a refreshed document gets the new port, its edits kept
+        let edited = doc.to_string().replace("mock-echo", "mock-text");
+        let mut again = refresh(&edited, Path::new(SESSION), &eps()).unwrap();
+        assert_eq!(again["providers"]["mock"]["endpoint"]["base_url"], url);
+        assert_eq!(
+            point_mock_profile(&mut again, "mock", "http://[::1]:7"),
+            Ok(true)
+        );
+        assert_eq!(
+            again["providers"]["mock"]["endpoint"]["base_url"],
+            "http://[::1]:7"
+        );
+        assert_eq!(again["providers"]["mock"]["model"], "mock-text");
+        assert_eq!(
+            again["providers"]["mock"]["endpoint"]["auth"],
+            json!({"scheme": "none"})
+        );
+
+        // missing mappings are created
+        let mut bare = json!({"driver_model": "mock"});
+        assert_eq!(point_mock_profile(&mut bare, "mock", url), Ok(true));
+        assert_eq!(
+            bare,
+            json!({"driver_model": "mock", "providers": {"mock": {"endpoint": {"base_url": url}}}})
+        );
+    }
+
+    #[test]
+    fn other_profiles_are_never_pointed_at_the_provider() {
+        let c = test_config("{}");
+        let mut doc = render(&c, &spec(), Path::new(SESSION), &eps());
+        let before = doc.clone();
+        assert_eq!(doc["driver_model"], "deepseek");
+        assert_eq!(
+            point_mock_profile(&mut doc, "mock", "http://127.0.0.1:1"),
+            Ok(false)
+        );
+        assert_eq!(doc, before);
+        // a profile renamed by mock.profile is the one pointed
+        let mut mine =
+            json!({"driver_model": "offline", "providers": {"offline": {"model": "mock-text"}}});
+        assert_eq!(
+            point_mock_profile(&mut mine, "offline", "http://h:1"),
+            Ok(true)
+        );
+        assert_eq!(
+            mine["providers"]["offline"]["endpoint"]["base_url"],
+            "http://h:1"
+        );
+        // something else in the way is an error naming the key only
+        let mut odd =
+            json!({"driver_model": "mock", "providers": {"mock": {"endpoint": "sk-secret"}}});
+        let err = point_mock_profile(&mut odd, "mock", "http://h:1").unwrap_err();
+        assert_eq!(
+            err,
+            RenderError::NotAnObject {
+                key: "providers.mock.endpoint".into(),
+                found: "a string"
+            }
+        );
+        assert!(!err.to_string().contains("sk-secret"));
+        assert!(point_mock_profile(&mut json!([1]), "mock", "u").is_err());
     }
 
     #[test]

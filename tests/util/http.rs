@@ -108,6 +108,30 @@ pub fn parse_response(raw: &[u8]) -> Option<Response> {
     })
 }
 
+/// The `data:` payloads of a complete server-sent-events body, one per
+/// event, in order (several `data:` lines of one event joined by `\n`).
+/// Panics on a line that is not `data:` or a `:` comment, and on a body
+/// that does not end with the blank line closing its last event.
+pub fn sse_data(body: &[u8]) -> Vec<String> {
+    let text = std::str::from_utf8(body).expect("an event stream is UTF-8");
+    assert!(
+        text.is_empty() || text.ends_with("\n\n"),
+        "unterminated event stream: {text:?}"
+    );
+    let mut events = Vec::new();
+    for block in text.split("\n\n").filter(|b| !b.is_empty()) {
+        let mut data: Vec<&str> = Vec::new();
+        for line in block.lines().filter(|l| !l.starts_with(':')) {
+            let value = line
+                .strip_prefix("data:")
+                .unwrap_or_else(|| panic!("not a data line: {line:?} in {text:?}"));
+            data.push(value.strip_prefix(' ').unwrap_or(value));
+        }
+        events.push(data.join("\n"));
+    }
+    events
+}
+
 /// Writes `raw` and reads until the server closes; the whole reply as text.
 pub fn exchange_within(addr: SocketAddr, raw: &[u8], within: Duration) -> std::io::Result<String> {
     let mut s = TcpStream::connect(addr)?;

@@ -90,6 +90,17 @@ impl TestHub {
         }
     }
 
+    /// The offline model provider's address, from its `mock provider:
+    /// http://…` start line (logged before the readiness line).
+    pub fn mock_provider_addr(&self) -> Option<SocketAddr> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .find_map(|line| line.split("mock provider: http://").nth(1))
+            .and_then(|addr| addr.trim().parse().ok())
+    }
+
     pub fn log_text(&self) -> String {
         self.log.lock().unwrap().join("\n")
     }

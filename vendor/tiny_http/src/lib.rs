@@ -109,7 +109,7 @@ use util::MessagesQueue;
 
 pub use common::{HTTPVersion, Header, HeaderField, Method, StatusCode};
 pub use connection::{ConfigListenAddr, ListenAddr, Listener};
-pub use limits::{ServerHandle, ServerLimits};
+pub use limits::{ServerHandle, ServerLimits, ThreadNames};
 pub use request::{ReadWrite, Request};
 pub use response::{Response, ResponseBox};
 pub use test::TestRequest;
@@ -223,7 +223,19 @@ impl Server {
         limits: ServerLimits,
         handler: Arc<dyn Fn(Request) + Send + Sync>,
     ) -> IoResult<ServerHandle> {
-        limits::serve(listener, limits, handler)
+        limits::serve(listener, limits, ThreadNames::default(), handler)
+    }
+
+    /// Fork: [`Server::serve_with_limits`] with its threads named `names`
+    /// instead of `http-accept` and `http-conn`, so a second kind of server
+    /// in the same process can be told apart.
+    pub fn serve_with_limits_named(
+        listener: TcpListener,
+        limits: ServerLimits,
+        names: ThreadNames,
+        handler: Arc<dyn Fn(Request) + Send + Sync>,
+    ) -> IoResult<ServerHandle> {
+        limits::serve(listener, limits, names, handler)
     }
 
     #[cfg(unix)]

@@ -130,9 +130,27 @@ impl Drop for ServerHandle {
 
 pub(crate) type Handler = Arc<dyn Fn(Request) + Send + Sync>;
 
+/// Names of a server's threads: the accept thread and each connection
+/// thread (`http-accept` and `http-conn` unless a caller chooses others).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadNames {
+    pub accept: &'static str,
+    pub connection: &'static str,
+}
+
+impl Default for ThreadNames {
+    fn default() -> Self {
+        ThreadNames {
+            accept: "http-accept",
+            connection: "http-conn",
+        }
+    }
+}
+
 pub(crate) fn serve(
     listener: TcpListener,
     limits: ServerLimits,
+    names: ThreadNames,
     handler: Handler,
 ) -> io::Result<ServerHandle> {
     if limits.idle_timeout.is_zero() || limits.request_timeout.is_zero() {
@@ -149,9 +167,9 @@ pub(crate) fn serve(
         let close = close.clone();
         let active = active.clone();
         thread::Builder::new()
-            .name("http-accept".to_owned())
+            .name(names.accept.to_owned())
             .stack_size(limits.thread_stack_size)
-            .spawn(move || accept_loop(listener, limits, handler, close, active))?
+            .spawn(move || accept_loop(listener, limits, names, handler, close, active))?
     };
 
     Ok(ServerHandle {
@@ -175,6 +193,7 @@ impl Drop for ActiveGuard {
 fn accept_loop(
     listener: TcpListener,
     limits: ServerLimits,
+    names: ThreadNames,
     handler: Handler,
     close: Arc<AtomicBool>,
     active: Arc<AtomicUsize>,
@@ -214,7 +233,7 @@ fn accept_loop(
         let handler = handler.clone();
         let conn_limits = limits.clone();
         let spawned = thread::Builder::new()
-            .name("http-conn".to_owned())
+            .name(names.connection.to_owned())
             .stack_size(limits.thread_stack_size)
             .spawn(move || {
                 let _guard = guard;

@@ -601,12 +601,6 @@ impl Hub {
         self.hooks.as_ref()
     }
 
-    /// The session plan as panels see it (`{markdown, revision, updated_at}`).
-    pub fn plan_value(&self, id: &str) -> Value {
-        self.with_session(id, |s| s.plan().clone())
-            .unwrap_or_else(|| plan_json(&PlanRecord::default()))
-    }
-
     /// The stored plan of session `id` (revision 0, empty, no timestamp
     /// when none was ever written).
     pub fn read_plan(&self, id: &str) -> Result<PlanRecord, HubError> {
@@ -1055,7 +1049,10 @@ mod tests {
         );
         let cleared = hub.replace_plan("p", "").unwrap();
         assert_eq!((cleared.plan.revision, cleared.changed), (2, true));
-        assert_eq!(hub.plan_value("p"), plan_json(&cleared.plan));
+        assert_eq!(
+            hub.with_session("p", |s| s.plan().clone()),
+            Some(plan_json(&cleared.plan))
+        );
         let file = hub.session_dir("p").join("plan.json");
         let mirrored: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
         assert_eq!(mirrored, plan_json(&cleared.plan));

@@ -1,30 +1,30 @@
-//! simplex-hub as a library. The `simplex-hub` binary (`src/main.rs`) is a
-//! thin command-line front over it; fuzz targets (`fuzz/`) and the
-//! benchmark harness (`bench/`) link the same code.
-//!
-//! The public modules are the ones those three use: the binary (`cli`,
-//! `config`, `hub`, `run`, `http`, `mock_worker`, `util`) and the parsers,
-//! state machines and stores the fuzz targets and benchmarks drive
-//! (`worker`, `panel`, `session`, `store`, `subagents`, `transcript`).
-//! The command layer, the supervisor, the WebSocket plumbing and the
-//! capability table are crate-private; a module joins the public surface
-//! only when something outside the crate needs it.
+//! simplex-hub as a library. The `simplex-hub` binary (`src/main.rs`)
+//! calls [`main`] and nothing else; fuzz targets (`fuzz/`) and the
+//! benchmark harness (`bench/`) link the parsers, state machines and the
+//! store through [`harness`], the one documented public module. Every
+//! other module is crate-private (`pub(crate)`), so the compiler sees the
+//! whole program: an item nothing uses is dead code, and a module's
+//! surface is what the crate itself calls.
 
 pub(crate) mod capabilities;
-pub mod cli;
-pub mod config;
-pub mod http;
-pub mod hub;
+pub(crate) mod cli;
+pub(crate) mod config;
+mod entry;
+pub mod harness;
+pub(crate) mod http;
+pub(crate) mod hub;
 pub(crate) mod mock_provider;
-pub mod mock_worker;
+pub(crate) mod mock_worker;
 pub(crate) mod ops;
-pub mod panel;
-pub mod run;
-pub mod session;
-pub mod store;
-pub mod subagents;
+pub(crate) mod panel;
+pub(crate) mod run;
+pub(crate) mod session;
+pub(crate) mod store;
+pub(crate) mod subagents;
 pub(crate) mod supervisor;
-pub mod transcript;
-pub mod util;
-pub mod worker;
+pub(crate) mod transcript;
+pub(crate) mod util;
+pub(crate) mod worker;
 pub(crate) mod ws;
+
+pub use entry::main;

@@ -7,8 +7,8 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use simplex_hub::store::{ProcessRecord, SessionRecord, Store};
-use simplex_hub::util::line_splitter::LineSplitter;
+use simplex_hub::harness::store::{ProcessRecord, SessionRecord, Store};
+use simplex_hub::harness::line_splitter::LineSplitter;
 
 /// Counts allocations (the splitter's per-line cost is mostly allocation).
 pub struct Counting;
@@ -288,7 +288,7 @@ pub struct SqliteResult {
 
 /// One session insert per transaction (as `POST /api/sessions` does), and
 /// process-record upserts (as every start and state change does), each an
-/// fsync'd WAL commit (`synchronous=FULL`), through `simplex_hub::store`.
+/// fsync'd WAL commit (`synchronous=FULL`), through `simplex_hub::harness::store`.
 pub fn sqlite(dir: &std::path::Path, reps: usize, rows: usize) -> SqliteResult {
     let mut out = SqliteResult {
         session_inserts_per_s: vec![],

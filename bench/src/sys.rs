@@ -341,7 +341,7 @@ pub fn exec_times(argv: &[&str], reps: usize) -> Vec<f64> {
 /// (`crossbeam_channel::bounded(16 * 1024)` of `panel::conn::Outgoing`):
 /// this process's RSS growth over `n` such channels, in KiB each.
 pub fn queue_cost_kib(n: usize) -> (usize, f64) {
-    use simplex_hub::panel::conn::Outgoing;
+    use simplex_hub::harness::panel_conn::Outgoing;
     let me = std::process::id();
     let before = server::status_field(me, "VmRSS:").unwrap_or(0);
     let chans: Vec<_> = (0..n)

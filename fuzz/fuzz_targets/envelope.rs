@@ -13,8 +13,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use simplex_hub::worker::canonical::canonical_object;
-use simplex_hub::worker::envelope::{
+use simplex_hub::harness::canonical::canonical_object;
+use simplex_hub::harness::envelope::{
     parse_event, raw_metadata, write_raw_metadata, Envelope, KNOWN_EVENTS, MAX_ID_BYTES,
     RAW_KEY_MAX, RAW_MEMBERS_MAX, RAW_STRING_MAX,
 };

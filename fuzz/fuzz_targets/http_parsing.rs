@@ -15,10 +15,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use simplex_hub::http::auth::{
+use simplex_hub::harness::auth::{
     bearer_token, constant_time_eq, panel_authorized, Presented, TOKEN_COOKIE,
 };
-use simplex_hub::http::url::{
+use simplex_hub::harness::url::{
     cookie_value, parse_host, percent_decode, percent_decode_bytes, percent_encode, query_param,
     split_target,
 };

@@ -15,7 +15,7 @@ use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use simplex_hub::config::{resolve, strip_jsonc, ConfigError, Overrides, BUILT_FEATURES};
+use simplex_hub::harness::config::{resolve, strip_jsonc, ConfigError, Overrides, BUILT_FEATURES};
 use simplex_hub_fuzz::{encode, text};
 
 fn blank(text: &str) -> String {

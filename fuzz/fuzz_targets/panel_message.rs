@@ -16,11 +16,11 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use simplex_hub::panel::protocol::{
+use simplex_hub::harness::protocol::{
     allocate_previews, approvals_allowance, code, parse_client, plan_pages, wire_cost, ClientMsg,
     APPROVALS_SHARE, FRAME_CEILING, MAX_REQUEST_ID_BYTES, PAGE_TARGET,
 };
-use simplex_hub::session::is_valid_id;
+use simplex_hub::harness::session::is_valid_id;
 use simplex_hub_fuzz::{encode, text, Reader};
 
 const PARSE_CODES: &[&str] = &[

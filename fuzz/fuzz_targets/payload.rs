@@ -20,9 +20,9 @@ use std::cell::Cell;
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
-use simplex_hub::worker::display::encoded_len;
-use simplex_hub::worker::envelope::MAX_ID_BYTES;
-use simplex_hub::worker::payload::{
+use simplex_hub::harness::display::encoded_len;
+use simplex_hub::harness::envelope::MAX_ID_BYTES;
+use simplex_hub::harness::payload::{
     build_payload, build_signal, validate_content, validate_options, Operation, PayloadError,
     FORBIDDEN_KEYS, MAX_QUERY_FRAME_BYTES, MAX_REQUEST_ID_BYTES,
 };

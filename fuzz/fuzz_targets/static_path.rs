@@ -8,8 +8,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use simplex_hub::http::assets::{lookup, resolve_path, PathError};
-use simplex_hub::http::url::percent_decode;
+use simplex_hub::harness::assets::{lookup, resolve_path, PathError};
+use simplex_hub::harness::url::percent_decode;
 use simplex_hub_fuzz::text;
 
 fuzz_target!(|data: &[u8]| {

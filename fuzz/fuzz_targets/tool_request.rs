@@ -17,8 +17,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
-use simplex_hub::worker::plan::{self, PlanCall, MAX_PLAN_BYTES};
-use simplex_hub::worker::tool_frames::{
+use simplex_hub::harness::plan::{self, PlanCall, MAX_PLAN_BYTES};
+use simplex_hub::harness::tool_frames::{
     parse_route, parse_tool_request, rejected, succeeded, ToolRequest, MAX_ID_BYTES,
     MAX_ROUTE_BYTES,
 };

@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use libfuzzer_sys::fuzz_target;
-use simplex_hub::transcript::{Entry, Pushed, Stored, Transcript};
+use simplex_hub::harness::transcript::{Entry, Pushed, Stored, Transcript};
 use simplex_hub_fuzz::Reader;
 
 /// JSON of exactly `len` bytes (at least the minimum) carrying the

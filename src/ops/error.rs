@@ -61,15 +61,12 @@ pub enum NotSent {
     WriteFailed,
 }
 
-/// What went wrong, as far as a client can act on it.
+/// Why a command refused, as far as a client can act on it. Input a
+/// front-end cannot parse (not JSON, no such route, a bad query number)
+/// and transport refusals (authentication, origin, method, sizes) are
+/// the front-end's own; their wire codes are constants in [`code`] too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ErrorKind {
-    /// The request itself is malformed (a path escape, a query number).
-    BadRequest,
-    /// A body or message is not JSON.
-    BadJson,
-    /// No such route or action.
-    NotFound,
     /// The session id names no session.
     UnknownSession,
     /// The id or the spec of a new session is not acceptable.
@@ -95,8 +92,6 @@ pub enum ErrorKind {
     UnknownConfirmation,
     /// The confirmation cannot take this decision now.
     ConfirmationRejected,
-    /// A start, stop, restart or force-kill did not do what was asked.
-    WorkerActionFailed,
     /// The answer does not fit one frame.
     DisplaySnapshotTooLarge,
     /// Too many read-only worker queries are pending; nothing was sent.
@@ -114,9 +109,6 @@ impl ErrorKind {
     pub fn code(self) -> &'static str {
         use ErrorKind::*;
         match self {
-            BadRequest => code::BAD_REQUEST,
-            BadJson => code::BAD_JSON,
-            NotFound => code::NOT_FOUND,
             UnknownSession => code::UNKNOWN_SESSION,
             InvalidSession => code::INVALID_SESSION,
             SessionExists => code::SESSION_EXISTS,
@@ -131,7 +123,6 @@ impl ErrorKind {
             SignalNotSent(_) => code::SIGNAL_NOT_SENT,
             UnknownConfirmation => code::UNKNOWN_CONFIRMATION,
             ConfirmationRejected => code::CONFIRMATION_REJECTED,
-            WorkerActionFailed => code::WORKER_ACTION_FAILED,
             DisplaySnapshotTooLarge => code::DISPLAY_SNAPSHOT_TOO_LARGE,
             TooManyQueries => code::TOO_MANY_QUERIES,
             AnswerUnavailable => code::ANSWER_UNAVAILABLE,
@@ -144,12 +135,11 @@ impl ErrorKind {
     pub fn http_status(self) -> u16 {
         use ErrorKind::*;
         match self {
-            BadRequest | BadJson | InvalidSession | InvalidPolicy | InvalidArguments => 400,
+            InvalidSession | InvalidPolicy | InvalidArguments => 400,
             InputNotSent(NotSent::Invalid) | SignalNotSent(NotSent::Invalid) => 400,
-            NotFound | UnknownSession | UnknownConfirmation => 404,
+            UnknownSession | UnknownConfirmation => 404,
             SessionExists | SessionBusy | HeadlessRestricted | StaleLifecycle
-            | RecoveryConflict | CleanupFailed | ConfirmationRejected | WorkerActionFailed
-            | AnswerUnavailable => 409,
+            | RecoveryConflict | CleanupFailed | ConfirmationRejected | AnswerUnavailable => 409,
             InputNotSent(_) | SignalNotSent(_) => 409,
             DisplaySnapshotTooLarge => 413,
             TooManyQueries => 429,
@@ -309,12 +299,9 @@ mod tests {
     use super::*;
 
     /// Every kind (each `NotSent` reason once).
-    const ALL: [ErrorKind; 27] = {
+    const ALL: [ErrorKind; 23] = {
         use ErrorKind::*;
         [
-            BadRequest,
-            BadJson,
-            NotFound,
             UnknownSession,
             InvalidSession,
             SessionExists,
@@ -333,7 +320,6 @@ mod tests {
             SignalNotSent(NotSent::WriteFailed),
             UnknownConfirmation,
             ConfirmationRejected,
-            WorkerActionFailed,
             DisplaySnapshotTooLarge,
             TooManyQueries,
             AnswerUnavailable,

@@ -28,7 +28,7 @@ mod prompts;
 #[cfg(test)]
 mod testkit;
 
-pub use process::{NoStop, StopBegun};
+pub use process::NoStop;
 pub use prompts::{DecideError, NewPrompt, NotOpened, PromptStep};
 
 /// Log ring bounds before the configuration applies its own.
@@ -532,6 +532,7 @@ impl Session {
     }
 
     /// From the latest `ready`/`status` of the current connection.
+    #[cfg(test)]
     pub fn capabilities(&self) -> Option<&[String]> {
         self.capabilities.as_deref()
     }
@@ -544,10 +545,12 @@ impl Session {
     }
 
     /// The latest `status` event data of the current connection.
+    #[cfg(test)]
     pub fn status(&self) -> Option<&Value> {
         self.status.as_ref()
     }
 
+    #[cfg(test)]
     pub fn stats(&self) -> &Stats {
         &self.stats
     }
@@ -572,11 +575,6 @@ impl Session {
     /// sent, so it has no outcome).
     pub fn forget_request(&mut self, request_id: &str) {
         self.requests.retain(|r| r.request_id != request_id);
-    }
-
-    /// Payload outcomes, oldest first (at most [`MAX_REQUESTS`]).
-    pub fn requests(&self) -> &VecDeque<RequestRecord> {
-        &self.requests
     }
 }
 
@@ -647,10 +645,6 @@ impl Session {
 
     pub fn id(&self) -> &str {
         &self.id
-    }
-
-    pub fn created_at(&self) -> &str {
-        &self.created_at
     }
 
     /// The normalized spec.

@@ -169,11 +169,13 @@ impl Pinned {
     }
 
     /// The pinned process id.
+    #[cfg(test)]
     pub fn pid(&self) -> u32 {
         self.pid
     }
 
     /// The start time the process was pinned with (clock ticks since boot).
+    #[cfg(test)]
     pub fn start_time(&self) -> u64 {
         self.start
     }

@@ -14,7 +14,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
@@ -295,11 +295,6 @@ impl BoundedWriter {
         self.shared.pending.load(Ordering::Acquire)
     }
 
-    /// The file this writer appends to.
-    pub fn path(&self) -> &Path {
-        &self.shared.path
-    }
-
     #[cfg(test)]
     fn warnings_logged(&self) -> usize {
         self.shared.warnings.load(Ordering::Relaxed)
@@ -453,6 +448,7 @@ mod tests {
     use std::io::{BufRead, BufReader};
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
     use std::time::Instant;
 
     fn mkfifo(path: &Path) {

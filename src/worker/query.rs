@@ -387,11 +387,6 @@ impl Queries {
         self.fail_where(|r| r.session == session && r.conn_id == conn_id)
     }
 
-    /// Fails every query of `session`, whatever its connection.
-    pub fn fail_session(&self, session: &str) -> usize {
-        self.fail_where(|r| r.session == session)
-    }
-
     fn fail_where(&self, pred: impl Fn(&Route) -> bool) -> usize {
         let failed: Vec<Route> = {
             let mut table = lock(&self.table);
@@ -412,11 +407,13 @@ impl Queries {
     }
 
     /// Slots reserved in the whole hub.
+    #[cfg(test)]
     pub fn pending(&self) -> usize {
         lock(&self.table).total
     }
 
     /// Slots reserved for `session`.
+    #[cfg(test)]
     pub fn pending_in(&self, session: &str) -> usize {
         lock(&self.table)
             .per_session
@@ -462,13 +459,9 @@ impl fmt::Debug for Pending {
 }
 
 impl Pending {
-    /// The request id the payload must carry.
-    pub fn request_id(&self) -> &str {
-        &self.request_id
-    }
-
     /// Blocks until the reply (the event's `data`), a failure, or
     /// `deadline` ([`QueryError::TimedOut`]). Releases the slot.
+    #[cfg(test)]
     pub fn wait(self, deadline: Duration) -> Result<Value, QueryError> {
         self.wait_or_cancel(deadline, &crossbeam_channel::never())
     }
@@ -836,8 +829,8 @@ mod tests {
         // A late reply satisfies nothing.
         assert!(!q.resolve("a", 1, "w1", "old", "answer", Some(&json!({}))));
         assert_eq!(q.pending_in("a"), 0);
-        // Session b is untouched until its own failure.
-        assert_eq!(q.fail_session("b"), 1);
+        // Session b is untouched until its own connection fails.
+        assert_eq!(q.fail_connection("b", 1), 1);
         assert_eq!(
             other.wait(Duration::from_secs(1)),
             Err(QueryError::Disconnected)

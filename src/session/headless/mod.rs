@@ -20,7 +20,7 @@ pub mod conversation;
 pub mod observe;
 mod steps;
 
-pub use steps::{CleanupClaim, RecoveryRefused, RETRY_DELAYS_MS};
+pub use steps::{CleanupClaim, RecoveryRefused};
 
 /// The session `kind` of a headless child.
 pub const KIND: &str = "headless";
@@ -329,7 +329,7 @@ pub struct Child {
     /// The outcome tail changed and the store has not taken it yet.
     outcomes_unpersisted: bool,
     /// The last metadata write failed.
-    degraded: bool,
+    meta_failed: bool,
     /// The visible dialogue (user and assistant text only).
     conversation: Conversation,
     /// Content of recent sends, until the child commits them
@@ -373,7 +373,7 @@ impl Child {
             frozen: false,
             outcomes: VecDeque::new(),
             outcomes_unpersisted: false,
-            degraded: false,
+            meta_failed: false,
             conversation: Conversation::new(conversation_bytes),
             sent_content: VecDeque::new(),
             conversation_dirty: false,
@@ -528,7 +528,7 @@ impl Child {
 
     /// `healthy | degraded | unknown`: an observation, never a watchdog.
     pub fn health(&self, connected: bool, live: bool) -> &'static str {
-        if self.degraded || self.outcomes_unpersisted || self.conversation_failed {
+        if self.meta_failed || self.outcomes_unpersisted || self.conversation_failed {
             "degraded"
         } else if connected && live {
             "healthy"
@@ -537,12 +537,6 @@ impl Child {
         } else {
             "unknown"
         }
-    }
-
-    /// Marks that new outcomes or metadata are in the store now.
-    pub fn persisted(&mut self) {
-        self.outcomes_unpersisted = false;
-        self.degraded = false;
     }
 }
 

@@ -51,6 +51,7 @@ impl Child {
     }
 
     /// Why the child failed or is retained, when it did or is.
+    #[cfg(test)]
     pub fn reason(&self) -> Option<&str> {
         self.reason.as_deref()
     }
@@ -59,6 +60,7 @@ impl Child {
         &self.created_at
     }
 
+    #[cfg(test)]
     pub fn cleanup_attempts(&self) -> u32 {
         self.cleanup_attempts
     }
@@ -302,18 +304,19 @@ impl Child {
         self.outcomes_unpersisted.then(|| self.outcomes_json())
     }
 
-    /// The store took the outcome tail (`true`) or refused it.
+    /// The store took the outcome tail (`true`) or refused it (the tail
+    /// then stays owed, and the child shows degraded until a later write
+    /// succeeds).
     pub fn outcomes_stored(&mut self, ok: bool) {
         if ok {
             self.outcomes_unpersisted = false;
-        } else {
-            self.degraded = true;
         }
     }
 
-    /// The last metadata write failed.
-    pub fn meta_store_failed(&mut self) {
-        self.degraded = true;
+    /// A metadata write succeeded or failed; the child shows degraded from
+    /// a failure until the next successful write.
+    pub fn meta_stored(&mut self, ok: bool) {
+        self.meta_failed = !ok;
     }
 
     /// Replaces the projection with the one read back after a restart.
@@ -572,10 +575,13 @@ mod tests {
         c.record_intent("a", "message", None, "t1");
         c.outcomes_stored(false);
         assert_eq!(c.health(true, true), "degraded");
-        c.persisted();
+        assert!(c.outcomes_to_store().is_some(), "still owed");
+        c.outcomes_stored(true);
         assert_eq!(c.health(true, true), "healthy");
-        c.meta_store_failed();
+        c.meta_stored(false);
         assert_eq!(c.health(true, true), "degraded");
+        c.meta_stored(true);
+        assert_eq!(c.health(true, true), "healthy", "a later write recovers");
     }
 
     #[test]

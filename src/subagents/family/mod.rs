@@ -28,19 +28,13 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::hub::Hub;
 
-pub use crate::session::headless::RETRY_DELAYS_MS;
-pub use cleanup::{cleanup, shutdown};
-pub use fork::{fork, Caller, STARTUP_LAUNCH, STARTUP_WORKER};
-pub use persist::{
-    persist_meta, persist_outcomes, schedule_conversation_write, transition, Terminal,
-    CONVERSATION_FILE, CONVERSATION_WINDOW, MAX_TERMINAL,
-};
+pub use cleanup::shutdown;
+pub use fork::{fork, Caller};
+pub use persist::{persist_meta, persist_outcomes, schedule_conversation_write, Terminal};
 pub use policy::set_policy;
-pub use refresh::{start_refresh, REFRESH_ATTEMPTS};
+pub use refresh::start_refresh;
 pub use restore::{global_recovery, load, recover, recovery_info, restore, RecoverAction};
-pub use stop::{
-    begin_stop, children_of, freeze_all, freeze_descendants, process_gone, stop_children,
-};
+pub use stop::{begin_stop, freeze_all, freeze_descendants, process_gone};
 
 /// Runs `work` on a new named thread (the short-lived subagent threads:
 /// launch, startup watch, conversation write, history refresh, cleanup

@@ -67,16 +67,18 @@ pub fn transition(hub: &Hub, id: &str, event: LifecycleEvent) -> bool {
     }
 }
 
-/// Writes the child's metadata; a failure marks the child degraded.
+/// Writes the child's metadata; a failure marks the child degraded until
+/// a later write succeeds.
 pub fn persist_meta(hub: &Hub, id: &str, meta: &Value) {
-    if let Err(err) = hub.store().put_subagent_meta(id, meta) {
+    let stored = hub.store().put_subagent_meta(id, meta);
+    if let Err(err) = &stored {
         log::warn!("subagent {id}: metadata not stored: {err}");
-        hub.with_session(id, |s| {
-            if let Some(c) = s.headless_mut() {
-                c.meta_store_failed();
-            }
-        });
     }
+    hub.with_session(id, |s| {
+        if let Some(c) = s.headless_mut() {
+            c.meta_stored(stored.is_ok());
+        }
+    });
 }
 
 /// Writes the child's outcome tail if it changed.

@@ -6,6 +6,16 @@
 //! command, a remote-tool call) for the I/O shell to perform and report
 //! back.
 //!
+//! Events go through the worker's outbound queue ([`Outbox`], the
+//! protocol's queue contract): lifecycle events are never dropped,
+//! metadata is coalesced, noncritical output is omitted and counted under
+//! pressure, and a queued run is admitted only once the frames before it
+//! have been written ([`Engine::written`]). An event goes to the
+//! transport at once while fewer than `client.transport.write_capacity`
+//! frames are unwritten, so only a real backlog waits in the queue (and
+//! only there can it be coalesced or omitted). Each entry point returns
+//! the frames handed out as [`Action::Emit`]s after its other actions.
+//!
 //! No sockets, no clock, no threads: identifiers come from an injected
 //! generator and files from an injected [`Storage`], so every behaviour is
 //! unit-tested (`tests/`). Only the run thread of `mock_worker::run` calls
@@ -24,6 +34,7 @@ use std::collections::{HashSet, VecDeque};
 use serde_json::{json, Value};
 
 use super::conversation::{text_of, Conversation, LoopProgress, Turn};
+use super::queue::{Class, Outbox, DEFAULT_SOFT_BYTES};
 use super::validate::{self, ConfirmMode, Operation, Rejection};
 use run::{denied, remote_result, text_part};
 use script::Script;
@@ -44,7 +55,10 @@ const FLOOD_BATCH: u64 = 500;
 /// What the shell must do next, in order.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Action {
-    /// Send one event frame (serialized JSON) on the event connection.
+    /// Send one event frame (serialized JSON) on the event connection,
+    /// then report it with [`Engine::written`] once it is written (or
+    /// lost). Frames come in order, after the other actions of the same
+    /// call.
     Emit(String),
     /// Call [`Engine::delay_elapsed`] after `ms` milliseconds, unless the
     /// run is aborted first.
@@ -65,8 +79,10 @@ pub(crate) enum Action {
     Abort { run_id: String },
     /// One line for the worker's stdout log.
     Note(String),
-    /// Deliver the events emitted so far, then end the process with
-    /// `code`. `close` asks for a normal WebSocket close first.
+    /// Deliver the events emitted so far (every queued frame follows as
+    /// an [`Action::Emit`] in the same list, whatever the window), then end
+    /// the process with `code`. `close` asks for a normal WebSocket close
+    /// first.
     Exit { code: i32, close: bool },
 }
 
@@ -131,6 +147,11 @@ pub(crate) struct Settings {
     pub model: String,
     pub max_exchanges: u64,
     pub payload_capacity: usize,
+    /// `worker.event_capacity`: noncritical events the queue holds.
+    pub event_capacity: usize,
+    /// `client.transport.write_capacity`: frames handed to the
+    /// connection and not yet written.
+    pub write_capacity: usize,
     pub persistence: bool,
     pub save_on_step: bool,
     pub save_on_run: bool,
@@ -242,7 +263,11 @@ pub(crate) struct Engine {
     settings: Settings,
     ids: Box<dyn FnMut() -> String + Send>,
     storage: Box<dyn Storage + Send>,
-    sequence: u64,
+    /// The outbound event queue; it also numbers the events.
+    outbox: Outbox,
+    /// Frames taken from the outbox for the transport, not yet returned
+    /// as [`Action::Emit`]s.
+    handed: Vec<String>,
     request_id: String,
     run_id: String,
     conversation: Conversation,
@@ -255,8 +280,6 @@ pub(crate) struct Engine {
     model: String,
     mode: ConfirmMode,
     calls: u64,
-    /// Events the connection dropped while disconnected (shell-reported).
-    dropped_events: u64,
 }
 
 type Out = Vec<Action>;
@@ -278,12 +301,19 @@ impl Engine {
                 error: "the previous worker process stopped during the run".into(),
             };
         }
+        let outbox = Outbox::new(
+            &settings.session_id,
+            &settings.worker_id,
+            settings.event_capacity,
+            DEFAULT_SOFT_BYTES,
+        );
         Engine {
             model: settings.model.clone(),
             settings,
             ids,
             storage,
-            sequence: 0,
+            outbox,
+            handed: Vec::new(),
             request_id: String::new(),
             run_id: String::new(),
             conversation,
@@ -295,21 +325,26 @@ impl Engine {
             stopping: false,
             mode: ConfirmMode::Ask,
             calls: 0,
-            dropped_events: 0,
         }
-    }
-
-    /// Records how many events the connection has dropped so far, for the
-    /// status object.
-    pub(crate) fn set_dropped_events(&mut self, dropped: u64) {
-        self.dropped_events = dropped;
     }
 
     /// The `ready` event, once per process.
     pub(crate) fn start(&mut self) -> Vec<Action> {
         let mut out = Vec::new();
         let status = self.status();
-        self.emit(&mut out, "ready", status);
+        self.emit("ready", status);
+        self.deliver(&mut out);
+        out
+    }
+
+    /// The connection is done with the oldest `frames` frames it was
+    /// handed: written to the socket, or lost with a failed write. A
+    /// queued run may now be admitted.
+    pub(crate) fn written(&mut self, frames: usize) -> Vec<Action> {
+        let mut out = Vec::new();
+        self.outbox.sent(frames);
+        self.flow(self.settings.write_capacity);
+        self.pump(&mut out);
         out
     }
 
@@ -317,9 +352,12 @@ impl Engine {
     pub(crate) fn handle_payload(&mut self, data: &Value) -> Vec<Action> {
         let mut out = Vec::new();
         match data.get("operation").and_then(Value::as_str) {
-            Some("history") => self.answer_history(data, &mut out),
-            Some("answer") => self.answer_answer(data, &mut out),
-            _ if self.stopping => self.reject(Rejection::new(data, "worker is stopping"), &mut out),
+            Some("history") => self.answer_history(data),
+            Some("answer") => self.answer_answer(data),
+            _ if self.stopping => {
+                let rejection = Rejection::new(data, "worker is stopping");
+                self.reject(rejection, Class::Feedback);
+            }
             _ if self.queue.len() >= self.settings.payload_capacity => {
                 self.rejected_payloads += 1;
                 let rejection = Rejection::new(
@@ -327,7 +365,7 @@ impl Engine {
                     "Worker input queue is full. Wait for current work to finish, then retry.",
                 )
                 .with_code("payload_queue_full");
-                self.reject(rejection, &mut out);
+                self.reject(rejection, Class::Feedback);
             }
             _ => self.queue.push_back(data.clone()),
         }
@@ -341,16 +379,15 @@ impl Engine {
         match data.get("operation").and_then(Value::as_str) {
             Some("status") => {
                 let status = self.status();
-                self.emit(&mut out, "status", status);
+                self.emit("status", status);
             }
             Some("options") => {
                 let options = self.options();
-                self.emit(&mut out, "options", options);
+                self.emit("options", options);
             }
             Some("cancel") => match data.get("run_id").and_then(Value::as_str) {
                 Some(run_id) if !run_id.is_empty() => self.cancel(run_id, &mut out),
                 _ => self.emit(
-                    &mut out,
                     "error",
                     json!({"message": "cancel requires a nonempty string run_id"}),
                 ),
@@ -363,10 +400,9 @@ impl Engine {
             Some("shutdown") => self.stop(&mut out),
             Some(other) => {
                 let message = format!("unknown signal operation {other:?}");
-                self.emit(&mut out, "error", json!({ "message": message }));
+                self.emit("error", json!({ "message": message }));
             }
             None => self.emit(
-                &mut out,
                 "error",
                 json!({"message": "signal data must be an object with a string operation"}),
             ),
@@ -379,6 +415,7 @@ impl Engine {
     pub(crate) fn terminate(&mut self) -> Vec<Action> {
         let mut out = Vec::new();
         self.stop(&mut out);
+        self.deliver(&mut out);
         out
     }
 
@@ -465,7 +502,7 @@ impl Engine {
                 return out;
             }
             self.run_mut().stage = Stage::Busy;
-            self.commit(vec![text_part(&outcome)], None, &mut out);
+            self.commit(vec![text_part(&outcome)], None);
             self.finish("completed", "", None, &mut out);
         }
         self.pump(&mut out);
@@ -478,11 +515,14 @@ impl Engine {
         if let Some(Stage::Flooding { sent, total }) = self.stage_of(run_id) {
             let batch = (total - sent).min(FLOOD_BATCH);
             for n in sent + 1..=sent + batch {
+                if self.outbox.skip(Class::Display) {
+                    continue; // omitted and counted without building it
+                }
                 let data = json!({
                     "type": "model_response", "role": "assistant",
                     "content": [text_part(&format!("flood {n}/{total}"))],
                 });
-                self.emit(&mut out, "model_response", data);
+                self.emit("model_response", data);
             }
             let sent = sent + batch;
             if sent < total {
@@ -500,24 +540,35 @@ impl Engine {
 
     // ----------------------------------------------------------- events --
 
-    fn emit(&mut self, out: &mut Out, event: &str, data: Value) {
+    /// Offers an event of the current (or last admitted) run to the
+    /// queue, classed by its name.
+    fn emit(&mut self, event: &str, data: Value) {
+        let class = Class::of(event, &data);
         let (request_id, run_id) = (self.request_id.clone(), self.run_id.clone());
-        self.emit_as(out, event, &request_id, &run_id, data);
+        self.outbox.offer(class, event, &request_id, &run_id, data);
+        self.flow(self.settings.write_capacity);
     }
 
-    fn emit_as(&mut self, out: &mut Out, event: &str, request_id: &str, run_id: &str, data: Value) {
-        self.sequence += 1;
-        let frame = json!({
-            "type": "event",
-            "event": event,
-            "session_id": self.settings.session_id,
-            "worker_id": self.settings.worker_id,
-            "request_id": request_id,
-            "run_id": run_id,
-            "sequence": self.sequence,
-            "data": data,
-        });
-        out.push(Action::Emit(frame.to_string()));
+    /// Moves queued frames to the transport while fewer than `window`
+    /// are unwritten.
+    fn flow(&mut self, window: usize) {
+        while let Some(frame) = self.outbox.take(window) {
+            self.handed.push(frame);
+        }
+    }
+
+    /// Returns the frames handed to the transport as [`Action::Emit`]s;
+    /// when the process is about to exit (an [`Action::Exit`] is in
+    /// `out`), every queued frame, since nothing is written after the
+    /// exit's flush.
+    fn deliver(&mut self, out: &mut Out) {
+        if out
+            .iter()
+            .any(|action| matches!(action, Action::Exit { .. }))
+        {
+            self.flow(usize::MAX);
+        }
+        out.extend(self.handed.drain(..).map(Action::Emit));
     }
 
     fn status(&self) -> Value {
@@ -527,7 +578,8 @@ impl Engine {
             "stopping": self.stopping,
             "storage_failed": self.storage_failed,
             "rejected_payloads": self.rejected_payloads,
-            "dropped_events": self.dropped_events,
+            "unreported_rejections": self.outbox.total().feedback,
+            "event_queue": self.outbox.snapshot(),
             "capabilities": CAPABILITIES,
             "memory_retention": {"max_archives": self.settings.max_archives},
             "loop": {
@@ -562,7 +614,9 @@ impl Engine {
         })
     }
 
-    fn reject(&mut self, rejection: Rejection, out: &mut Out) {
+    /// An `input_rejected`: [`Class::Feedback`] for a rejection on
+    /// arrival, [`Class::Lifecycle`] for a request taken off the queue.
+    fn reject(&mut self, rejection: Rejection, class: Class) {
         let envelope_id = rejection.request_id.as_str().unwrap_or("").to_string();
         let mut data = json!({
             "request_id": rejection.request_id,
@@ -574,35 +628,41 @@ impl Engine {
         if let Some(code) = rejection.code {
             data["code"] = json!(code);
         }
-        self.emit_as(out, "input_rejected", &envelope_id, "", data);
+        self.outbox
+            .offer(class, "input_rejected", &envelope_id, "", data);
+        self.flow(self.settings.write_capacity);
     }
 
-    fn answer_history(&mut self, data: &Value, out: &mut Out) {
+    fn answer_history(&mut self, data: &Value) {
+        if self.outbox.skip(Class::Query) {
+            return; // no room: omitted and counted before building a page
+        }
         let reply = validate::parse_history(data).and_then(|query| {
             self.conversation
                 .history_page(&query, &self.settings.worker_id)
                 .map_err(|message| (json!(query.request_id), message))
         });
         match reply {
-            Ok(page) => self.emit(out, "history", page),
+            Ok(page) => self.emit("history", page),
             Err((request_id, message)) => self.emit(
-                out,
                 "history_error",
                 json!({"request_id": request_id, "message": message}),
             ),
         }
     }
 
-    fn answer_answer(&mut self, data: &Value, out: &mut Out) {
+    fn answer_answer(&mut self, data: &Value) {
+        if self.outbox.skip(Class::Query) {
+            return;
+        }
         let reply = validate::parse_answer(data).and_then(|query| {
             self.conversation
                 .answer_page(&query, &self.settings.worker_id)
                 .map_err(|message| (json!(query.request_id), message))
         });
         match reply {
-            Ok(page) => self.emit(out, "answer", page),
+            Ok(page) => self.emit("answer", page),
             Err((request_id, message)) => self.emit(
-                out,
                 "answer_error",
                 json!({"request_id": request_id, "message": message}),
             ),
@@ -618,20 +678,30 @@ impl Engine {
             .map(|run| run.stage.clone())
     }
 
-    /// Admits queued requests while no run is active.
+    /// Admits queued requests while no run is active, each only once
+    /// every frame emitted before it has been written: a new run's
+    /// lifecycle events never pile up behind an older backlog. While a
+    /// request waits for that, new noncritical output is omitted and
+    /// counted, so steady polling cannot keep the backlog from draining.
+    /// Then hands frames to the transport; every entry point but
+    /// [`Engine::start`] and [`Engine::terminate`] ends here.
     fn pump(&mut self, out: &mut Out) {
-        while self.active.is_none() && !self.stopping {
+        while self.active.is_none() && !self.stopping && self.outbox.drained() {
             let Some(data) = self.queue.pop_front() else {
                 break;
             };
+            self.outbox.pause(false);
             self.admit(&data, out);
         }
+        let waiting = self.active.is_none() && !self.stopping && !self.queue.is_empty();
+        self.outbox.pause(waiting);
+        self.deliver(out);
     }
 
     fn admit(&mut self, data: &Value, out: &mut Out) {
         let request = match validate::parse_run(data) {
             Ok(request) => request,
-            Err(rejection) => return self.reject(rejection, out),
+            Err(rejection) => return self.reject(rejection, Class::Lifecycle),
         };
         let refuse = |message: &str| Rejection::new(data, message);
         let conversation = &self.conversation;
@@ -657,7 +727,7 @@ impl Engine {
             None
         };
         if let Some(rejection) = refusal {
-            return self.reject(rejection, out);
+            return self.reject(rejection, Class::Lifecycle);
         }
         if let Some(model) = request.options.model {
             self.model = model;
@@ -669,7 +739,6 @@ impl Engine {
         self.request_id = request.request_id.clone();
         self.run_id = (self.ids)();
         self.emit(
-            out,
             "input_admitted",
             json!({"operation": request.operation.name()}),
         );
@@ -701,7 +770,7 @@ impl Engine {
         };
         match request.operation {
             Operation::Message => {
-                self.emit(out, "run_started", json!({}));
+                self.emit("run_started", json!({}));
                 self.conversation.turns.push(Turn {
                     user: request.content,
                     internal: false,
@@ -709,7 +778,7 @@ impl Engine {
                 });
                 self.conversation.revision += 1;
                 self.set_turn();
-                self.emit(out, "input_committed", json!({}));
+                self.emit("input_committed", json!({}));
                 if self.run().script == Script::Crash {
                     out.push(Action::Note(format!(
                         "run {} crashing on request (/crash)",
@@ -723,7 +792,7 @@ impl Engine {
                 }
             }
             Operation::Continue => {
-                self.emit(out, "run_started", json!({}));
+                self.emit("run_started", json!({}));
                 if self.conversation.turns.is_empty() {
                     // Continuing from compact memory: a private host turn.
                     self.conversation.turns.push(Turn {
@@ -741,7 +810,7 @@ impl Engine {
                 match self.storage.archive(&run_id, &markdown) {
                     Ok(path) => {
                         self.run_mut().archive = Some(path);
-                        self.emit(out, "run_started", json!({}));
+                        self.emit("run_started", json!({}));
                     }
                     Err(err) => {
                         let error = format!("compact archive export failed: {err}");

@@ -48,15 +48,15 @@ impl Engine {
                 let turn = &self.conversation.turns[self.run().turn];
                 let results = turn.steps.last().map_or(0, |step| step.tool_results.len());
                 let text = format!("finished after {results} tool result(s)");
-                self.commit(vec![text_part(&text)], None, out);
+                self.commit(vec![text_part(&text)], None);
                 self.finish("completed", "", None, out);
             }
             (Script::Big(bytes), _) => {
-                self.commit(vec![text_part(&big_text(bytes))], None, out);
+                self.commit(vec![text_part(&big_text(bytes))], None);
                 self.finish("completed", "", None, out);
             }
             (Script::Flood(total, text), _) => {
-                self.commit(vec![text_part(&echo(&text))], None, out);
+                self.commit(vec![text_part(&echo(&text))], None);
                 if total == 0 {
                     return self.finish("completed", "", None, out);
                 }
@@ -67,7 +67,7 @@ impl Engine {
                 });
             }
             (Script::Continue, _) => {
-                self.commit(vec![text_part("continued")], None, out);
+                self.commit(vec![text_part("continued")], None);
                 self.finish("completed", "", None, out);
             }
             (Script::Echo(text) | Script::Sleep(_, text), _) => {
@@ -77,7 +77,7 @@ impl Engine {
                 } else {
                     echo(&text)
                 };
-                self.commit(vec![text_part(&reply)], None, out);
+                self.commit(vec![text_part(&reply)], None);
                 self.finish("completed", "", None, out);
             }
             (Script::Plan(markdown), _) => {
@@ -93,7 +93,7 @@ impl Engine {
     fn call_tool(&mut self, route: &str, arguments: Value, out: &mut Out) {
         if !self.settings.tools_endpoint {
             let text = format!("{route} failed: no hub_remote_call endpoint is configured");
-            self.commit(vec![text_part(&text)], None, out);
+            self.commit(vec![text_part(&text)], None);
             return self.finish("completed", "", None, out);
         }
         let call = self.tool_request(route, arguments);
@@ -136,14 +136,10 @@ impl Engine {
             .iter()
             .map(|call| format!("{}: {}", call.name(), call.shown))
             .collect();
-        self.commit(
-            vec![text_part(&summary.join("\n"))],
-            Some(invokes.clone()),
-            out,
-        );
-        self.emit(out, "tool_calls", Value::Array(invokes.clone()));
+        self.commit(vec![text_part(&summary.join("\n"))], Some(invokes.clone()));
+        self.emit("tool_calls", Value::Array(invokes.clone()));
         self.conversation.loop_progress.phase = "tools".into();
-        self.checkpoint("before_tools", out);
+        self.checkpoint("before_tools");
         let requests: Vec<RemoteCall> = calls
             .iter()
             .map(|call| self.tool_request(&call.route, call.arguments.clone()))
@@ -165,12 +161,7 @@ impl Engine {
     }
 
     /// Commits one model response to the conversation and emits it.
-    pub(super) fn commit(
-        &mut self,
-        content: Vec<Value>,
-        invokes: Option<Vec<Value>>,
-        out: &mut Out,
-    ) {
+    pub(super) fn commit(&mut self, content: Vec<Value>, invokes: Option<Vec<Value>>) {
         let sequence = self.conversation.committed_response_sequence + 1;
         self.conversation.committed_response_sequence = sequence;
         let mut response =
@@ -209,7 +200,7 @@ impl Engine {
         response["answer_source"] =
             self.conversation
                 .answer_source(&self.settings.worker_id, turn, step);
-        self.emit(out, "model_response", response);
+        self.emit("model_response", response);
     }
 
     fn propose_tool(&mut self, command: &str, out: &mut Out) {
@@ -224,11 +215,10 @@ impl Engine {
         self.commit(
             vec![text_part(&format!("run_command: {command}"))],
             Some(vec![call.clone()]),
-            out,
         );
-        self.emit(out, "tool_calls", json!([call]));
+        self.emit("tool_calls", json!([call]));
         self.conversation.loop_progress.phase = "tools".into();
-        self.checkpoint("before_tools", out);
+        self.checkpoint("before_tools");
         let endpoint = self.settings.confirmation_endpoint;
         let run = self.run_mut();
         run.call = Some(call.clone());
@@ -276,7 +266,7 @@ impl Engine {
 
     /// The batch's results are in: project them, then continue the loop.
     pub(super) fn tools_settled(&mut self, results: Vec<Value>, out: &mut Out) {
-        self.emit(out, "tool_results", Value::Array(results.clone()));
+        self.emit("tool_results", Value::Array(results.clone()));
         let turn = self.run().turn;
         if let Some(step) = self.conversation.turns[turn].steps.last_mut() {
             step.tool_results.extend(results);
@@ -284,7 +274,7 @@ impl Engine {
         self.run_mut().batch = None;
         self.conversation.loop_progress.phase = "model".into();
         if self.settings.save_on_step {
-            self.checkpoint("step_finished", out);
+            self.checkpoint("step_finished");
         }
         self.run_mut().stage = Stage::Busy;
         if self.run().cancel_requested {
@@ -317,18 +307,17 @@ impl Engine {
             Ok(export_error) => {
                 self.conversation = next;
                 self.emit(
-                    out,
                     "persisted",
                     json!({"boundary": "compact", "format": "json"}),
                 );
                 if let Some(message) = export_error {
-                    self.emit(out, "export_error", json!({ "message": message }));
+                    self.emit("export_error", json!({ "message": message }));
                 }
             }
             Err(err) => {
                 self.storage_failed = true;
                 let message = format!("compact state save failed: {err}");
-                self.emit(out, "error", json!({"message": message, "durable": false}));
+                self.emit("error", json!({"message": message, "durable": false}));
                 return self.finish("failed", &message, Some(false), out);
             }
         }
@@ -348,31 +337,27 @@ impl Engine {
                 Err(err) => data["archive_cleanup_error"] = json!(err),
             }
         }
-        self.emit(out, "compact_finished", data);
+        self.emit("compact_finished", data);
         self.finish("completed", "", Some(true), out);
     }
 
     /// Saves the conversation at a boundary; true when it is durable.
-    fn checkpoint(&mut self, boundary: &str, out: &mut Out) -> bool {
+    fn checkpoint(&mut self, boundary: &str) -> bool {
         if !self.settings.persistence || self.storage_failed {
             return false;
         }
         match self.storage.save(&self.conversation) {
             Ok(export_error) => {
-                self.emit(
-                    out,
-                    "persisted",
-                    json!({"boundary": boundary, "format": "json"}),
-                );
+                self.emit("persisted", json!({"boundary": boundary, "format": "json"}));
                 if let Some(message) = export_error {
-                    self.emit(out, "export_error", json!({ "message": message }));
+                    self.emit("export_error", json!({ "message": message }));
                 }
                 true
             }
             Err(err) => {
                 self.storage_failed = true;
                 let message = format!("state save failed at {boundary}: {err}");
-                self.emit(out, "error", json!({"message": message, "durable": false}));
+                self.emit("error", json!({"message": message, "durable": false}));
                 false
             }
         }
@@ -399,8 +384,8 @@ impl Engine {
         };
         let durable = match durable {
             Some(durable) => durable,
-            None if status == "cancelled" => self.checkpoint("cancelled", out),
-            None if self.settings.save_on_run => self.checkpoint("run_finished", out),
+            None if status == "cancelled" => self.checkpoint("cancelled"),
+            None if self.settings.save_on_run => self.checkpoint("run_finished"),
             None => false,
         };
         let run = self.active.take().expect("an active run");
@@ -415,7 +400,7 @@ impl Engine {
                 !self.conversation.turns.is_empty() || self.conversation.memory.is_some();
             data["failure"] = json!({"stage": "other", "can_continue": can_continue});
         }
-        self.emit(out, "run_finished", data);
+        self.emit("run_finished", data);
         out.push(Action::Note(format!(
             "run {} ({}, request {}) {status} after {exchanges} exchange(s)",
             run.run_id,
@@ -426,7 +411,7 @@ impl Engine {
 
     pub(super) fn cancel(&mut self, run_id: &str, out: &mut Out) {
         let status = self.status();
-        self.emit(out, "status", status);
+        self.emit("status", status);
         let Some(stage) = self.stage_of(run_id) else {
             return; // a stale or unknown id changes nothing
         };
@@ -483,7 +468,7 @@ impl Engine {
             }
         }
         if self.settings.save_on_shutdown {
-            self.checkpoint("shutdown", out);
+            self.checkpoint("shutdown");
         }
         out.push(Action::Note("shutting down".into()));
         out.push(Action::Exit {

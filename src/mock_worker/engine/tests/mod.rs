@@ -3,6 +3,7 @@
 
 use super::*;
 
+mod queue;
 mod tools;
 use std::sync::{Arc, Mutex};
 
@@ -43,6 +44,8 @@ fn settings() -> Settings {
         model: "mock-flash".into(),
         max_exchanges: 512,
         payload_capacity: 2,
+        event_capacity: 1024,
+        write_capacity: 4096,
         persistence: true,
         save_on_step: true,
         save_on_run: true,
@@ -99,6 +102,36 @@ fn find(actions: &[Action], name: &str) -> Value {
         .unwrap_or_else(|| panic!("no {name} in {:?}", names(actions)))
 }
 
+/// The exit in `actions`; only frames may follow it (the shell ends the
+/// process once they are written).
+fn exit_of(actions: &[Action]) -> &Action {
+    let at = actions
+        .iter()
+        .position(|a| matches!(a, Action::Exit { .. }))
+        .expect("an exit");
+    assert!(
+        actions[at + 1..]
+            .iter()
+            .all(|a| matches!(a, Action::Emit(_))),
+        "{actions:?}"
+    );
+    &actions[at]
+}
+
+/// The connection wrote every frame handed out so far; returns what that
+/// set off (the admission of a queued request).
+fn written(e: &mut Engine) -> Vec<Action> {
+    let frames = e.outbox.in_transport();
+    e.written(frames)
+}
+
+/// A payload that arrives once the hub has read everything before it.
+fn send(e: &mut Engine, data: &Value) -> Vec<Action> {
+    let mut actions = written(e);
+    actions.extend(e.handle_payload(data));
+    actions
+}
+
 fn message(id: &str, text: &str) -> Value {
     json!({"operation": "message", "request_id": id,
            "content": [{"type": "text", "raw": text, "modality": "text"}]})
@@ -136,7 +169,7 @@ fn ready_and_status_before_admission_have_empty_ids() {
 fn a_message_runs_to_completion() {
     let mut e = engine();
     e.start();
-    let actions = e.handle_payload(&message("req-1", "hello"));
+    let actions = send(&mut e, &message("req-1", "hello"));
     assert_eq!(
         names(&actions),
         [
@@ -187,15 +220,15 @@ fn a_message_runs_to_completion() {
 #[test]
 fn runs_queue_and_overflow_is_rejected() {
     let mut e = engine();
-    let first = e.handle_payload(&message("a", "/sleep 500"));
+    let first = send(&mut e, &message("a", "/sleep 500"));
     assert!(first.contains(&Action::Wait {
         run_id: "id-1".into(),
         ms: 500
     }));
     assert!(!names(&first).contains(&"model_response".to_string()));
-    assert!(e.handle_payload(&message("b", "two")).is_empty());
-    assert!(e.handle_payload(&message("c", "three")).is_empty());
-    let overflow = events(&e.handle_payload(&message("d", "four"))).remove(0);
+    assert!(send(&mut e, &message("b", "two")).is_empty());
+    assert!(send(&mut e, &message("c", "three")).is_empty());
+    let overflow = events(&send(&mut e, &message("d", "four"))).remove(0);
     assert_eq!(overflow["event"], "input_rejected");
     assert_eq!(overflow["request_id"], "d");
     assert_eq!(overflow["run_id"], "");
@@ -205,26 +238,29 @@ fn runs_queue_and_overflow_is_rejected() {
     assert_eq!(status["data"]["rejected_payloads"], 1);
     assert_eq!(status["data"]["active"], true);
     assert_eq!(status["data"]["loop"]["status"], "running");
-    // A stale delay report is ignored; the real one answers and drains the queue.
+    // A stale delay report is ignored; the real one answers.
     assert!(events(&e.delay_elapsed("nope")).is_empty());
     let rest = e.delay_elapsed("id-1");
-    let finished: Vec<Value> = events(&rest)
-        .into_iter()
-        .filter(|e| e["event"] == "run_finished")
-        .collect();
-    assert_eq!(finished.len(), 3);
-    assert_eq!(finished[2]["request_id"], "c");
     assert_eq!(
         find(&rest, "model_response")["data"]["content"][0]["raw"],
         "echo: /sleep 500"
     );
+    assert_eq!(find(&rest, "run_finished")["request_id"], "a");
+    // Each queued run is admitted once the frames before it are written.
+    assert!(!names(&rest).contains(&"input_admitted".to_string()));
+    let second = written(&mut e);
+    assert_eq!(find(&second, "run_finished")["request_id"], "b");
+    assert!(e.written(0).is_empty());
+    let third = written(&mut e);
+    assert_eq!(find(&third, "run_finished")["request_id"], "c");
+    assert!(written(&mut e).is_empty());
 }
 
 #[test]
 fn rejections_carry_the_request_and_no_run() {
     let mut e = engine();
-    e.handle_payload(&message("a", "hi"));
-    let duplicate = events(&e.handle_payload(&message("a", "again"))).remove(0);
+    send(&mut e, &message("a", "hi"));
+    let duplicate = events(&send(&mut e, &message("a", "again"))).remove(0);
     assert_eq!(duplicate["event"], "input_rejected");
     assert_eq!(duplicate["data"]["code"], "duplicate_request_id");
     assert_eq!(
@@ -234,19 +270,25 @@ fn rejections_carry_the_request_and_no_run() {
         ),
         (Some("a"), Some(""))
     );
-    let bad =
-        events(&e.handle_payload(&json!({"operation": "message", "request_id": 7, "content": []})))
-            .remove(0);
+    let bad = events(&send(
+        &mut e,
+        &json!({"operation": "message", "request_id": 7, "content": []}),
+    ))
+    .remove(0);
     assert_eq!(bad["request_id"], "");
     assert_eq!(bad["data"]["request_id"], 7);
-    let options = events(
-        &e.handle_payload(&json!({"operation": "continue", "request_id": "o",
-                                                   "options": {"sampling": {}}})),
-    )
+    let options = events(&send(
+        &mut e,
+        &json!({"operation": "continue", "request_id": "o",
+                                                   "options": {"sampling": {}}}),
+    ))
     .remove(0);
     assert_eq!(options["data"]["code"], "invalid_options");
     // A rejected id was not consumed.
-    let later = events(&e.handle_payload(&json!({"operation": "continue", "request_id": "o"})));
+    let later = events(&send(
+        &mut e,
+        &json!({"operation": "continue", "request_id": "o"}),
+    ));
     assert_eq!(later[0]["event"], "input_admitted");
     // The envelope keeps naming the last admitted run.
     assert_eq!(later[0]["request_id"], "o");
@@ -255,11 +297,17 @@ fn rejections_carry_the_request_and_no_run() {
 #[test]
 fn continue_needs_a_turn() {
     let mut e = engine();
-    let refused = events(&e.handle_payload(&json!({"operation": "continue", "request_id": "c1"})));
+    let refused = events(&send(
+        &mut e,
+        &json!({"operation": "continue", "request_id": "c1"}),
+    ));
     assert_eq!(refused[0]["event"], "input_rejected");
     assert_eq!(refused[0]["data"]["operation"], "continue");
-    e.handle_payload(&message("m", "hi"));
-    let actions = e.handle_payload(&json!({"operation": "continue", "request_id": "c2"}));
+    send(&mut e, &message("m", "hi"));
+    let actions = send(
+        &mut e,
+        &json!({"operation": "continue", "request_id": "c2"}),
+    );
     assert_eq!(
         names(&actions),
         [
@@ -284,7 +332,7 @@ fn continue_needs_a_turn() {
 #[test]
 fn cancel_while_sleeping() {
     let mut e = engine();
-    e.handle_payload(&message("s", "/sleep 60000"));
+    send(&mut e, &message("s", "/sleep 60000"));
     let actions = e.handle_signal(&cancel("id-1"));
     assert!(actions.contains(&Action::Abort {
         run_id: "id-1".into()
@@ -301,11 +349,14 @@ fn cancel_while_sleeping() {
 #[test]
 fn compact_archives_and_clears_the_turns() {
     let (mut e, storage) = engine_with(settings());
-    let refused = events(&e.handle_payload(&json!({"operation": "compact", "request_id": "k0"})));
+    let refused = events(&send(
+        &mut e,
+        &json!({"operation": "compact", "request_id": "k0"}),
+    ));
     assert_eq!(refused[0]["event"], "input_rejected");
-    e.handle_payload(&message("m1", "one"));
-    e.handle_payload(&message("m2", "two"));
-    let actions = e.handle_payload(&json!({"operation": "compact", "request_id": "k1"}));
+    send(&mut e, &message("m1", "one"));
+    send(&mut e, &message("m2", "two"));
+    let actions = send(&mut e, &json!({"operation": "compact", "request_id": "k1"}));
     assert_eq!(
         names(&actions),
         [
@@ -331,24 +382,33 @@ fn compact_archives_and_clears_the_turns() {
     let saved = storage.0.lock().unwrap().saves.last().unwrap().clone();
     assert!(saved.turns.is_empty() && saved.memory.is_some());
     // History is empty, continue works from memory.
-    let history =
-        events(&e.handle_payload(&json!({"operation": "history", "request_id": "h"}))).remove(0);
+    let history = events(&send(
+        &mut e,
+        &json!({"operation": "history", "request_id": "h"}),
+    ))
+    .remove(0);
     assert_eq!(history["data"]["total"], 0);
-    let cont = e.handle_payload(&json!({"operation": "continue", "request_id": "c"}));
+    let cont = send(&mut e, &json!({"operation": "continue", "request_id": "c"}));
     assert_eq!(find(&cont, "run_finished")["data"]["status"], "completed");
-    let history =
-        events(&e.handle_payload(&json!({"operation": "history", "request_id": "h2"}))).remove(0);
+    let history = events(&send(
+        &mut e,
+        &json!({"operation": "history", "request_id": "h2"}),
+    ))
+    .remove(0);
     assert_eq!(history["data"]["turns"][0]["internal_input"], "continue");
 }
 
 #[test]
 fn history_and_answer_queries_are_read_only() {
     let mut e = engine();
-    let response = find(&e.handle_payload(&message("m", "hello")), "model_response");
-    let before = e.sequence;
-    let history =
-        events(&e.handle_payload(&json!({"operation": "history", "request_id": "h", "limit": 5})))
-            .remove(0);
+    let run = send(&mut e, &message("m", "hello"));
+    let response = find(&run, "model_response");
+    let before = events(&run).last().unwrap()["sequence"].as_u64().unwrap();
+    let history = events(&send(
+        &mut e,
+        &json!({"operation": "history", "request_id": "h", "limit": 5}),
+    ))
+    .remove(0);
     assert_eq!(history["event"], "history");
     assert_eq!(history["data"]["request_id"], "h");
     assert_eq!(history["data"]["turns"][0]["user"][0]["raw"], "hello");
@@ -357,24 +417,28 @@ fn history_and_answer_queries_are_read_only() {
         "echo: hello"
     );
     assert_eq!(history["sequence"].as_u64(), Some(before + 1));
-    let bad =
-        events(&e.handle_payload(&json!({"operation": "history", "request_id": "h", "limit": 0})))
-            .remove(0);
+    let bad = events(&send(
+        &mut e,
+        &json!({"operation": "history", "request_id": "h", "limit": 0}),
+    ))
+    .remove(0);
     assert_eq!(bad["event"], "history_error");
     assert_eq!(bad["data"]["request_id"], "h");
     let source = response["data"]["answer_source"].clone();
-    let answer = events(
-        &e.handle_payload(&json!({"operation": "answer", "request_id": "a",
-                                                  "source": source, "part": 0, "offset": 6})),
-    )
+    let answer = events(&send(
+        &mut e,
+        &json!({"operation": "answer", "request_id": "a",
+                                                  "source": source, "part": 0, "offset": 6}),
+    ))
     .remove(0);
     assert_eq!(answer["event"], "answer");
     assert_eq!(answer["data"]["raw"], "hello");
     assert_eq!(answer["data"]["done"], true);
-    let wrong = events(
-        &e.handle_payload(&json!({"operation": "answer", "request_id": "a2",
-                                                 "source": source, "part": 3})),
-    )
+    let wrong = events(&send(
+        &mut e,
+        &json!({"operation": "answer", "request_id": "a2",
+                                                 "source": source, "part": 3}),
+    ))
     .remove(0);
     assert_eq!(wrong["event"], "answer_error");
     // Queries started no run and consumed no id.
@@ -385,7 +449,7 @@ fn history_and_answer_queries_are_read_only() {
 fn big_flood_and_slow_replies() {
     let mut e = engine();
     let big = find(
-        &e.handle_payload(&message("b", "/big 100000")),
+        &send(&mut e, &message("b", "/big 100000")),
         "model_response",
     );
     assert_eq!(
@@ -394,7 +458,7 @@ fn big_flood_and_slow_replies() {
     );
     assert_eq!(run::big_text(130).len(), 130);
 
-    let mut actions = e.handle_payload(&message("f", "/flood 1200"));
+    let mut actions = send(&mut e, &message("f", "/flood 1200"));
     let mut responses = 0;
     loop {
         responses += names(&actions)
@@ -416,9 +480,12 @@ fn big_flood_and_slow_replies() {
         "completed"
     );
 
-    let slow = e.handle_payload(&json!({"operation": "message", "request_id": "s",
+    let slow = send(
+        &mut e,
+        &json!({"operation": "message", "request_id": "s",
         "options": {"model": {"model": "mock-slow"}},
-        "content": [{"type": "text", "raw": "hi", "modality": "text"}]}));
+        "content": [{"type": "text", "raw": "hi", "modality": "text"}]}),
+    );
     assert!(slow.contains(&Action::Wait {
         run_id: "id-3".into(),
         ms: SLOW_REPLY_MS
@@ -428,17 +495,17 @@ fn big_flood_and_slow_replies() {
 #[test]
 fn crash_exits_after_run_started() {
     let mut e = engine();
-    let actions = e.handle_payload(&message("c", "/crash"));
+    let actions = send(&mut e, &message("c", "/crash"));
     assert_eq!(
         names(&actions),
         ["input_admitted", "run_started", "input_committed"]
     );
     assert_eq!(
-        actions.last(),
-        Some(&Action::Exit {
+        exit_of(&actions),
+        &Action::Exit {
             code: 3,
             close: false
-        })
+        }
     );
 }
 
@@ -452,8 +519,8 @@ fn shutdown_settles_saves_and_exits() {
     assert!(events(&ignoring.handle_signal(&signal("shutdown"))).is_empty());
 
     let mut e = engine();
-    e.handle_payload(&message("s", "/sleep 60000"));
-    e.handle_payload(&message("q", "queued"));
+    send(&mut e, &message("s", "/sleep 60000"));
+    send(&mut e, &message("q", "queued"));
     let actions = e.handle_signal(&signal("shutdown"));
     assert_eq!(names(&actions), ["persisted", "run_finished", "persisted"]);
     assert_eq!(
@@ -462,14 +529,14 @@ fn shutdown_settles_saves_and_exits() {
     );
     assert_eq!(events(&actions)[2]["data"]["boundary"], "shutdown");
     assert_eq!(
-        actions.last(),
-        Some(&Action::Exit {
+        exit_of(&actions),
+        &Action::Exit {
             code: 0,
             close: true
-        })
+        }
     );
     // Nothing is admitted afterwards.
-    let late = events(&e.handle_payload(&message("late", "x"))).remove(0);
+    let late = events(&send(&mut e, &message("late", "x"))).remove(0);
     assert_eq!(late["event"], "input_rejected");
 
     let mut executing = engine();
@@ -487,11 +554,11 @@ fn shutdown_settles_saves_and_exits() {
         "cancelled"
     );
     assert_eq!(
-        actions.last(),
-        Some(&Action::Exit {
+        exit_of(&actions),
+        &Action::Exit {
             code: 0,
             close: true
-        })
+        }
     );
 }
 
@@ -499,13 +566,13 @@ fn shutdown_settles_saves_and_exits() {
 fn storage_failure_stops_admission() {
     let (mut e, storage) = engine_with(settings());
     storage.0.lock().unwrap().fail_saves = true;
-    let actions = e.handle_payload(&message("a", "hi"));
+    let actions = send(&mut e, &message("a", "hi"));
     let error = find(&actions, "error");
     assert_eq!(error["data"]["durable"], false);
     assert_eq!(find(&actions, "run_finished")["data"]["durable"], false);
     let status = events(&e.handle_signal(&signal("status"))).remove(0);
     assert_eq!(status["data"]["storage_failed"], true);
-    let refused = events(&e.handle_payload(&message("b", "again"))).remove(0);
+    let refused = events(&send(&mut e, &message("b", "again"))).remove(0);
     assert_eq!(refused["event"], "input_rejected");
 }
 

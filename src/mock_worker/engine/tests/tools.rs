@@ -43,7 +43,7 @@ fn assert_settled(done: &[Action], results: usize) {
 }
 
 pub(super) fn run_tool(e: &mut Engine) -> (Vec<Action>, ConfirmRequest) {
-    let actions = e.handle_payload(&message("t", "/run echo hi"));
+    let actions = send(e, &message("t", "/run echo hi"));
     let confirm = actions
         .iter()
         .find_map(|a| match a {
@@ -125,18 +125,24 @@ fn denied_tool_calls_still_complete() {
 #[test]
 fn local_policies_skip_the_confirmation_socket() {
     let mut e = engine();
-    let approve = e.handle_payload(&json!({"operation": "message", "request_id": "a",
+    let approve = send(
+        &mut e,
+        &json!({"operation": "message", "request_id": "a",
         "options": {"confirmation": {"mode": "approve"}},
-        "content": [{"type": "text", "raw": "/run true", "modality": "text"}]}));
+        "content": [{"type": "text", "raw": "/run true", "modality": "text"}]}),
+    );
     assert!(approve.contains(&Action::Execute {
         run_id: "id-1".into(),
         command: "true".into()
     }));
     assert!(!approve.iter().any(|a| matches!(a, Action::Confirm(_))));
     e.command_finished("id-1", ToolOutput::default());
-    let deny = e.handle_payload(&json!({"operation": "message", "request_id": "d",
+    let deny = send(
+        &mut e,
+        &json!({"operation": "message", "request_id": "d",
         "options": {"confirmation": {"mode": "deny"}},
-        "content": [{"type": "text", "raw": "/run true", "modality": "text"}]}));
+        "content": [{"type": "text", "raw": "/run true", "modality": "text"}]}),
+    );
     assert_eq!(find(&deny, "run_finished")["data"]["status"], "completed");
     assert!(!deny
         .iter()
@@ -154,7 +160,7 @@ fn local_policies_skip_the_confirmation_socket() {
         ..settings()
     })
     .0;
-    let denied = none.handle_payload(&message("x", "/run true"));
+    let denied = send(&mut none, &message("x", "/run true"));
     assert_eq!(find(&denied, "run_finished")["data"]["status"], "completed");
     assert!(
         find(&denied, "tool_results")["data"][0]["extras"]["error"]["message"]
@@ -246,7 +252,7 @@ fn first_request(request_id: &str, arguments: Value) -> Value {
 #[test]
 fn plan_triggers_call_the_tools_listener() {
     let mut e = engine();
-    let actions = e.handle_payload(&message("p", "/plan # Steps\n- [ ] one"));
+    let actions = send(&mut e, &message("p", "/plan # Steps\n- [ ] one"));
     assert_eq!(
         names(&actions),
         ["input_admitted", "run_started", "input_committed"]
@@ -258,7 +264,7 @@ fn plan_triggers_call_the_tools_listener() {
         first_request("p", json!({"markdown": "# Steps\n- [ ] one"}))
     );
     // Queued input waits behind the call.
-    assert!(e.handle_payload(&message("q", "later")).is_empty());
+    assert!(send(&mut e, &message("q", "later")).is_empty());
     let done = e.remote_finished("id-1", "plan/replace succeeded: {}".into());
     let response = find(&done, "model_response");
     assert_eq!(
@@ -266,9 +272,11 @@ fn plan_triggers_call_the_tools_listener() {
         "plan/replace succeeded: {}"
     );
     assert_eq!(find(&done, "run_finished")["data"]["status"], "completed");
-    assert!(names(&done).contains(&"input_admitted".to_string()));
+    // It is admitted once the finished run's frames are written.
+    assert!(!names(&done).contains(&"input_admitted".to_string()));
+    assert!(names(&written(&mut e)).contains(&"input_admitted".to_string()));
 
-    let read = e.handle_payload(&message("r", "/plan-read please"));
+    let read = send(&mut e, &message("r", "/plan-read please"));
     let call = remote(&read);
     assert_eq!(call.route, "plan/read");
     assert_eq!(
@@ -281,7 +289,7 @@ fn plan_triggers_call_the_tools_listener() {
 /// dropped, the run ends cancelled and a late outcome is ignored.
 fn cancel_a_call(text: &str) -> Vec<Action> {
     let mut e = engine();
-    e.handle_payload(&message("p", text));
+    send(&mut e, &message("p", text));
     let actions = e.handle_signal(&cancel("id-1"));
     assert!(actions.contains(&Action::Abort {
         run_id: "id-1".into()
@@ -302,7 +310,7 @@ fn call_without_an_endpoint(text: &str) -> Vec<Action> {
         ..settings()
     })
     .0;
-    let actions = none.handle_payload(&message("p", text));
+    let actions = send(&mut none, &message("p", text));
     assert!(!actions.iter().any(|a| matches!(a, Action::Remote(_))));
     assert_eq!(
         find(&actions, "run_finished")["data"]["status"],
@@ -342,7 +350,7 @@ fn remote_calls_can_be_cancelled_and_need_an_endpoint() {
 #[test]
 fn subagent_triggers_are_trusted_tool_calls() {
     let mut e = engine();
-    let actions = e.handle_payload(&message("f", "/fork"));
+    let actions = send(&mut e, &message("f", "/fork"));
     assert_eq!(names(&actions), PROPOSED);
     assert!(!actions.iter().any(|a| matches!(a, Action::Confirm(_))));
     let invoke = json!({"id": "call-1", "name": "subagent_fork", "arguments": {},
@@ -367,8 +375,8 @@ fn subagent_triggers_are_trusted_tool_calls() {
     // The results are committed with the step, as for `/run`.
     assert_eq!(e.conversation.turns[0].steps[0].tool_results.len(), 1);
 
-    let send = e.handle_payload(&message("s", "/send subagent-1 do it"));
-    let call = remote(&send);
+    let sent = send(&mut e, &message("s", "/send subagent-1 do it"));
+    let call = remote(&sent);
     assert_eq!(call.route, "subagent/send");
     assert_eq!(call.frame["data"]["request_id"], "s");
     assert_eq!(
@@ -377,7 +385,7 @@ fn subagent_triggers_are_trusted_tool_calls() {
                "content": [{"type": "text", "modality": "text", "raw": "do it"}]})
     );
     assert_eq!(
-        find(&send, "tool_calls")["data"][0]["arguments"],
+        find(&sent, "tool_calls")["data"][0]["arguments"],
         json!({"subagent_id": "subagent-1", "operation": "message", "request": "do it"})
     );
     let rejected =
@@ -388,7 +396,7 @@ fn subagent_triggers_are_trusted_tool_calls() {
         rejected
     );
 
-    let receive = e.handle_payload(&message("r", "/receive subagent-1 0 5"));
+    let receive = send(&mut e, &message("r", "/receive subagent-1 0 5"));
     let call = remote(&receive);
     assert_eq!(
         call.frame["data"]["arguments"],
@@ -400,10 +408,13 @@ fn subagent_triggers_are_trusted_tool_calls() {
 #[test]
 fn subagent_repeats_reuse_the_request_id() {
     let mut e = engine();
-    let actions = e.handle_payload(&message(
-        "rep",
-        r#"/subagent-repeat send {"subagent_id":"s","operation":"stop"}"#,
-    ));
+    let actions = send(
+        &mut e,
+        &message(
+            "rep",
+            r#"/subagent-repeat send {"subagent_id":"s","operation":"stop"}"#,
+        ),
+    );
     let calls = find(&actions, "tool_calls")["data"].clone();
     assert_eq!(calls.as_array().unwrap().len(), 2);
     assert_eq!(

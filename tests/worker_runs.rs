@@ -1,6 +1,7 @@
 //! Confirmations over real sockets, and complete runs with the built-in
 //! worker: message round trip, tool call approved (the command really
-//! runs), denied, and an identity hold resolved after a worker restart.
+//! runs), denied, an identity hold resolved after a worker restart, and a
+//! prompt queued between two event floods (the worker's queue contract).
 
 use serde_json::{json, Value};
 
@@ -339,4 +340,150 @@ fn large_arguments_are_previewed_but_the_decision_applies_to_the_original() {
     );
     let answer = ws_read_until(&mut ws, |v| v["type"] == "confirmation_response");
     assert_eq!(answer["data"]["confirmation_id"], "big");
+}
+
+/// Every event the hub retains for `session`, oldest first, page by page.
+fn all_events(hub: &TestHub, session: &str) -> Vec<Value> {
+    let mut events = Vec::new();
+    let mut since = 0;
+    loop {
+        let page = hub
+            .get(&format!("/api/sessions/{session}/events?since={since}"))
+            .json();
+        let batch = page["events"].as_array().cloned().unwrap_or_default();
+        let Some(last) = batch.last() else {
+            return events;
+        };
+        since = last["hub_sequence"].as_u64().unwrap();
+        events.extend(batch);
+    }
+}
+
+fn input(hub: &TestHub, session: &str, raw: &str, model: &str) -> String {
+    let res = post(
+        hub,
+        &format!("/api/sessions/{session}/input"),
+        json!({"content": text_content(raw)["content"], "options": {"model": {"model": model}}}),
+    );
+    assert_eq!(res.status, 202, "{}", res.text());
+    res.json()["request_id"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn a_prompt_queued_behind_an_offline_flood_is_admitted_and_omissions_are_counted() {
+    let _heavy = heavy();
+    let dir = TempDir::new("mw-flood");
+    // A small worker event queue (16 noncritical events) against floods
+    // of 20,000 display events each; a worker that lost its connection
+    // waits 3 s before it reconnects; the transcript keeps all that
+    // arrives.
+    let hub = hub_with(
+        &dir,
+        json!({"worker": {"eventCapacity": 16, "initialBackoffMs": 3000, "maxBackoffMs": 3000},
+               "limits": {"transcriptEvents": 100_000}}),
+    );
+    create_session_with_spec(&hub, "f", json!({}));
+    assert_eq!(action(&hub, "f", "start").json()["ok"], true);
+    wait_session(&hub, "f", |s| s["identity"]["state"] == "live");
+
+    // The first flood's one reply waits 1.5 s (mock-slow). Meanwhile the
+    // prompt and a second flood are queued behind it, and a second
+    // connection supersedes the worker's (close 4001): the first burst
+    // happens while the worker is offline, and the prompt must wait for
+    // that backlog, which only the reconnect drains.
+    let first = input(&hub, "f", "/flood 20000", "mock-slow");
+    wait_event(&hub, "f", |e| {
+        e["event"] == "input_committed" && e["request_id"] == first.as_str()
+    });
+    let prompt = input(&hub, "f", "hello during the floods", "mock-flash");
+    let second = input(&hub, "f", "/flood 20000", "mock-flash");
+    let usurper = RawWs::open(hub.addr, &events_path(&hub, "f"));
+    wait_session(&hub, "f", |s| s["identity"]["state"] != "live");
+
+    let mut events = Vec::new();
+    let finished = |events: &[Value], request: &str| {
+        events
+            .iter()
+            .any(|e| e["event"] == "run_finished" && e["request_id"] == request)
+    };
+    assert!(
+        wait_until(DEADLINE, || {
+            events = all_events(&hub, "f");
+            finished(&events, &second)
+        }),
+        "the second flood never finished"
+    );
+    drop(usurper);
+    let at = |event: &str, request: &str| {
+        events
+            .iter()
+            .position(|e| e["event"] == event && e["request_id"] == request)
+            .unwrap_or_else(|| panic!("the hub never saw {event} for {request}"))
+    };
+    for request in [&first, &prompt, &second] {
+        for event in [
+            "input_admitted",
+            "run_started",
+            "input_committed",
+            "run_finished",
+        ] {
+            at(event, request);
+        }
+    }
+    // Each run was admitted after the previous one's backlog.
+    assert!(at("input_admitted", &prompt) > at("run_finished", &first));
+    assert!(at("input_admitted", &second) > at("run_finished", &prompt));
+    let reply = &events[at("model_response", &prompt)];
+    assert_eq!(
+        reply["data"]["content"][0]["raw"],
+        "echo: hello during the floods"
+    );
+    assert_eq!(
+        events[at("run_finished", &prompt)]["data"]["status"],
+        "completed"
+    );
+    // Omitted events took no sequence numbers and nothing was lost.
+    assert_eq!(get_session(&hub, "f")["stats"]["gaps"], 0);
+
+    // The floods outran the queue: what was left out is counted, and what
+    // arrived plus what was counted is every flood event.
+    let mut omitted_total = 0;
+    for request in [&first, &second] {
+        let end = &events[at("run_finished", request)];
+        assert_eq!(end["data"]["status"], "completed");
+        let omitted = end["data"]["omitted_display_events"].as_u64().unwrap_or(0);
+        let run = &end["run_id"];
+        let delivered = events
+            .iter()
+            .filter(|e| e["event"] == "model_response" && &e["run_id"] == run)
+            .count() as u64;
+        assert!(omitted > 0, "no display event omitted in {end}");
+        assert_eq!(omitted + delivered, 20_001, "{end}");
+        omitted_total += omitted;
+    }
+    omitted_total += events[at("run_finished", &prompt)]["data"]["omitted_display_events"]
+        .as_u64()
+        .unwrap_or(0);
+
+    // The status object reports the cumulative count.
+    let before = events.last().unwrap()["hub_sequence"].as_u64().unwrap();
+    let res = post(
+        &hub,
+        "/api/sessions/f/signal",
+        json!({"operation": "status"}),
+    );
+    assert!(res.status < 300, "{}", res.text());
+    let status = wait_event(&hub, "f", |e| {
+        e["event"] == "status" && e["hub_sequence"].as_u64() > Some(before)
+    });
+    assert_eq!(
+        status["data"]["event_queue"]["omitted_display_events"],
+        omitted_total
+    );
+    assert_eq!(status["data"]["unreported_rejections"], 0);
+    eprintln!(
+        "worker floods: {} events reached the hub, {omitted_total} omitted and counted",
+        events.len()
+    );
+    assert_eq!(action(&hub, "f", "stop").json()["how"], "shutdown-signal");
 }

@@ -50,6 +50,9 @@ pub(crate) struct WorkerConfig {
     pub endpoint: WsUrl,
     /// `client.payload_capacity`: queued runs beyond this are rejected.
     pub payload_capacity: usize,
+    /// `client.transport.write_capacity`: event frames handed to the
+    /// connection thread and not yet written.
+    pub write_capacity: usize,
     pub initial_backoff: Duration,
     pub max_backoff: Duration,
     /// `security.confirmation.endpoint`; without it `ask` denies.
@@ -62,7 +65,8 @@ pub(crate) struct WorkerConfig {
     pub tools_timeout: Duration,
     /// `worker.max_exchanges`: model responses allowed per run.
     pub max_exchanges: u64,
-    /// `worker.event_capacity`: events kept while disconnected.
+    /// `worker.event_capacity`: noncritical events the outbound queue
+    /// holds (display previews, query replies, rejection notices).
     pub event_capacity: usize,
     /// Working directory of tool commands (`worker.environment.workspace`,
     /// else the session root).
@@ -104,6 +108,7 @@ pub(crate) fn from_value(root: &Value, base: &Path) -> Result<WorkerConfig, Mock
         None => return Err(MockError::config("client.endpoint", "is required")),
     };
     let payload_capacity = positive(root, "client.payload_capacity", 256)? as usize;
+    let write_capacity = positive(root, "client.transport.write_capacity", 256)? as usize;
     let initial_backoff = positive(root, "client.transport.initial_backoff_ms", 250)?;
     let max_backoff = positive(root, "client.transport.max_backoff_ms", 10_000)?;
     if max_backoff < initial_backoff {
@@ -160,6 +165,7 @@ pub(crate) fn from_value(root: &Value, base: &Path) -> Result<WorkerConfig, Mock
     Ok(WorkerConfig {
         endpoint,
         payload_capacity,
+        write_capacity,
         initial_backoff: Duration::from_millis(initial_backoff),
         max_backoff: Duration::from_millis(max_backoff),
         confirmation,
@@ -287,6 +293,7 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.endpoint.path, "/agent/demo/events");
         assert_eq!(cfg.payload_capacity, 256);
+        assert_eq!(cfg.write_capacity, 256);
         assert_eq!(cfg.initial_backoff, Duration::from_millis(250));
         assert_eq!(cfg.max_backoff, Duration::from_millis(10_000));
         assert!(cfg.confirmation.is_none());
@@ -312,7 +319,7 @@ mod tests {
                 "driver_model": "mock",
                 "client": {"endpoint": "ws://127.0.0.1:8800/agent/demo/events?token=t",
                            "payload_capacity": 2, "signal_capacity": 256,
-                           "transport": {"write_capacity": 256, "initial_backoff_ms": 10,
+                           "transport": {"write_capacity": 32, "initial_backoff_ms": 10,
                                          "max_backoff_ms": 40, "idle_timeout_seconds": 0}},
                 "security": {"confirmation": {"endpoint": "ws://127.0.0.1:8800/agent/demo/confirm?token=t",
                                               "timeout_ms": 5000}},
@@ -330,6 +337,7 @@ mod tests {
         .unwrap();
         assert_eq!(cfg.model, "mock-slow");
         assert_eq!(cfg.payload_capacity, 2);
+        assert_eq!(cfg.write_capacity, 32);
         assert_eq!(cfg.max_backoff, Duration::from_millis(40));
         assert_eq!(cfg.confirmation.unwrap().path, "/agent/demo/confirm");
         assert_eq!(cfg.confirmation_timeout, Duration::from_millis(5000));
@@ -364,6 +372,10 @@ mod tests {
             (
                 json!({"client": {"endpoint": endpoint, "payload_capacity": "9"}}),
                 "client.payload_capacity",
+            ),
+            (
+                json!({"client": {"endpoint": endpoint, "transport": {"write_capacity": 0}}}),
+                "client.transport.write_capacity",
             ),
             (
                 json!({"client": {"endpoint": endpoint,

@@ -4,10 +4,13 @@
 //!
 //! One thread owns the socket. It reads with a short timeout and, between
 //! reads, drains the outbound channel, so events go out within about
-//! [`READ_POLL`]. Events produced while disconnected wait in a queue of
-//! `worker.event_capacity` frames; when it is full the oldest is dropped
-//! and counted. A frame taken off the queue is never resent, even if its
-//! write failed (its delivery is unknown, as with the real worker).
+//! [`READ_POLL`]. It holds only the frames the run thread handed it (at
+//! most `client.transport.write_capacity`; the engine's queue holds the
+//! rest and applies the queue contract), keeps them in order across
+//! reconnects, and reports each written batch back
+//! ([`Inbound::Written`]). A frame taken off for writing is never resent,
+//! even if its write failed (its delivery is unknown, as with the real
+//! worker); it is reported done all the same.
 //!
 //! Wakes for shutdown on: an [`Outbound::Close`] request (normal close,
 //! then the thread ends), or the outbound channel disconnecting.
@@ -15,8 +18,6 @@
 use std::collections::VecDeque;
 use std::io;
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -72,10 +73,6 @@ pub(crate) struct Link {
     pub url: WsUrl,
     pub initial_backoff: Duration,
     pub max_backoff: Duration,
-    /// `worker.event_capacity`.
-    pub capacity: usize,
-    /// Counts events dropped while disconnected (read by the run thread).
-    pub dropped: Arc<AtomicU64>,
 }
 
 /// How one connection ended.
@@ -173,15 +170,17 @@ impl State {
         }
     }
 
+    /// Keeps a frame until it can be written; the run thread never hands
+    /// over more than its window, so nothing is ever dropped here.
     fn queue(&mut self, frame: String) {
-        if self.pending.len() >= self.link.capacity {
-            self.pending.pop_front();
-            let dropped = self.link.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-            log::warn!(
-                "event queue full while disconnected: dropped the oldest event ({dropped} so far)"
-            );
-        }
         self.pending.push_back(frame);
+    }
+
+    /// Tells the run thread that `frames` more frames are done.
+    fn report(&self, frames: usize) {
+        if frames > 0 {
+            let _ = self.inbound.send(Inbound::Written(frames));
+        }
     }
 
     /// Takes everything the run thread has sent so far.
@@ -209,12 +208,16 @@ impl State {
         }
         loop {
             self.drain();
+            let mut written = 0;
             while let Some(frame) = self.pending.pop_front() {
+                written += 1;
                 if let Err(err) = ws.send(Message::text(frame)) {
                     log::warn!("event write failed: {err}");
+                    self.report(written);
                     return Ended::Lost;
                 }
             }
+            self.report(written);
             for done in self.flushes.drain(..) {
                 let _ = done.send(());
             }
@@ -315,17 +318,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_full_offline_queue_drops_the_oldest_and_counts() {
-        let (_out_tx, outbound) = crossbeam_channel::unbounded();
-        let (inbound, _in_rx) = crossbeam_channel::unbounded();
-        let dropped = Arc::new(AtomicU64::new(0));
+    fn offline_frames_are_kept_in_order_and_writes_are_reported() {
+        let (out_tx, outbound) = crossbeam_channel::unbounded();
+        let (inbound, in_rx) = crossbeam_channel::unbounded();
         let mut state = State {
             link: Link {
                 url: WsUrl::parse("ws://127.0.0.1:9/x").unwrap(),
                 initial_backoff: Duration::from_millis(1),
                 max_backoff: Duration::from_millis(2),
-                capacity: 2,
-                dropped: dropped.clone(),
             },
             outbound,
             inbound,
@@ -334,10 +334,14 @@ mod tests {
             closing: None,
         };
         for frame in ["1", "2", "3", "4"] {
-            state.queue(frame.to_string());
+            out_tx.send(Outbound::Event(frame.to_string())).unwrap();
         }
-        assert_eq!(state.pending, ["3", "4"]);
-        assert_eq!(dropped.load(Ordering::Relaxed), 2);
+        assert!(state.wait_offline(Instant::now() + Duration::from_millis(20)));
+        assert_eq!(state.pending, ["1", "2", "3", "4"]);
+        state.report(0);
+        state.report(3);
+        assert!(matches!(in_rx.try_recv(), Ok(Inbound::Written(3))));
+        assert!(in_rx.try_recv().is_err());
     }
 
     #[test]

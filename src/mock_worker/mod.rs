@@ -10,6 +10,11 @@
 //! threads do one slow thing each (a delay, a confirmation exchange, a
 //! command, a remote-tool call) and report back on the inbound channel. Nothing is shared but
 //! channels and the running command's process group id.
+//!
+//! Events wait in the engine's queue ([`queue`]); the run thread hands the
+//! connection thread at most `client.transport.write_capacity` frames at a
+//! time, and the connection thread reports each written batch back
+//! ([`Inbound::Written`]), which is what lets a queued run be admitted.
 
 mod command;
 mod config;
@@ -19,13 +24,14 @@ mod conversation;
 mod engine;
 pub mod error;
 mod logger;
+mod queue;
 mod remote;
 mod storage;
 mod subagent;
 mod transport;
 mod validate;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -53,6 +59,9 @@ pub(crate) enum Inbound {
     CommandDone(String, ToolOutput),
     /// A remote-tool call ended: the run id and the reply text.
     RemoteDone(String, String),
+    /// The connection thread is done with this many more event frames
+    /// (written, or lost with a failed write), oldest first.
+    Written(usize),
 }
 
 /// Per-process behaviour chosen by the configured model name.
@@ -157,6 +166,8 @@ pub fn run(args: &MockWorkerArgs) -> Result<(), MockError> {
         model: config.model.clone(),
         max_exchanges: config.max_exchanges,
         payload_capacity: config.payload_capacity,
+        event_capacity: config.event_capacity,
+        write_capacity: config.write_capacity,
         persistence: config.persistence.enabled,
         save_on_step: config.persistence.on_step_finished,
         save_on_run: config.persistence.on_run_finished,
@@ -172,15 +183,15 @@ pub fn run(args: &MockWorkerArgs) -> Result<(), MockError> {
         Box::new(storage),
         Box::new(|| uuid::Uuid::new_v4().to_string()),
     );
-    let (outbound, outbound_rx) = crossbeam_channel::bounded(config.event_capacity.max(64));
+    // Unbounded in type only: the engine hands out at most
+    // `write_capacity` unwritten frames, plus its whole (bounded) queue at
+    // exit, and at most one flush or close request follows.
+    let (outbound, outbound_rx) = crossbeam_channel::unbounded();
     let (inbound_tx, inbound) = crossbeam_channel::unbounded();
-    let dropped = Arc::new(AtomicU64::new(0));
     let link = Link {
         url: config.endpoint.clone(),
         initial_backoff: config.initial_backoff,
         max_backoff: config.max_backoff,
-        capacity: config.event_capacity,
-        dropped: dropped.clone(),
     };
     connection::spawn(link, outbound_rx, inbound_tx.clone())
         .map_err(|err| MockError::io("mock-events thread", "spawn", err))?;
@@ -192,7 +203,6 @@ pub fn run(args: &MockWorkerArgs) -> Result<(), MockError> {
         helper: None,
         resume: None,
         running: Arc::new(command::Running::default()),
-        dropped,
     };
     match shell.run(engine)? {
         0 => Ok(()),
@@ -225,8 +235,6 @@ struct Shell {
     /// A flood batch is due ([`Action::Resume`]).
     resume: Option<String>,
     running: Arc<command::Running>,
-    /// Events the connection thread dropped while disconnected.
-    dropped: Arc<AtomicU64>,
 }
 
 impl Shell {
@@ -263,7 +271,6 @@ impl Shell {
                 }
                 None => continue,
             };
-            engine.set_dropped_events(self.dropped.load(Ordering::Relaxed));
             let actions = match input {
                 Inbound::Payload(data) => engine.handle_payload(&data),
                 Inbound::Signal(data) => engine.handle_signal(&data),
@@ -277,6 +284,7 @@ impl Shell {
                 }
                 Inbound::CommandDone(run_id, output) => engine.command_finished(&run_id, output),
                 Inbound::RemoteDone(run_id, outcome) => engine.remote_finished(&run_id, outcome),
+                Inbound::Written(frames) => engine.written(frames),
             };
             if let Some(code) = self.perform(actions) {
                 return Ok(code);
@@ -307,8 +315,15 @@ impl Shell {
     }
 
     /// Performs actions in order; `Some(status)` when the process must end.
+    /// An exit waits for the frames that follow it in the list (the
+    /// engine's whole queue) and ends the process after them; nothing but
+    /// those frames is performed once an exit is due.
     fn perform(&mut self, actions: Vec<Action>) -> Option<i32> {
+        let mut exit = None;
         for action in actions {
+            if exit.is_some() && !matches!(action, Action::Emit(_)) {
+                continue;
+            }
             match action {
                 Action::Emit(frame) => {
                     let _ = self.outbound.send(Outbound::Event(frame));
@@ -345,10 +360,10 @@ impl Shell {
                     }
                 }
                 Action::Note(line) => stdout_line(&format!("mock-worker: {line}")),
-                Action::Exit { code, close } => return Some(self.leave(code, close)),
+                Action::Exit { code, close } => exit = Some((code, close)),
             }
         }
-        None
+        exit.map(|(code, close)| self.leave(code, close))
     }
 
     /// Kills a running command, delivers the queued events (closing the

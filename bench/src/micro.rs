@@ -7,8 +7,8 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use simplex_hub::harness::store::{ProcessRecord, SessionRecord, Store};
 use simplex_hub::harness::line_splitter::LineSplitter;
+use simplex_hub::harness::store::{ProcessRecord, SessionRecord, Store};
 
 /// Counts allocations (the splitter's per-line cost is mostly allocation).
 pub struct Counting;

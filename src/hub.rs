@@ -791,17 +791,15 @@ impl Hub {
 
     fn spec_defaults(&self) -> SpecDefaults {
         let c = &self.config;
-        let profiles: Vec<String> = c.provider_profiles.keys().cloned().collect();
-        let provider = if c.mock.enabled && profiles.contains(&c.mock.profile) {
-            c.mock.profile.clone()
-        } else {
-            profiles.first().cloned().unwrap_or_default()
-        };
         SpecDefaults {
-            provider,
-            profiles,
+            provider: c.default_provider(),
+            profiles: c.provider_profiles.keys().cloned().collect(),
+            mock_profile: c.mock.profile.clone(),
             threads: c.worker.threads,
             max_exchanges: c.worker.max_exchanges,
+            auto_compact_threshold: c.worker.auto_compact_threshold,
+            max_auto_compactions: c.worker.max_auto_compactions,
+            event_capacity: c.worker.event_capacity,
             system_prompt_file: c.worker.system_prompt_file.clone(),
             workspace: c.worker.environment.workspace.clone(),
             platform: c.worker.environment.platform.clone(),

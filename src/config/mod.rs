@@ -2,7 +2,9 @@
 //! validation and the typed [`Config`] the rest of the hub reads.
 //!
 //! The file is compatible with the Node hub's `hub.config.jsonc`: same keys,
-//! same defaults (except `mock.enabled`, which is on here), same rules. It
+//! same defaults, same rules, plus a few keys of this hub's own. Without any
+//! file the hub runs the built-in worker (`launcher.kind = "built-in"`,
+//! [`schema::fresh_start`]); a file means what it means to the Node hub. It
 //! is read in two phases. First the raw layers (built-in defaults, the
 //! file, the overrides) are parsed, checked for unknown keys, their paths
 //! resolved, and merged into one JSON value. Then that value is validated
@@ -48,6 +50,7 @@ pub struct Config {
     /// configurations. Each is an object with a non-empty string `model`.
     pub provider_profiles: Map<String, Value>,
     pub launcher: Launcher,
+    pub endpoints: AdvertisedEndpoints,
     pub worker: Worker,
     pub http: Http,
     pub limits: Limits,
@@ -75,14 +78,16 @@ pub struct Panel {
     pub token: String,
 }
 
-/// `mock.*`: the built-in scripted worker and the offline model provider.
+/// `mock.*`: the offline HTTP model provider of the Node hub (a fake
+/// chat-completions endpoint that a real worker can use without a key;
+/// `mock_provider`). Nothing here selects the built-in worker; that is
+/// `launcher.kind`.
 #[derive(Debug, Clone)]
 pub struct Mock {
+    /// Whether the hub serves the provider.
     pub enabled: bool,
-    /// Name of the provider profile the mock uses.
+    /// The provider profile whose `endpoint.base_url` points at it.
     pub profile: String,
-    // The offline model provider (`mock_provider::MockProviderConfig`
-    // reads these).
     /// `host:port` (IPv6 in brackets), checked by `mock_provider::parse_listen`.
     pub listen: String,
     /// One of `mock_provider::Scenario`'s names.
@@ -100,14 +105,26 @@ pub enum LauncherKind {
     SimplexWorker,
     /// Run `launcher.command` as an argv template.
     Command,
+    /// Run this hub's own scripted worker (`simplex-hub mock-worker`) for
+    /// every session. The zero-configuration default; unknown to the Node
+    /// hub.
+    BuiltIn,
 }
 
 impl LauncherKind {
+    /// Every kind, in the order messages list them.
+    pub const ALL: [LauncherKind; 3] = [
+        LauncherKind::SimplexWorker,
+        LauncherKind::Command,
+        LauncherKind::BuiltIn,
+    ];
+
     /// The JSON spelling.
     pub fn as_str(self) -> &'static str {
         match self {
             LauncherKind::SimplexWorker => "simplex-worker",
             LauncherKind::Command => "command",
+            LauncherKind::BuiltIn => "built-in",
         }
     }
 }
@@ -122,6 +139,23 @@ pub struct Launcher {
     /// Working directory template; empty means the session directory. Not
     /// resolved here, since it may hold placeholders.
     pub cwd: String,
+    /// Empty, or an absolute path template (placeholders as in `command`):
+    /// the launcher daemonizes and writes the worker's pid there.
+    pub pid_file: String,
+    /// Extra environment variable names a Docker-aware stop would keep.
+    /// Validated and carried; nothing reads it yet.
+    pub docker_management_env: Vec<String>,
+}
+
+/// `endpoints.*`: the origins (`ws://` or `wss://`, with an optional path
+/// prefix, no trailing `/`) workers are told to dial, one per channel.
+/// Empty means the hub's own listener (`worker.connectHost` or the bound
+/// address). The hub appends `/agent/<id>/<route>?token=<token>`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AdvertisedEndpoints {
+    pub events: String,
+    pub confirm: String,
+    pub tools: String,
 }
 
 /// `worker.*`.
@@ -137,6 +171,11 @@ pub struct Worker {
     /// Relative to the worker's installation directory, never resolved here.
     pub system_prompt_file: String,
     pub max_exchanges: u64,
+    /// Prompt plus generated tokens above which the worker compacts on its
+    /// own; 0 disables automatic compaction.
+    pub auto_compact_threshold: u64,
+    /// Automatic compactions allowed per user request.
+    pub max_auto_compactions: u64,
     pub event_capacity: u64,
     pub confirmation_timeout_ms: u64,
     pub hub_remote_call: bool,
@@ -247,6 +286,18 @@ impl Config {
     pub fn tools_is_loopback(&self) -> bool {
         is_loopback_host(self.tools_host())
     }
+
+    /// The provider profile of a session spec that names none: the mock
+    /// profile under the built-in launcher (when it exists), else the first
+    /// profile, as in the Node hub.
+    pub fn default_provider(&self) -> String {
+        let profiles = &self.provider_profiles;
+        if self.launcher.kind == LauncherKind::BuiltIn && profiles.contains_key(&self.mock.profile)
+        {
+            return self.mock.profile.clone();
+        }
+        profiles.keys().next().cloned().unwrap_or_default()
+    }
 }
 
 /// The loopback spellings the token rule accepts.
@@ -266,7 +317,8 @@ pub struct Overrides {
     pub worker_bin: Option<PathBuf>,
     /// `--panel-token`.
     pub panel_token: Option<String>,
-    /// `--mock` (`Some(true)`) or `--no-mock` (`Some(false)`).
+    /// `--mock` (`Some(true)`) or `--no-mock` (`Some(false)`):
+    /// `mock.enabled`, the offline model provider.
     pub mock: Option<bool>,
     /// `--force-kill-process-group`; `false` leaves the file's value.
     pub force_kill_process_group: bool,
@@ -394,7 +446,10 @@ pub fn resolve(
             schema::merge(&mut merged, &layer);
             ConfigSource::File(path)
         }
-        None => ConfigSource::Defaults,
+        None => {
+            schema::merge(&mut merged, &schema::fresh_start());
+            ConfigSource::Defaults
+        }
     };
 
     let mut layer = overrides.to_layer()?;
@@ -658,9 +713,12 @@ mod tests {
             assert_eq!(loaded.source, ConfigSource::Defaults);
             assert_eq!(loaded.config.data_dir, Path::new("/home/op/.simplex/hub"));
             assert_eq!(loaded.config.worker.bin, Path::new("simplex_worker"));
-            assert_eq!(loaded.config.launcher.kind, LauncherKind::SimplexWorker);
+            // No file: the built-in worker, and the mock profile by default.
+            assert_eq!(loaded.config.launcher.kind, LauncherKind::BuiltIn);
+            assert_eq!(loaded.resolved["launcher"]["kind"], "built-in");
+            assert_eq!(loaded.config.default_provider(), "mock");
             assert!(loaded.config.is_loopback());
-            assert!(loaded.config.mock.enabled);
+            assert!(!loaded.config.mock.enabled);
             // Keys of unbuilt features still get their defaults.
             assert_eq!(loaded.config.tool_requests.port, 8801);
             assert_eq!(loaded.config.limits.confirm_identity_hold_ms, 15_000);
@@ -689,6 +747,7 @@ mod tests {
                 "forceKillProcessGroup",
                 "providerProfiles",
                 "launcher",
+                "endpoints",
                 "worker",
                 "http",
                 "limits",

@@ -82,12 +82,19 @@ pub(super) const KEYS: &[(&str, Feature)] = &[
     ("launcher.command", Feature::Core),
     ("launcher.args", Feature::Core),
     ("launcher.cwd", Feature::Core),
+    ("launcher.pidFile", Feature::Core),
+    ("launcher.dockerManagementEnv", Feature::Core),
+    ("endpoints.events", Feature::Supervisor),
+    ("endpoints.confirm", Feature::Supervisor),
+    ("endpoints.tools", Feature::Supervisor),
     ("worker.bin", Feature::Core),
     ("worker.args", Feature::Core),
     ("worker.threads", Feature::Core),
     ("worker.connectHost", Feature::Supervisor),
     ("worker.systemPromptFile", Feature::Supervisor),
     ("worker.maxExchanges", Feature::Supervisor),
+    ("worker.autoCompactThreshold", Feature::Supervisor),
+    ("worker.maxAutoCompactions", Feature::Supervisor),
     ("worker.eventCapacity", Feature::Supervisor),
     ("worker.confirmationTimeoutMs", Feature::WorkerSide),
     ("worker.hubRemoteCall", Feature::Supervisor),
@@ -155,7 +162,7 @@ pub(super) fn defaults() -> Value {
         "dataDir": "~/.simplex/hub",
         "panel": { "token": "" },
         "mock": {
-            "enabled": true,
+            "enabled": false,
             "listen": "127.0.0.1:0",
             "profile": "mock",
             "scenario": "auto",
@@ -181,7 +188,15 @@ pub(super) fn defaults() -> Value {
                 "retry": { "max_attempts": 0 }
             }
         },
-        "launcher": { "kind": "simplex-worker", "command": [], "args": [], "cwd": "" },
+        "launcher": {
+            "kind": "simplex-worker",
+            "command": [],
+            "args": [],
+            "cwd": "",
+            "pidFile": "",
+            "dockerManagementEnv": []
+        },
+        "endpoints": { "events": "", "confirm": "", "tools": "" },
         "worker": {
             "bin": "simplex_worker",
             "args": [],
@@ -189,6 +204,8 @@ pub(super) fn defaults() -> Value {
             "connectHost": "",
             "systemPromptFile": "prompts/coding_agent.yaml",
             "maxExchanges": 512,
+            "autoCompactThreshold": 0,
+            "maxAutoCompactions": 5,
             "eventCapacity": 1024,
             "confirmationTimeoutMs": 120000,
             "hubRemoteCall": true,
@@ -235,6 +252,15 @@ pub(super) fn defaults() -> Value {
             "conversationBytes": 1048576
         }
     })
+}
+
+/// The layer a start without any configuration file adds over the
+/// defaults: the built-in worker, so a fresh data directory works offline
+/// with no setup. A file never gets it: there `launcher.kind` defaults to
+/// `simplex-worker`, as it does for the Node hub. The first-run file
+/// records it, so later starts keep the built-in worker.
+pub(super) fn fresh_start() -> Value {
+    json!({ "launcher": { "kind": "built-in" } })
 }
 
 /// `prefix.key`, or `key` at the top level.
@@ -414,16 +440,16 @@ mod tests {
     }
 
     #[test]
-    fn node_js_only_keys_are_unknown() {
+    fn every_node_hub_key_is_known_and_dropped_keys_are_not() {
         let file = json!({
             "launcher": {"config": "hub", "pidFile": "", "dockerManagementEnv": []},
-            "mock": {"listen": "127.0.0.1:0", "scenario": "auto", "slowMs": 1, "toolCommand": ""}
+            "mock": {"listen": "127.0.0.1:0", "scenario": "auto", "slowMs": 1, "toolCommand": ""},
+            "worker": {"autoCompactThreshold": 0, "maxAutoCompactions": 5}
         });
         let err = check_keys(file.as_object().unwrap(), Feature::ALL).unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown configuration key(s): launcher.config, launcher.pidFile, \
-             launcher.dockerManagementEnv"
+            "unknown configuration key(s): launcher.config"
         );
     }
 

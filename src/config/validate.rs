@@ -13,8 +13,9 @@ use serde_json::{Map, Value};
 
 use super::schema::{self, Feature};
 use super::{
-    is_loopback_host, Config, ConfigError, Environment, Http, Launcher, LauncherKind, Limits,
-    Listen, MemoryRetention, Mock, Panel, Persistence, Subagents, ToolRequests, Violation, Worker,
+    is_loopback_host, AdvertisedEndpoints, Config, ConfigError, Environment, Http, Launcher,
+    LauncherKind, Limits, Listen, MemoryRetention, Mock, Panel, Persistence,
+    Subagents, ToolRequests, Violation, Worker,
 };
 
 /// JavaScript's `Number.MAX_SAFE_INTEGER`: the ceiling for integers with no
@@ -57,6 +58,13 @@ pub(super) fn build(merged: &Value, features: &[Feature]) -> Result<Config, Conf
         command: c.strings("launcher.command"),
         args: c.strings("launcher.args"),
         cwd: c.string("launcher.cwd", false),
+        pid_file: c.pid_file("launcher.pidFile"),
+        docker_management_env: c.env_names("launcher.dockerManagementEnv"),
+    };
+    let endpoints = AdvertisedEndpoints {
+        events: c.origin("endpoints.events"),
+        confirm: c.origin("endpoints.confirm"),
+        tools: c.origin("endpoints.tools"),
     };
     let worker = Worker {
         bin: PathBuf::from(c.path("worker.bin", true)),
@@ -65,6 +73,8 @@ pub(super) fn build(merged: &Value, features: &[Feature]) -> Result<Config, Conf
         connect_host: c.connect_host("worker.connectHost"),
         system_prompt_file: c.prompt_file("worker.systemPromptFile"),
         max_exchanges: c.int("worker.maxExchanges", 1, SAFE_MAX),
+        auto_compact_threshold: c.int("worker.autoCompactThreshold", 0, I32_MAX),
+        max_auto_compactions: c.int("worker.maxAutoCompactions", 1, I32_MAX),
         event_capacity: c.int("worker.eventCapacity", 1, SAFE_MAX),
         confirmation_timeout_ms: c.int("worker.confirmationTimeoutMs", 1, SAFE_MAX),
         hub_remote_call: c.boolean("worker.hubRemoteCall"),
@@ -133,6 +143,7 @@ pub(super) fn build(merged: &Value, features: &[Feature]) -> Result<Config, Conf
         force_kill_process_group,
         provider_profiles,
         launcher,
+        endpoints,
         worker,
         http,
         limits,
@@ -197,6 +208,18 @@ fn cross_rules(c: &mut Check<'_>, config: &Config, features: &[Feature]) {
             "launcher.command",
             Value::Array(Vec::new()),
             "must be a non-empty array of strings when launcher.kind is \"command\"",
+        );
+    }
+    if built(Feature::Core)
+        && config.launcher.kind == LauncherKind::BuiltIn
+        && c.ok("launcher.kind")
+        && c.ok("launcher.pidFile")
+        && !config.launcher.pid_file.is_empty()
+    {
+        c.fail(
+            "launcher.pidFile",
+            Value::from(config.launcher.pid_file.as_str()),
+            "must be empty when launcher.kind is \"built-in\" (the built-in worker never daemonizes)",
         );
     }
     let hold = "limits.confirmIdentityHoldMs";
@@ -399,18 +422,85 @@ impl<'a> Check<'a> {
     }
 
     fn launcher_kind(&mut self, path: &str) -> LauncherKind {
-        match self.get(path).and_then(Value::as_str) {
-            Some("simplex-worker") => LauncherKind::SimplexWorker,
-            Some("command") => LauncherKind::Command,
-            _ => {
-                if let Some(value) = self.get(path) {
-                    self.fail(
-                        path,
-                        value.clone(),
-                        "must be \"simplex-worker\" or \"command\"",
-                    );
-                }
-                LauncherKind::SimplexWorker
+        let value = self.get(path);
+        if let Some(kind) = value
+            .and_then(Value::as_str)
+            .and_then(|name| LauncherKind::ALL.into_iter().find(|k| k.as_str() == name))
+        {
+            return kind;
+        }
+        if let Some(value) = value {
+            self.fail(
+                path,
+                value.clone(),
+                "must be \"simplex-worker\", \"command\" or \"built-in\"",
+            );
+        }
+        LauncherKind::SimplexWorker
+    }
+
+    /// Empty, or an absolute path (a template: placeholders are expanded
+    /// when a worker starts; `{session_dir}` and `{data_dir}` are absolute
+    /// themselves).
+    fn pid_file(&mut self, path: &str) -> String {
+        let file = self.path(path, false);
+        let absolute = ["/", "{session_dir}", "{data_dir}"]
+            .iter()
+            .any(|start| file.starts_with(start));
+        if !file.is_empty() && !absolute {
+            self.fail(
+                path,
+                Value::from(file),
+                "must be empty or an absolute path (it may start with {session_dir} or {data_dir})",
+            );
+            return String::new();
+        }
+        file
+    }
+
+    /// Unique environment variable names (`[A-Za-z_][A-Za-z0-9_]*`), no
+    /// patterns.
+    fn env_names(&mut self, path: &str) -> Vec<String> {
+        let names = self.strings(path);
+        for (i, name) in names.iter().enumerate() {
+            if !is_env_name(name) {
+                self.fail_at(
+                    path,
+                    format!("{path}[{i}]"),
+                    Value::from(name.as_str()),
+                    "must be an environment variable name ([A-Za-z_][A-Za-z0-9_]*, no wildcards)",
+                );
+            } else if names[..i].contains(name) {
+                self.fail_at(
+                    path,
+                    format!("{path}[{i}]"),
+                    Value::from(name.as_str()),
+                    "is listed twice",
+                );
+            }
+        }
+        names
+    }
+
+    /// Empty, or a WebSocket origin with an optional path prefix; returned
+    /// without its trailing `/` and with a lower-case scheme.
+    fn origin(&mut self, path: &str) -> String {
+        let text = self.string(path, false);
+        if text.is_empty() {
+            return text;
+        }
+        match parse_origin(&text) {
+            Ok(origin) => origin,
+            Err(reason) => {
+                self.fail(
+                    path,
+                    Value::from(text),
+                    format!(
+                        "must be empty or a ws:// or wss:// origin with an optional path prefix, \
+                         without query, fragment or credentials: {reason}"
+                    ),
+                );
+                String::new()
             }
         }
     }
@@ -577,6 +667,71 @@ fn is_allowed_host(host: &str) -> bool {
         })
 }
 
+/// An environment variable name as a shell would take it.
+fn is_env_name(name: &str) -> bool {
+    let mut bytes = name.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// Checks an advertised endpoint origin (`ws[s]://host[:port][/prefix]`)
+/// and returns it with a lower-case scheme and without a trailing `/`.
+pub(super) fn parse_origin(text: &str) -> Result<String, &'static str> {
+    let lower = text.to_ascii_lowercase();
+    let (scheme, rest) = if lower.starts_with("wss://") {
+        ("wss://", &text[6..])
+    } else if lower.starts_with("ws://") {
+        ("ws://", &text[5..])
+    } else {
+        return Err("the scheme is not ws:// or wss://");
+    };
+    if text
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || c == '\\')
+    {
+        return Err("it contains whitespace, a control character or a backslash");
+    }
+    if rest.contains(['?', '#']) {
+        return Err("it has a query or a fragment");
+    }
+    let (authority, prefix) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    if authority.contains('@') {
+        return Err("it carries credentials");
+    }
+    let port = if let Some(inner) = authority.strip_prefix('[') {
+        let (host, after) = inner.split_once(']').ok_or("an IPv6 host lacks its ']'")?;
+        if !host.contains(':') || !host.chars().all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.') {
+            return Err("the bracketed host is not an IPv6 address");
+        }
+        match after {
+            "" => None,
+            _ => Some(after.strip_prefix(':').ok_or("a ']' must be followed by ':' and a port")?),
+        }
+    } else {
+        let (host, port) = match authority.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (authority, None),
+        };
+        if host.is_empty() {
+            return Err("the host is empty");
+        }
+        if host.contains([':', '[', ']']) {
+            return Err("an IPv6 host must be in brackets");
+        }
+        port
+    };
+    if let Some(port) = port {
+        let valid = !port.is_empty()
+            && port.bytes().all(|b| b.is_ascii_digit())
+            && port.parse::<u16>().is_ok_and(|p| p > 0);
+        if !valid {
+            return Err("the port is not a number from 1 to 65535");
+        }
+    }
+    let prefix = prefix.strip_suffix('/').unwrap_or(prefix);
+    Ok(format!("{scheme}{authority}{prefix}"))
+}
+
 /// A host a worker can put in `ws://<host>:<port>` without reparsing it.
 fn is_bare_host(host: &str) -> bool {
     !host.chars().any(|c| {
@@ -634,7 +789,13 @@ mod tests {
     fn defaults_validate_with_every_feature() {
         let config = build(&schema::defaults(), Feature::ALL).unwrap();
         assert_eq!(config.listen.port, 8800);
-        assert!(config.mock.enabled);
+        assert!(!config.mock.enabled);
+        assert_eq!(config.launcher.kind, LauncherKind::SimplexWorker);
+        assert_eq!(config.launcher.pid_file, "");
+        assert!(config.launcher.docker_management_env.is_empty());
+        assert_eq!(config.endpoints, AdvertisedEndpoints::default());
+        assert_eq!(config.worker.auto_compact_threshold, 0);
+        assert_eq!(config.worker.max_auto_compactions, 5);
         assert_eq!(
             config.worker.system_prompt_file,
             "prompts/coding_agent.yaml"
@@ -766,16 +927,126 @@ mod tests {
         assert_refused(json!({"launcher": {"kind": "command"}}), "launcher.command");
         assert_ok(json!({"launcher": {"kind": "command", "command": ["run.sh", "{session}"]}}));
         assert_refused(json!({"launcher": {"kind": "docker"}}), "launcher.kind");
+        assert_ok(json!({"launcher": {"kind": "built-in"}}));
+        assert_eq!(
+            only_violation(json!({"launcher": {"kind": "mock"}})),
+            "launcher.kind = \"mock\": must be \"simplex-worker\", \"command\" or \"built-in\""
+        );
         assert_refused(json!({"launcher": {"args": ["a", 1]}}), "launcher.args");
     }
 
     #[test]
     fn mock_profile_must_exist_when_enabled() {
-        assert_refused(json!({"mock": {"profile": "nope"}}), "mock.profile");
-        assert_ok(json!({"mock": {"enabled": false, "profile": "nope"}}));
-        assert_ok(
-            json!({"mock": {"profile": "mine"}, "providerProfiles": {"mine": {"model": "m"}}}),
+        assert_refused(
+            json!({"mock": {"enabled": true, "profile": "nope"}}),
+            "mock.profile",
         );
+        assert_ok(json!({"mock": {"profile": "nope"}}));
+        assert_ok(json!({"mock": {"enabled": true, "profile": "mine"},
+                         "providerProfiles": {"mine": {"model": "m"}}}));
+    }
+
+    /// The one violation `overlay` causes, as text.
+    fn only_violation(overlay: Value) -> String {
+        let found = violations(overlay.clone());
+        assert_eq!(found.len(), 1, "{overlay}: {found:?}");
+        found[0].to_string()
+    }
+
+    #[test]
+    fn auto_compaction_rules() {
+        assert_ok(json!({"worker": {"autoCompactThreshold": 2_147_483_647_u64,
+                                    "maxAutoCompactions": 2_147_483_647_u64}}));
+        assert_ok(json!({"worker": {"autoCompactThreshold": 0, "maxAutoCompactions": 1}}));
+        assert_eq!(
+            only_violation(json!({"worker": {"autoCompactThreshold": 2_147_483_648_u64}})),
+            "worker.autoCompactThreshold = 2147483648: must be an integer from 0 to 2147483647"
+        );
+        assert_eq!(
+            only_violation(json!({"worker": {"maxAutoCompactions": 0}})),
+            "worker.maxAutoCompactions = 0: must be an integer from 1 to 2147483647"
+        );
+        assert_refused(
+            json!({"worker": {"autoCompactThreshold": -1}}),
+            "worker.autoCompactThreshold",
+        );
+        assert_refused(
+            json!({"worker": {"maxAutoCompactions": 2.5}}),
+            "worker.maxAutoCompactions",
+        );
+    }
+
+    #[test]
+    fn pid_file_and_docker_environment_rules() {
+        assert_ok(json!({"launcher": {"pidFile": "/run/simplex/{session}.pid"}}));
+        assert_ok(json!({"launcher": {"pidFile": "{session_dir}/worker.pid"}}));
+        assert_refused(json!({"launcher": {"pidFile": "{session}.pid"}}), "launcher.pidFile");
+        assert_eq!(
+            only_violation(json!({"launcher": {"pidFile": "run/w.pid"}})),
+            "launcher.pidFile = \"run/w.pid\": must be empty or an absolute path (it may start \
+             with {session_dir} or {data_dir})"
+        );
+        assert_refused(json!({"launcher": {"pidFile": 5}}), "launcher.pidFile");
+        assert_refused(json!({"launcher": {"pidFile": "/a\u{0}b"}}), "launcher.pidFile");
+        assert_eq!(
+            only_violation(json!({"launcher": {"kind": "built-in", "pidFile": "/w.pid"}})),
+            "launcher.pidFile = \"/w.pid\": must be empty when launcher.kind is \"built-in\" \
+             (the built-in worker never daemonizes)"
+        );
+        assert_ok(json!({"launcher": {"dockerManagementEnv": ["CUSTOM_TOKEN", "_X1", "XDG_RUNTIME_DIR"]}}));
+        assert_eq!(
+            only_violation(json!({"launcher": {"dockerManagementEnv": ["A", "A"]}})),
+            "launcher.dockerManagementEnv[1] = \"A\": is listed twice"
+        );
+        for bad in ["DOCKER_*", "1X", "", "A-B", "A B"] {
+            assert_refused(
+                json!({"launcher": {"dockerManagementEnv": ["OK", bad]}}),
+                "launcher.dockerManagementEnv[1]",
+            );
+        }
+        assert_refused(
+            json!({"launcher": {"dockerManagementEnv": "PATH"}}),
+            "launcher.dockerManagementEnv",
+        );
+    }
+
+    #[test]
+    fn advertised_endpoint_rules() {
+        let config = build(
+            &defaults_with(json!({"endpoints": {
+                "events": "WSS://proxy.example/simplex/",
+                "confirm": "ws://10.0.0.2:9000",
+                "tools": "wss://[fd00::2]:8443/a/b"}})),
+            Feature::ALL,
+        )
+        .unwrap();
+        assert_eq!(config.endpoints.events, "wss://proxy.example/simplex");
+        assert_eq!(config.endpoints.confirm, "ws://10.0.0.2:9000");
+        assert_eq!(config.endpoints.tools, "wss://[fd00::2]:8443/a/b");
+        for bad in [
+            "http://proxy.example",
+            "proxy.example",
+            "ws://",
+            "ws:///x",
+            "ws://user:pw@proxy.example",
+            "ws://proxy.example/?token=x",
+            "ws://proxy.example/#x",
+            "ws://proxy.example:0",
+            "ws://proxy.example:65536",
+            "ws://proxy.example:x",
+            "ws://fd00::1/x",
+            "ws://[zz]",
+            "ws://[::1]9000",
+            "ws://proxy example",
+        ] {
+            assert_refused(json!({"endpoints": {"confirm": bad}}), "endpoints.confirm");
+        }
+        let text = only_violation(json!({"endpoints": {"events": "https://proxy.example"}}));
+        assert!(
+            text.starts_with("endpoints.events = \"https://proxy.example\": must be empty or a ws:// or wss:// origin"),
+            "{text}"
+        );
+        assert!(text.ends_with("the scheme is not ws:// or wss://"), "{text}");
     }
 
     #[test]

@@ -97,8 +97,13 @@ impl std::error::Error for SpecError {}
 pub struct SpecDefaults {
     pub provider: String,
     pub profiles: Vec<String>,
+    /// `mock.profile`: never a modality assistant.
+    pub mock_profile: String,
     pub threads: u64,
     pub max_exchanges: u64,
+    pub auto_compact_threshold: u64,
+    pub max_auto_compactions: u64,
+    pub event_capacity: u64,
     pub system_prompt_file: String,
     pub workspace: String,
     pub platform: String,
@@ -114,6 +119,8 @@ const SPEC_KEYS: &[&str] = &[
     "maxExchanges",
     "autoCompactThreshold",
     "maxAutoCompactions",
+    "eventCapacity",
+    "modalityAssistProvider",
     "systemPromptFile",
     "workspace",
     "platform",
@@ -158,8 +165,17 @@ pub fn normalize_spec(input: Option<&Value>, d: &SpecDefaults) -> Result<Value, 
     let model = opt_string(input, "model")?.unwrap_or_default();
     let threads = opt_int(input, "threads", 1)?.unwrap_or(d.threads);
     let max_exchanges = opt_int(input, "maxExchanges", 1)?.unwrap_or(d.max_exchanges);
-    let auto_compact = opt_int(input, "autoCompactThreshold", 0)?.unwrap_or(0);
-    let max_auto = opt_int(input, "maxAutoCompactions", 1)?.unwrap_or(5);
+    let auto_compact =
+        opt_int(input, "autoCompactThreshold", 0)?.unwrap_or(d.auto_compact_threshold);
+    let max_auto = opt_int(input, "maxAutoCompactions", 1)?.unwrap_or(d.max_auto_compactions);
+    let event_capacity = match input.get("eventCapacity") {
+        None | Some(Value::Null) => d.event_capacity,
+        Some(v) => v
+            .as_u64()
+            .filter(|n| (1..=SAFE_INTEGER_MAX).contains(n))
+            .ok_or_else(|| SpecError::new("eventCapacity", "must be a positive integer"))?,
+    };
+    let assist = modality_assist(input, &provider, d)?;
     let prompt =
         opt_string(input, "systemPromptFile")?.unwrap_or_else(|| d.system_prompt_file.clone());
     check_prompt_path(&prompt)?;
@@ -215,6 +231,8 @@ pub fn normalize_spec(input: Option<&Value>, d: &SpecDefaults) -> Result<Value, 
         "maxExchanges": max_exchanges,
         "autoCompactThreshold": auto_compact,
         "maxAutoCompactions": max_auto,
+        "eventCapacity": event_capacity,
+        "modalityAssistProvider": assist,
         "systemPromptFile": prompt,
         "workspace": workspace,
         "platform": platform,
@@ -224,6 +242,61 @@ pub fn normalize_spec(input: Option<&Value>, d: &SpecDefaults) -> Result<Value, 
         "env": env,
         "extraArgs": extra_args,
     }))
+}
+
+/// The largest integer JavaScript holds exactly: the Node hub's ceiling for
+/// counts it gives no maximum.
+const SAFE_INTEGER_MAX: u64 = 9_007_199_254_740_991;
+
+/// The name of the providers entry a modality assistant gets in the
+/// worker configuration.
+pub const MODALITY_ASSIST_ENTRY: &str = "modality_assist";
+
+/// `modalityAssistProvider`: the profile the worker's separate assistant
+/// (image interpretation) is copied from, or `null` for none. Left out, a
+/// session whose provider is `deepseek` (and is not the mock profile) gets
+/// the `deepseek` profile, any other provider none, as in the Node hub.
+/// An explicit `null` opts out.
+fn modality_assist(
+    input: &Map<String, Value>,
+    provider: &str,
+    d: &SpecDefaults,
+) -> Result<Value, SpecError> {
+    let key = "modalityAssistProvider";
+    let assist = match input.get(key) {
+        None => {
+            let default = provider == "deepseek" && provider != d.mock_profile;
+            return Ok(if default {
+                Value::from("deepseek")
+            } else {
+                Value::Null
+            });
+        }
+        Some(Value::Null) => return Ok(Value::Null),
+        Some(Value::String(name)) => name,
+        Some(_) => return Err(SpecError::new(key, "must be a profile name or null")),
+    };
+    if !d.profiles.contains(assist) || *assist == d.mock_profile {
+        return Err(SpecError::new(
+            key,
+            format!(
+                "must name a provider profile other than the mock profile {:?}, or be null \
+                 (known: {})",
+                d.mock_profile,
+                d.profiles.join(", ")
+            ),
+        ));
+    }
+    if provider == MODALITY_ASSIST_ENTRY {
+        return Err(SpecError::new(
+            key,
+            format!(
+                "must be null while provider is {MODALITY_ASSIST_ENTRY:?}: the assistant's \
+                 providers entry has that name"
+            ),
+        ));
+    }
+    Ok(Value::from(assist.as_str()))
 }
 
 fn opt_string(map: &Map<String, Value>, key: &str) -> Result<Option<String>, SpecError> {
@@ -964,8 +1037,12 @@ mod tests {
         SpecDefaults {
             provider: "mock".into(),
             profiles: vec!["deepseek".into(), "mock".into()],
+            mock_profile: "mock".into(),
             threads: 1,
             max_exchanges: 512,
+            auto_compact_threshold: 0,
+            max_auto_compactions: 5,
+            event_capacity: 1024,
             system_prompt_file: "prompts/coding_agent.yaml".into(),
             workspace: String::new(),
             platform: String::new(),
@@ -1022,9 +1099,73 @@ mod tests {
             json!({"persistence": {"enabled": 1}}),
             json!({"persistence": {"other": true}}),
             json!({"modle": "typo"}),
+            json!({"autoCompactThreshold": -1}),
+            json!({"autoCompactThreshold": 2_147_483_648_u64}),
+            json!({"maxAutoCompactions": 0}),
+            json!({"maxAutoCompactions": 2_147_483_648_u64}),
+            json!({"eventCapacity": 0}),
+            json!({"eventCapacity": 1.5}),
+            json!({"eventCapacity": 9_007_199_254_740_992_u64}),
+            json!({"modalityAssistProvider": "mock"}),
+            json!({"modalityAssistProvider": "nope"}),
+            json!({"modalityAssistProvider": 1}),
         ] {
             assert!(normalize_spec(Some(&bad), &d).is_err(), "{bad} accepted");
         }
+    }
+
+    #[test]
+    fn auto_compaction_and_event_capacity_default_from_the_configuration() {
+        let mut d = defaults();
+        d.auto_compact_threshold = 120_000;
+        d.max_auto_compactions = 2;
+        d.event_capacity = 64;
+        let spec = normalize_spec(None, &d).unwrap();
+        assert_eq!(spec["autoCompactThreshold"], 120_000);
+        assert_eq!(spec["maxAutoCompactions"], 2);
+        assert_eq!(spec["eventCapacity"], 64);
+        let given = json!({"autoCompactThreshold": 2_147_483_647_u64, "maxAutoCompactions": 1,
+                           "eventCapacity": 9_007_199_254_740_991_u64});
+        let spec = normalize_spec(Some(&given), &d).unwrap();
+        for key in ["autoCompactThreshold", "maxAutoCompactions", "eventCapacity"] {
+            assert_eq!(spec[key], given[key], "{key}");
+        }
+        let err = normalize_spec(Some(&json!({"eventCapacity": 0})), &d).unwrap_err();
+        assert_eq!(err.to_string(), "invalid eventCapacity: must be a positive integer");
+    }
+
+    #[test]
+    fn deepseek_sessions_get_a_modality_assistant_by_default() {
+        let d = defaults();
+        let assist = |spec: Value| normalize_spec(Some(&spec), &d).map(|s| s["modalityAssistProvider"].clone());
+        assert_eq!(assist(json!({"provider": "deepseek"})).unwrap(), "deepseek");
+        assert_eq!(assist(json!({"provider": "mock"})).unwrap(), Value::Null);
+        assert_eq!(assist(json!({})).unwrap(), Value::Null);
+        // An explicit null opts out; another provider opts in by name.
+        assert_eq!(
+            assist(json!({"provider": "deepseek", "modalityAssistProvider": null})).unwrap(),
+            Value::Null
+        );
+        assert_eq!(
+            assist(json!({"provider": "mock", "modalityAssistProvider": "deepseek"})).unwrap(),
+            "deepseek"
+        );
+        // The mock profile is never an assistant, under any name.
+        let mut d2 = defaults();
+        d2.mock_profile = "deepseek".into();
+        let spec = normalize_spec(Some(&json!({"provider": "deepseek"})), &d2).unwrap();
+        assert_eq!(spec["modalityAssistProvider"], Value::Null);
+        let err = normalize_spec(Some(&json!({"modalityAssistProvider": "mock"})), &d).unwrap_err();
+        assert_eq!(err.field, "modalityAssistProvider");
+        assert!(err.reason.contains("other than the mock profile"), "{err}");
+        // A normalized spec normalizes to itself.
+        let once = normalize_spec(Some(&json!({"provider": "deepseek"})), &d).unwrap();
+        assert_eq!(normalize_spec(Some(&once), &d).unwrap(), once);
+        // A driver named like the assistant's entry cannot have one.
+        let mut d3 = defaults();
+        d3.profiles.push(MODALITY_ASSIST_ENTRY.into());
+        let clash = json!({"provider": MODALITY_ASSIST_ENTRY, "modalityAssistProvider": "deepseek"});
+        assert!(normalize_spec(Some(&clash), &d3).is_err());
     }
 
     #[test]

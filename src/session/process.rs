@@ -98,6 +98,23 @@ impl Session {
         Some(p.state)
     }
 
+    /// The launcher of `lifecycle_id` daemonized: `pinned` (named by its
+    /// pid file) is the worker from now on. The state stays what it was (a
+    /// stop in progress goes on against the new process). False when the
+    /// record is not this start's or has ended.
+    pub fn record_daemonized(&mut self, lifecycle_id: &str, pinned: Arc<Pinned>) -> bool {
+        let Some(p) = self.current_process(lifecycle_id) else {
+            return false;
+        };
+        if !p.state.is_active() {
+            return false;
+        }
+        p.pid = Some(pinned.pid());
+        p.start_time = Some(pinned.start_time());
+        p.pinned = Some(pinned);
+        true
+    }
+
     /// Begins a stop (`stopping`): only a running, pinned worker can be
     /// stopped; a second stop while one runs begins again on the same
     /// incarnation.
@@ -235,6 +252,29 @@ mod tests {
             s.record_ended("l1", Some(143), None, "t"),
             Some(ProcState::Exited)
         );
+    }
+
+    #[test]
+    fn a_daemonized_worker_replaces_its_launcher_in_the_record() {
+        let me = std::process::id();
+        let start = crate::supervisor::sys::proc_start_time(me).unwrap();
+        let pin = || Arc::new(Pinned::open(me, start).unwrap());
+        let mut s = session();
+        s.reserve_start("l1").unwrap();
+        s.record_started(spawned("l1"));
+        assert!(!s.record_daemonized("other", pin()));
+        assert!(s.record_daemonized("l1", pin()));
+        let p = s.process().unwrap();
+        assert_eq!((p.pid, p.start_time), (Some(me), Some(start)));
+        assert_eq!(p.state, ProcState::Running);
+        // A stop in progress stays one.
+        s.begin_stop().unwrap();
+        assert!(s.record_daemonized("l1", pin()));
+        assert_eq!(s.process().unwrap().state, ProcState::Stopping);
+        // An ended record is never revived.
+        s.record_ended("l1", Some(0), None, "t");
+        assert!(!s.record_daemonized("l1", pin()));
+        assert_eq!(s.process().unwrap().state, ProcState::Exited);
     }
 
     #[test]

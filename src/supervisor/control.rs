@@ -7,15 +7,23 @@
 //! Threads per running worker: one waiter (blocks in `wait()`), two pipe
 //! readers (see `capture`). Each stop has one ladder thread. Signals only
 //! ever go through the pinned incarnation.
+//!
+//! A launcher that daemonizes (`launcher.pidFile`) exits soon after its
+//! start; the waiter then finds the worker it left behind through the pid
+//! file (`daemon`), pins it, makes it the session's process (store record
+//! included, so a restarted hub adopts it) and waits on its pidfd instead.
+//! A stop that runs meanwhile follows the record to the new process.
 
 use std::fmt;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use super::process::ProcessInfo;
+use super::daemon::{self, Found};
 use super::sys::{self, Identity, Pinned};
 use super::{capture, launch, render};
 use crate::hub::{Hub, Note};
@@ -198,14 +206,11 @@ fn spawn(
         Some(_) => return Err("spec must be an object".into()),
     };
     let addr = hub.local_addr();
-    let host = render::connect_host(&config.worker.connect_host, addr.ip());
-    let tools_port = hub.tools_port();
-    let mut endpoints = render::endpoints(&host, addr.port(), tools_port, id, token);
     // The tools listener may be bound elsewhere (`toolRequests.host`).
-    if let Some(tools_addr) = hub.tools_addr().filter(|t| t.ip() != addr.ip()) {
-        let tools_host = render::connect_host(&config.worker.connect_host, tools_addr.ip());
-        endpoints.tools = render::endpoints(&tools_host, addr.port(), tools_port, id, token).tools;
-    }
+    let tools_addr = hub
+        .tools_addr()
+        .unwrap_or_else(|| std::net::SocketAddr::new(addr.ip(), hub.tools_port()));
+    let endpoints = render::session_endpoints(config, addr, tools_addr, id, token);
     let config_path = config_dir.join("config.yaml");
     let mut document = match std::fs::read_to_string(&config_path) {
         Ok(existing) => render::refresh(&existing, &session_dir, &endpoints)
@@ -345,10 +350,10 @@ fn spawn(
     let hub2 = hub.clone();
     let sid = id.to_string();
     let lid = lifecycle_id.to_string();
+    let pid_file = invocation.pid_file.clone();
     let waiter = thread::spawn_with("worker-wait", Stack::Small, child, move |mut child| {
         let status = child.wait();
         waited().retain(|&p| p != pid);
-        exited.set();
         let (code, signal) = match status {
             Ok(status) => {
                 use std::os::unix::process::ExitStatusExt;
@@ -356,6 +361,26 @@ fn spawn(
             }
             Err(_) => (None, None),
         };
+        // A clean exit of a launcher that declares a pid file: the worker
+        // is the daemon it left behind, if any.
+        let followed = match (&pid_file, start_time) {
+            (Some(file), Some(launcher_start)) if code == Some(0) => follow_daemon(
+                &hub2,
+                &sid,
+                &lid,
+                Launched {
+                    pid_file: file,
+                    pid,
+                    start_time: launcher_start,
+                    wait: daemon::PID_FILE_WAIT,
+                },
+                &record,
+            ),
+            _ => None,
+        };
+        // The daemon may have held the pipes until now.
+        exited.set();
+        let (code, signal) = followed.unwrap_or((code, signal));
         process_ended(&hub2, &sid, &lid, code, signal);
         for reader in readers {
             let _ = reader.join();
@@ -376,6 +401,79 @@ fn spawn(
         pid,
         config: config_path.display().to_string(),
     })
+}
+
+/// A launcher that ended, and where it was to leave its daemon's pid.
+struct Launched<'a> {
+    pid_file: &'a Path,
+    pid: u32,
+    start_time: u64,
+    /// How long the pid file may take to name the worker.
+    wait: Duration,
+}
+
+/// After `launcher` (of session `id`'s start `lifecycle_id`) ended: finds
+/// the worker it daemonized through its pid file, makes it the session's
+/// process (`record`, the store's copy, is updated too) and waits for its
+/// end. Returns that end's exit status (`(None, None)` when the worker was
+/// not our child, so no status is known), or `None` when there is no
+/// daemon to follow.
+fn follow_daemon(
+    hub: &Hub,
+    id: &str,
+    lifecycle_id: &str,
+    launcher: Launched<'_>,
+    record: &ProcessRecord,
+) -> Option<(Option<i32>, Option<i32>)> {
+    let found = daemon::find(
+        launcher.pid_file,
+        launcher.pid,
+        launcher.start_time,
+        launcher.wait,
+    );
+    let pinned = match found {
+        Found::Worker(pinned) => Arc::new(pinned),
+        Found::Launcher => return None,
+        Found::Nothing => {
+            log::warn!(
+                "session {id}: the launcher exited, but {} names no live worker started \
+                 after it; the worker is taken as ended",
+                launcher.pid_file.display()
+            );
+            return None;
+        }
+    };
+    let worker = pinned.pid();
+    // Its exit status is ours to collect, not the orphan reaper's.
+    waited().push(worker);
+    let described = hub.with_session(id, |s| {
+        s.record_daemonized(lifecycle_id, pinned.clone())
+            .then(|| s.describe_process())
+    });
+    let Some(Some(process)) = described else {
+        waited().retain(|&p| p != worker);
+        return None;
+    };
+    let mut daemonized = record.clone();
+    daemonized.pid = worker;
+    daemonized.start_time = Some(pinned.start_time());
+    if let Err(err) = hub.store_put_process(&daemonized) {
+        log::warn!("session {id}: process record not stored: {err}");
+    }
+    log::info!(
+        "session {id}: the launcher (pid {}) daemonized; following the worker pid {worker} \
+         named by {}",
+        launcher.pid,
+        launcher.pid_file.display()
+    );
+    hub.notify(Note::Process {
+        session: id.to_string(),
+        process,
+    });
+    while !pinned.wait_exit(Duration::from_secs(3600)) {}
+    let status = sys::reap_child(worker);
+    waited().retain(|&p| p != worker);
+    Some(status.unwrap_or((None, None)))
 }
 
 /// Records the end of a worker process (spawned or adopted).
@@ -402,7 +500,18 @@ fn process_ended(hub: &Hub, id: &str, lifecycle_id: &str, code: Option<i32>, sig
 /// ladder thread (or at once when there is nothing to stop).
 pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopResult) + Send>) {
     let begun = hub.with_session(id, |s| match s.begin_stop() {
-        Ok(begun) => Ok((begun.pinned, begun.connected, s.describe_process())),
+        Ok(begun) => {
+            let lifecycle = s.process().map(|p| p.lifecycle_id.clone());
+            let first = Target {
+                pinned: begun.pinned,
+            };
+            Ok((
+                lifecycle.unwrap_or_default(),
+                first,
+                begun.connected,
+                s.describe_process(),
+            ))
+        }
         Err(NoStop::NotStarted) => Err(stopped(StopHow::NotStarted, false)),
         Err(NoStop::AlreadyExited) => Err(stopped(StopHow::AlreadyExited, false)),
         Err(NoStop::Unpinned) => Err(Err(StopFailed {
@@ -411,7 +520,7 @@ pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopR
             reason: "the worker has no verified process identity".into(),
         })),
     });
-    let (pinned, connected, described) = match begun {
+    let (lifecycle, first, connected, described) = match begun {
         None => {
             return done(Err(StopFailed {
                 how: StopHow::NotStarted,
@@ -433,7 +542,14 @@ pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopR
         Stack::Small,
         input,
         move |(hub, id, done)| {
-            let result = ladder(&hub, &id, &pinned, connected, mode);
+            let watch = Watch {
+                hub: &hub,
+                id: &id,
+                lifecycle: &lifecycle,
+                follows: follows_pid_file(&hub),
+                first,
+            };
+            let result = ladder(&watch, connected, mode);
             if let Err(failed) = &result {
                 log::warn!(
                     "session {id}: stop did not end the worker ({})",
@@ -461,34 +577,123 @@ pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopR
     }
 }
 
-/// The stop ladder. Runs on its own thread; waits on the pidfd.
-fn ladder(hub: &Hub, id: &str, pinned: &Pinned, connected: bool, mode: StopMode) -> StopResult {
+/// Whether workers may hand over to a daemon named by `launcher.pidFile`.
+fn follows_pid_file(hub: &Hub) -> bool {
+    let launcher = &hub.config.launcher;
+    !launcher.pid_file.is_empty() && launcher.kind != crate::config::LauncherKind::BuiltIn
+}
+
+/// How long a stop waits for the waiter's verdict on a launcher that
+/// exited while its pid file is read (a bit longer than the reading).
+const HANDOVER_SETTLE: Duration = Duration::from_secs(6);
+
+/// The process a stop acts on: whatever the session's record of the
+/// stopped start pins at the moment, which changes once when a launcher
+/// hands over to its daemon (`follows`).
+struct Watch<'a> {
+    hub: &'a Hub,
+    id: &'a str,
+    lifecycle: &'a str,
+    follows: bool,
+    /// What the record pinned when the stop began: the group kill still
+    /// reaches its leftover group members when the record ended meanwhile.
+    first: Target,
+}
+
+/// One pinned process of the record.
+struct Target {
+    pinned: Arc<Pinned>,
+}
+
+impl Watch<'_> {
+    /// The record's pinned process while the record is this start's and
+    /// active; `None` once it has ended.
+    fn lookup(&self) -> Option<Target> {
+        self.hub
+            .with_session(self.id, |s| {
+                s.process()
+                    .filter(|p| p.lifecycle_id == self.lifecycle && p.state.is_active())
+                    .and_then(|p| p.pinned.clone())
+                    .map(|pinned| Target { pinned })
+            })
+            .flatten()
+    }
+
+    /// Like [`Watch::lookup`], but when the pinned process is a launcher
+    /// that has exited while the waiter reads its pid file, first waits
+    /// (bounded) for the waiter to hand over or to end the record.
+    fn settled(&self) -> Option<Target> {
+        let deadline = Instant::now() + HANDOVER_SETTLE;
+        loop {
+            let target = self.lookup()?;
+            if !self.follows || target.pinned.is_alive() || Instant::now() >= deadline {
+                return Some(target);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Waits up to `timeout` until the worker is gone: its process exited
+    /// and, when following a pid file, no daemon took over. `true` if gone.
+    fn gone_within(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let Some(target) = self.lookup() else {
+                return true;
+            };
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if target.pinned.is_alive() {
+                if !target.pinned.wait_exit(remaining) {
+                    return false;
+                }
+                if !self.follows {
+                    return true;
+                }
+            } else if !self.follows {
+                return true;
+            } else if remaining.is_zero() {
+                // A launcher gone, its pid file still being read.
+                return false;
+            } else {
+                std::thread::sleep(remaining.min(Duration::from_millis(10)));
+            }
+        }
+    }
+}
+
+/// The stop ladder. Runs on its own thread; waits on the pidfd of the
+/// process the record pins (see [`Watch`]).
+fn ladder(watch: &Watch<'_>, connected: bool, mode: StopMode) -> StopResult {
+    let hub = watch.hub;
+    let id = watch.id;
     let w = &hub.config.worker;
     let group_kill = mode == StopMode::ForceKill || hub.config.force_kill_process_group;
     if mode == StopMode::Graceful {
         if connected
             && hub.send_signal(id, "shutdown", None).is_ok()
-            && pinned.wait_exit(Duration::from_millis(w.stop_timeout_ms))
+            && watch.gone_within(Duration::from_millis(w.stop_timeout_ms))
         {
             return stopped(StopHow::ShutdownSignal, false);
         }
-        if !pinned.is_alive() {
+        let Some(target) = watch.settled().filter(|t| t.pinned.is_alive()) else {
             return stopped(StopHow::ShutdownSignal, false);
-        }
-        let _ = pinned.signal(libc::SIGTERM);
-        if pinned.wait_exit(Duration::from_millis(w.sigterm_grace_ms)) {
+        };
+        let _ = target.pinned.signal(libc::SIGTERM);
+        if watch.gone_within(Duration::from_millis(w.sigterm_grace_ms)) {
             return stopped(StopHow::Sigterm, true);
         }
     }
+    let settled = watch.settled();
+    let target = settled.as_ref().unwrap_or(&watch.first);
     let how = if group_kill {
         hub.with_session(id, Session::note_group_killed);
-        let _ = pinned.signal_group(libc::SIGKILL);
+        let _ = target.pinned.signal_own_group(libc::SIGKILL);
         StopHow::SigkillProcessGroup
     } else {
-        let _ = pinned.signal(libc::SIGKILL);
+        let _ = target.pinned.signal(libc::SIGKILL);
         StopHow::Sigkill
     };
-    if pinned.wait_exit(Duration::from_millis(w.sigkill_grace_ms)) {
+    if watch.gone_within(Duration::from_millis(w.sigkill_grace_ms)) {
         stopped(how, true)
     } else {
         Err(StopFailed {
@@ -551,11 +756,33 @@ pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
             continue;
         }
         log::info!("session {id}: adopted running worker pid {}", rec.pid);
+        // Had the launcher not daemonized yet, its pid file is read once
+        // when it exits (it has had every chance to write it by then).
+        let pid_file = if follows_pid_file(hub) {
+            let session_dir = hub.session_dir(&id);
+            launch::pid_file(&hub.config, &id, &session_dir, &hub.config.data_dir)
+                .unwrap_or_else(|err| {
+                    log::warn!("session {id}: the pid file is not followed: {err}");
+                    None
+                })
+        } else {
+            None
+        };
         let hub2 = hub.clone();
         let watched = thread::spawn("worker-watch", Stack::Small, move || {
             while !pinned.wait_exit(Duration::from_secs(3600)) {}
+            let followed = pid_file.as_deref().and_then(|file| {
+                let launched = Launched {
+                    pid_file: file,
+                    pid: pinned.pid(),
+                    start_time: pinned.start_time(),
+                    wait: Duration::ZERO,
+                };
+                follow_daemon(&hub2, &id, &lifecycle_id, launched, &rec)
+            });
             // Not our child: no exit status is available.
-            process_ended(&hub2, &id, &lifecycle_id, None, None);
+            let (code, signal) = followed.unwrap_or((None, None));
+            process_ended(&hub2, &id, &lifecycle_id, code, signal);
             hub2.hooks().process_gone(&hub2, &id);
         });
         if let Err(err) = watched {

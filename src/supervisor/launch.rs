@@ -1,11 +1,12 @@
 //! The worker command line: program, arguments, working directory and
 //! environment overrides for one session start.
 //!
-//! Three shapes: the built-in mock worker (this executable's `mock-worker`
-//! subcommand) when the session uses the mock profile and the mock is
-//! enabled; `launcher.kind = "simplex-worker"`, which runs `worker.bin`
-//! with the fixed worker flags; and `launcher.kind = "command"`, an argv
-//! template with `{placeholder}`s. No shell is ever involved.
+//! Three shapes, one per `launcher.kind`: `"built-in"`, this executable's
+//! `mock-worker` subcommand; `"simplex-worker"`, which runs `worker.bin`
+//! with the fixed worker flags; and `"command"`, an argv template with
+//! `{placeholder}`s. No shell is ever involved. The two external kinds may
+//! name a pid file (`launcher.pidFile`, a template too) for a launcher that
+//! daemonizes.
 //!
 //! Pure apart from reading the hub's uid and gid for `{uid}`/`{gid}`. The
 //! supervisor spawns the process.
@@ -27,6 +28,9 @@ pub struct Invocation {
     pub cwd: PathBuf,
     /// `spec.env`, applied on top of the inherited hub environment.
     pub env: Vec<(String, String)>,
+    /// `launcher.pidFile`, expanded: where a daemonizing launcher leaves
+    /// the worker's pid. `None` when not configured.
+    pub pid_file: Option<PathBuf>,
 }
 
 /// Everything [`invocation`] needs to know about a start.
@@ -65,6 +69,9 @@ pub enum LaunchError {
     /// A spec field has the wrong shape (the spec should have been
     /// normalized).
     BadSpec { field: String, rule: &'static str },
+    /// `launcher.pidFile` expanded to something that is not an absolute
+    /// path.
+    RelativePidFile,
 }
 
 impl fmt::Display for LaunchError {
@@ -92,6 +99,9 @@ impl fmt::Display for LaunchError {
             LaunchError::BadSpec { field, rule } => {
                 write!(f, "session spec field {field} {rule}")
             }
+            LaunchError::RelativePidFile => {
+                write!(f, "launcher.pidFile does not expand to an absolute path")
+            }
         }
     }
 }
@@ -102,7 +112,7 @@ impl std::error::Error for LaunchError {}
 /// the three shapes). The working directory is `launcher.cwd` when set
 /// (expanded; a relative result is taken against the session directory),
 /// else the session directory; the built-in worker always runs in the
-/// session directory.
+/// session directory and ignores `launcher.args` and `launcher.cwd`.
 pub fn invocation(input: &LaunchInput) -> Result<Invocation, LaunchError> {
     let config = input.config;
     let session = input.session.to_owned();
@@ -129,8 +139,8 @@ pub fn invocation(input: &LaunchInput) -> Result<Invocation, LaunchError> {
         threads.clone(),
     ];
 
-    let provider = input.spec.get("provider").and_then(Value::as_str);
-    if config.mock.enabled && provider == Some(config.mock.profile.as_str()) {
+    let launcher = &config.launcher;
+    if launcher.kind == LauncherKind::BuiltIn {
         let mut args = vec!["mock-worker".to_owned()];
         args.extend(fixed);
         return Ok(Invocation {
@@ -138,6 +148,7 @@ pub fn invocation(input: &LaunchInput) -> Result<Invocation, LaunchError> {
             args,
             cwd: input.session_dir.to_path_buf(),
             env,
+            pid_file: None,
         });
     }
 
@@ -151,9 +162,9 @@ pub fn invocation(input: &LaunchInput) -> Result<Invocation, LaunchError> {
         threads: &threads,
         worker_bin: &utf8(&config.worker.bin, "worker.bin")?,
     };
-    let launcher = &config.launcher;
     let (program, args) = match launcher.kind {
-        LauncherKind::SimplexWorker => {
+        // (`BuiltIn` returned above.)
+        LauncherKind::SimplexWorker | LauncherKind::BuiltIn => {
             let mut args = fixed;
             args.extend(launcher.args.iter().cloned());
             args.extend(config.worker.args.iter().cloned());
@@ -163,10 +174,14 @@ pub fn invocation(input: &LaunchInput) -> Result<Invocation, LaunchError> {
         LauncherKind::Command => {
             let mut argv = Vec::with_capacity(launcher.command.len() + launcher.args.len());
             for (i, item) in launcher.command.iter().enumerate() {
-                argv.push(expand(item, &vars, || format!("launcher.command[{i}]"))?);
+                argv.push(expand(item, &|n| vars.get(n), || {
+                    format!("launcher.command[{i}]")
+                })?);
             }
             for (i, item) in launcher.args.iter().enumerate() {
-                argv.push(expand(item, &vars, || format!("launcher.args[{i}]"))?);
+                argv.push(expand(item, &|n| vars.get(n), || {
+                    format!("launcher.args[{i}]")
+                })?);
             }
             argv.extend(extra_args);
             let mut argv = argv.into_iter();
@@ -182,14 +197,47 @@ pub fn invocation(input: &LaunchInput) -> Result<Invocation, LaunchError> {
     } else {
         input
             .session_dir
-            .join(expand(&launcher.cwd, &vars, || "launcher.cwd".to_owned())?)
+            .join(expand(&launcher.cwd, &|n| vars.get(n), || {
+                "launcher.cwd".to_owned()
+            })?)
     };
+    let pid_file = pid_file(config, input.session, input.session_dir, input.data_dir)?;
     Ok(Invocation {
         program,
         args,
         cwd,
         env,
+        pid_file,
     })
+}
+
+/// `launcher.pidFile` for `session`, expanded, or `None` when the launcher
+/// declares no pid file (always for the built-in worker). Its template may
+/// use `{session}`, `{session_dir}` and `{data_dir}` only, so the path is
+/// known again when a restarted hub adopts the worker.
+pub fn pid_file(
+    config: &Config,
+    session: &str,
+    session_dir: &Path,
+    data_dir: &Path,
+) -> Result<Option<PathBuf>, LaunchError> {
+    let template = &config.launcher.pid_file;
+    if template.is_empty() || config.launcher.kind == LauncherKind::BuiltIn {
+        return Ok(None);
+    }
+    let session_dir = utf8(session_dir, "session directory")?;
+    let data_dir = utf8(data_dir, "data directory")?;
+    let vars = |name: &str| match name {
+        "session" => Some(session.to_owned()),
+        "session_dir" => Some(session_dir.clone()),
+        "data_dir" => Some(data_dir.clone()),
+        _ => None,
+    };
+    let file = expand(template, &vars, || "launcher.pidFile".to_owned())?;
+    if !file.starts_with('/') {
+        return Err(LaunchError::RelativePidFile);
+    }
+    Ok(Some(PathBuf::from(file)))
 }
 
 /// The values placeholders expand to.
@@ -231,7 +279,11 @@ impl Vars<'_> {
 /// Expands the placeholders of one template element. `{{` and `}}` stand
 /// for literal braces; a lone `}` is kept as is. `field` names the element
 /// in errors.
-fn expand(template: &str, vars: &Vars, field: impl Fn() -> String) -> Result<String, LaunchError> {
+fn expand(
+    template: &str,
+    vars: &dyn Fn(&str) -> Option<String>,
+    field: impl Fn() -> String,
+) -> Result<String, LaunchError> {
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
     while let Some(at) = rest.find(['{', '}']) {
@@ -249,8 +301,7 @@ fn expand(template: &str, vars: &Vars, field: impl Fn() -> String) -> Result<Str
                 .find('}')
                 .ok_or_else(|| LaunchError::Unterminated { field: field() })?;
             let name = &body[..end];
-            let value = vars
-                .get(name)
+            let value = vars(name)
                 .ok_or_else(|| LaunchError::UnknownPlaceholder {
                     name: is_name(name).then(|| name.to_owned()),
                     field: field(),
@@ -350,24 +401,68 @@ mod tests {
     ];
 
     #[test]
-    fn built_in_worker_for_the_enabled_mock_profile() {
-        let c =
-            test_config(r#"{"launcher": {"kind": "command", "command": ["docker"], "cwd": "/x"}}"#);
-        let inv = run(&c, &spec("mock")).unwrap();
-        assert_eq!(inv.program, "/usr/bin/simplex-hub");
-        let mut expected = vec!["mock-worker"];
-        expected.extend(FIXED);
-        assert_eq!(inv.args, expected);
-        assert_eq!(inv.cwd, Path::new("/data/sessions/demo"));
-        assert_eq!(
-            inv.env,
-            [("B".into(), "2".into()), ("A".into(), "1".into())]
-        );
+    fn the_built_in_launcher_runs_the_built_in_worker_for_every_provider() {
+        let c = test_config(r#"{"launcher": {"kind": "built-in", "args": ["--l"], "cwd": "/x"}}"#);
+        for provider in ["mock", "deepseek"] {
+            let inv = run(&c, &spec(provider)).unwrap();
+            assert_eq!(inv.program, "/usr/bin/simplex-hub");
+            let mut expected = vec!["mock-worker"];
+            expected.extend(FIXED);
+            assert_eq!(inv.args, expected);
+            assert_eq!(inv.cwd, Path::new("/data/sessions/demo"));
+            assert_eq!(
+                inv.env,
+                [("B".into(), "2".into()), ("A".into(), "1".into())]
+            );
+            assert_eq!(inv.pid_file, None);
+        }
 
-        // With the mock disabled the launcher runs instead.
-        let c = test_config(r#"{"mock": {"enabled": false}}"#);
+        // Any other launcher runs for the mock profile too: mock.enabled
+        // is the model provider, not a worker.
+        let c = test_config(r#"{"mock": {"enabled": true}}"#);
         let inv = run(&c, &spec("mock")).unwrap();
         assert_eq!(inv.program, "simplex_worker");
+        let c = test_config(r#"{"launcher": {"kind": "command", "command": ["docker"]}}"#);
+        assert_eq!(run(&c, &spec("mock")).unwrap().program, "docker");
+    }
+
+    #[test]
+    fn pid_file_templates() {
+        let with = |kind: &str, pid_file: &str| {
+            test_config(
+                &json!({"launcher": {"kind": kind, "command": ["w"], "pidFile": pid_file}})
+                    .to_string(),
+            )
+        };
+        let pid_file = |c: &Config| run(c, &spec("deepseek")).map(|inv| inv.pid_file);
+        assert_eq!(pid_file(&with("command", "")).unwrap(), None);
+        assert_eq!(
+            pid_file(&with("command", "/run/w.pid")).unwrap(),
+            Some(PathBuf::from("/run/w.pid"))
+        );
+        assert_eq!(
+            pid_file(&with("simplex-worker", "{session_dir}/w-{session}.pid")).unwrap(),
+            Some(PathBuf::from("/data/sessions/demo/w-demo.pid"))
+        );
+        assert_eq!(
+            pid_file(&with("command", "/{{x}}/{data_dir}")).unwrap(),
+            Some(PathBuf::from("/{x}//data"))
+        );
+        // The three names are known again when a worker is adopted; the
+        // others are not.
+        let err = pid_file(&with("command", "/run/{token}.pid")).unwrap_err();
+        assert_eq!(
+            err,
+            LaunchError::UnknownPlaceholder {
+                name: Some("token".into()),
+                field: "launcher.pidFile".into()
+            }
+        );
+        let c = with("command", "/run/{session}.pid");
+        assert_eq!(
+            super::pid_file(&c, "s", Path::new("/d/sessions/s"), Path::new("/d")).unwrap(),
+            Some(PathBuf::from("/run/s.pid"))
+        );
     }
 
     #[test]
@@ -486,10 +581,13 @@ mod tests {
             }
         );
 
-        let err = run(&command(json!(["{nope}"])), &spec("mock")).unwrap();
+        let built_in = test_config(
+            &json!({"launcher": {"kind": "built-in", "command": ["{nope}"]}}).to_string(),
+        );
+        let inv = run(&built_in, &spec("mock")).unwrap();
         assert_eq!(
-            err.program, "/usr/bin/simplex-hub",
-            "the mock never expands"
+            inv.program, "/usr/bin/simplex-hub",
+            "the built-in worker never expands"
         );
 
         let err = run(&command(json!(["", "x"])), &spec("deepseek")).unwrap_err();
@@ -525,7 +623,7 @@ mod tests {
             "unknown placeholder {bad} in launcher.cwd (write {{ and }} for literal braces)"
         );
         // The built-in worker ignores launcher.cwd.
-        let c = with_cwd("command", "/srv");
+        let c = with_cwd("built-in", "/srv");
         assert_eq!(
             run(&c, &spec("mock")).unwrap().cwd,
             Path::new("/data/sessions/demo")

@@ -3,11 +3,13 @@
 //! `sys` wraps the OS calls (pidfd, process groups, subreaper); `render`
 //! and `launch` build the worker's configuration and command line (pure);
 //! `process` is the record and its description (pure); `control` starts
-//! and stops workers; `capture` reads their pipes; `snapshot` reads their
-//! persisted state for the panel.
+//! and stops workers; `daemon` finds the worker a daemonizing launcher
+//! left behind (`launcher.pidFile`); `capture` reads their pipes;
+//! `snapshot` reads their persisted state for the panel.
 
 pub mod capture;
 pub mod control;
+pub mod daemon;
 pub mod launch;
 pub mod process;
 pub mod render;

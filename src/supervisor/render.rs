@@ -11,13 +11,14 @@
 //! Pure: no disk, no clock. The supervisor reads and writes the file.
 
 use std::fmt;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Component, Path, PathBuf};
 
 use serde_json::{json, Map, Value};
 
 use crate::config::Config;
 use crate::http::url::percent_encode;
+use crate::session::MODALITY_ASSIST_ENTRY;
 
 /// The three WebSocket URLs a worker dials, each carrying the session
 /// token in its query.
@@ -35,7 +36,9 @@ pub struct Endpoints {
 /// Builds the endpoints of `session`:
 /// `ws://<host>:<main_port>/agent/<id>/events?token=<token>`, the same with
 /// `/confirm`, and `ws://<host>:<tools_port>/agent/<id>/tools?token=<token>`.
-/// The id and token are percent-encoded; an IPv6 host is bracketed.
+/// The id and token are percent-encoded; an IPv6 host is bracketed. (The
+/// hub itself builds them with [`session_endpoints`].)
+#[cfg(test)]
 pub fn endpoints(
     host: &str,
     main_port: u16,
@@ -44,14 +47,54 @@ pub fn endpoints(
     token: &str,
 ) -> Endpoints {
     let host = url_host(host);
-    let id = percent_encode(session);
-    let token = percent_encode(token);
-    let url =
-        |port: u16, route: &str| format!("ws://{host}:{port}/agent/{id}/{route}?token={token}");
+    let main = format!("ws://{host}:{main_port}");
+    let tools = format!("ws://{host}:{tools_port}");
     Endpoints {
-        events: url(main_port, "events"),
-        confirm: url(main_port, "confirm"),
-        tools: url(tools_port, "tools"),
+        events: channel_url(&main, session, "events", token),
+        confirm: channel_url(&main, session, "confirm", token),
+        tools: channel_url(&tools, session, "tools", token),
+    }
+}
+
+/// `<origin>/agent/<id>/<route>?token=<token>`, id and token
+/// percent-encoded. `origin` has no trailing `/`.
+fn channel_url(origin: &str, session: &str, route: &str, token: &str) -> String {
+    format!(
+        "{origin}/agent/{}/{route}?token={}",
+        percent_encode(session),
+        percent_encode(token)
+    )
+}
+
+/// The endpoints a session's worker is told to dial. Each channel uses its
+/// `endpoints.*` origin when one is configured (a proxy in front of the
+/// hub, `wss://` included: the origin and path prefix replace the hub's
+/// own, the route and token are appended), else the hub's listener: the
+/// main one for events and confirmations, the tools listener for tools,
+/// at `worker.connectHost` or the bound address ([`connect_host`]).
+pub fn session_endpoints(
+    config: &Config,
+    main: SocketAddr,
+    tools: SocketAddr,
+    session: &str,
+    token: &str,
+) -> Endpoints {
+    let own = |addr: SocketAddr| {
+        let host = connect_host(&config.worker.connect_host, addr.ip());
+        format!("ws://{}:{}", url_host(&host), addr.port())
+    };
+    let origin = |configured: &str, addr: SocketAddr| {
+        if configured.is_empty() {
+            own(addr)
+        } else {
+            configured.to_owned()
+        }
+    };
+    let advertised = &config.endpoints;
+    Endpoints {
+        events: channel_url(&origin(&advertised.events, main), session, "events", token),
+        confirm: channel_url(&origin(&advertised.confirm, main), session, "confirm", token),
+        tools: channel_url(&origin(&advertised.tools, tools), session, "tools", token),
     }
 }
 
@@ -116,14 +159,17 @@ impl fmt::Display for RenderError {
 impl std::error::Error for RenderError {}
 
 /// The first-time worker document for a session. `config` gives the
-/// defaults and the provider profile; `spec` (normalized, see
-/// `session::normalize_spec`) overrides model, exchanges, prompt file,
-/// environment, persistence switches and restore.
+/// defaults and the provider profiles; `spec` (normalized, see
+/// `session::normalize_spec`) overrides model, exchanges, automatic
+/// compaction, event capacity, prompt file, environment, persistence
+/// switches and restore, and names the modality assistant, whose profile
+/// is copied unchanged (the spec's `model` is the driver's only) into the
+/// `modality_assist` providers entry.
 pub fn render(config: &Config, spec: &Value, session_dir: &Path, endpoints: &Endpoints) -> Value {
     let w = &config.worker;
     let provider = spec_str(spec, "provider")
         .map(str::to_owned)
-        .unwrap_or_else(|| default_provider(config));
+        .unwrap_or_else(|| config.default_provider());
     let mut profile = match config.provider_profiles.get(&provider) {
         Some(Value::Object(map)) => map.clone(),
         _ => Map::new(),
@@ -133,6 +179,12 @@ pub fn render(config: &Config, spec: &Value, session_dir: &Path, endpoints: &End
     }
     let mut providers = Map::new();
     providers.insert(provider.clone(), Value::Object(profile));
+    let assist = spec_str(spec, "modalityAssistProvider")
+        .and_then(|name| config.provider_profiles.get(name))
+        .filter(|_| provider != MODALITY_ASSIST_ENTRY);
+    if let Some(assist) = assist {
+        providers.insert(MODALITY_ASSIST_ENTRY.into(), assist.clone());
+    }
 
     let max_exchanges = spec_u64(spec, "maxExchanges").unwrap_or(w.max_exchanges);
     let prompt = spec_str(spec, "systemPromptFile").unwrap_or(&w.system_prompt_file);
@@ -163,7 +215,14 @@ pub fn render(config: &Config, spec: &Value, session_dir: &Path, endpoints: &End
         },
         "providers": providers,
         "driver_model": provider,
-        "client": {
+    });
+    let map = doc.as_object_mut().expect("a JSON object literal");
+    if assist.is_some() {
+        map.insert("modality_assist_model".into(), json!(MODALITY_ASSIST_ENTRY));
+    }
+    map.insert(
+        "client".into(),
+        json!({
             "endpoint": endpoints.events,
             "payload_capacity": w.payload_capacity,
             "signal_capacity": w.signal_capacity,
@@ -173,15 +232,17 @@ pub fn render(config: &Config, spec: &Value, session_dir: &Path, endpoints: &End
                 "max_backoff_ms": w.max_backoff_ms,
                 "idle_timeout_seconds": w.idle_timeout_seconds,
             },
-        },
-        "security": {
+        }),
+    );
+    map.insert(
+        "security".into(),
+        json!({
             "confirmation": {
                 "endpoint": endpoints.confirm,
                 "timeout_ms": w.confirmation_timeout_ms,
             },
-        },
-    });
-    let map = doc.as_object_mut().expect("a JSON object literal");
+        }),
+    );
     if w.hub_remote_call {
         map.insert(
             "hub_remote_call".into(),
@@ -195,7 +256,11 @@ pub fn render(config: &Config, spec: &Value, session_dir: &Path, endpoints: &End
         "worker".into(),
         json!({
             "max_exchanges": max_exchanges,
-            "event_capacity": w.event_capacity,
+            "auto_compact_threshold": spec_u64(spec, "autoCompactThreshold")
+                .unwrap_or(w.auto_compact_threshold),
+            "max_auto_compactions": spec_u64(spec, "maxAutoCompactions")
+                .unwrap_or(w.max_auto_compactions),
+            "event_capacity": spec_u64(spec, "eventCapacity").unwrap_or(w.event_capacity),
             "system_prompt_file": prompt,
             "environment": {
                 "workspace": workspace,
@@ -223,21 +288,6 @@ pub fn render(config: &Config, spec: &Value, session_dir: &Path, endpoints: &End
         }),
     );
     doc
-}
-
-/// The provider a spec without one gets: the mock profile while the mock
-/// is enabled, else the first profile (as `Hub` fills spec defaults).
-fn default_provider(config: &Config) -> String {
-    if config.mock.enabled && config.provider_profiles.contains_key(&config.mock.profile) {
-        config.mock.profile.clone()
-    } else {
-        config
-            .provider_profiles
-            .keys()
-            .next()
-            .cloned()
-            .unwrap_or_default()
-    }
 }
 
 /// Refreshes an existing worker document (`existing` is the file's text)
@@ -368,9 +418,14 @@ fn mapping<'a>(
 
 /// The spec fields the worker document can change, refreshed from `doc`:
 /// provider (`driver_model`), model (`providers[driver_model].model`),
-/// `maxExchanges`, `systemPromptFile`, workspace, platform, software,
+/// `maxExchanges`, `autoCompactThreshold`, `maxAutoCompactions`,
+/// `eventCapacity`, `systemPromptFile`, workspace, platform, software,
 /// `persistence.{enabled,readable}` and `restore`. A field the document
-/// lacks, or holds with the wrong type, keeps the spec's value.
+/// lacks, or holds with a value the spec rules would refuse, keeps the
+/// spec's value. `modalityAssistProvider`
+/// becomes `null` when the document has no `modality_assist_model`; one
+/// naming a providers entry keeps the spec's profile name, or takes the
+/// entry's name when the spec had none (an operator's edit).
 pub fn spec_from_document(spec: &Value, doc: &Value) -> Value {
     let mut out = match spec {
         Value::Object(map) => map.clone(),
@@ -394,6 +449,36 @@ pub fn spec_from_document(spec: &Value, doc: &Value) -> Value {
             .and_then(Value::as_u64)
             .map(Value::from),
     );
+    let bounded = |path: &[&str], min: u64, max: u64| {
+        lookup(doc, path)
+            .and_then(Value::as_u64)
+            .filter(|n| (min..=max).contains(n))
+            .map(Value::from)
+    };
+    const I32_MAX: u64 = 2_147_483_647;
+    set(
+        "autoCompactThreshold",
+        bounded(&["worker", "auto_compact_threshold"], 0, I32_MAX),
+    );
+    set(
+        "maxAutoCompactions",
+        bounded(&["worker", "max_auto_compactions"], 1, I32_MAX),
+    );
+    set(
+        "eventCapacity",
+        bounded(&["worker", "event_capacity"], 1, 9_007_199_254_740_991),
+    );
+    let assist = match lookup(doc, &["modality_assist_model"]) {
+        None => Some(Value::Null),
+        Some(Value::String(entry)) if string(&["providers", entry, "model"]).is_some() => {
+            match spec.get("modalityAssistProvider") {
+                Some(Value::String(_)) => None,
+                _ => Some(Value::from(entry.as_str())),
+            }
+        }
+        Some(_) => None,
+    };
+    set("modalityAssistProvider", assist);
     set(
         "systemPromptFile",
         string(&["worker", "system_prompt_file"]),
@@ -492,7 +577,8 @@ mod tests {
     fn spec() -> Value {
         json!({
             "provider": "deepseek", "model": "deepseek-pro", "threads": 2,
-            "maxExchanges": 7, "autoCompactThreshold": 0, "maxAutoCompactions": 5,
+            "maxExchanges": 7, "autoCompactThreshold": 150_000, "maxAutoCompactions": 3,
+            "eventCapacity": 21, "modalityAssistProvider": null,
             "systemPromptFile": "prompts/other.yaml", "workspace": "/srv/ws",
             "platform": "linux", "software": ["git", "cargo"],
             "persistence": {"enabled": false, "readable": true},
@@ -611,7 +697,8 @@ mod tests {
         );
         assert_eq!(
             doc["worker"],
-            json!({"max_exchanges": 7, "event_capacity": 33,
+            json!({"max_exchanges": 7, "auto_compact_threshold": 150_000,
+                   "max_auto_compactions": 3, "event_capacity": 21,
                    "system_prompt_file": "prompts/other.yaml",
                    "environment": {"workspace": "/srv/ws", "platform": "linux",
                                    "software": ["git", "cargo"]}})
@@ -646,13 +733,92 @@ mod tests {
 
     #[test]
     fn render_falls_back_to_configuration_defaults() {
-        let c =
-            test_config(r#"{"worker": {"maxExchanges": 99, "environment": {"platform": "p"}}}"#);
+        let c = test_config(
+            r#"{"worker": {"maxExchanges": 99, "autoCompactThreshold": 64000,
+                "maxAutoCompactions": 2, "eventCapacity": 77, "environment": {"platform": "p"}}}"#,
+        );
+        let doc = render(&c, &json!({}), Path::new(SESSION), &eps());
+        // The first profile, as in the Node hub.
+        assert_eq!(doc["driver_model"], "deepseek");
+        assert_eq!(
+            doc["worker"],
+            json!({"max_exchanges": 99, "auto_compact_threshold": 64000,
+                   "max_auto_compactions": 2, "event_capacity": 77,
+                   "system_prompt_file": "prompts/coding_agent.yaml",
+                   "environment": {"workspace": "", "platform": "p", "software": []}})
+        );
+        assert_eq!(doc["persistence"]["restore"], "if_present");
+        // Under the built-in launcher a spec without a provider gets the
+        // mock profile.
+        let c = test_config(r#"{"launcher": {"kind": "built-in"}}"#);
         let doc = render(&c, &json!({}), Path::new(SESSION), &eps());
         assert_eq!(doc["driver_model"], "mock");
-        assert_eq!(doc["worker"]["max_exchanges"], 99);
-        assert_eq!(doc["worker"]["environment"]["platform"], "p");
-        assert_eq!(doc["persistence"]["restore"], "if_present");
+        assert_eq!(doc["worker"]["auto_compact_threshold"], 0);
+        assert_eq!(doc["worker"]["max_auto_compactions"], 5);
+    }
+
+    #[test]
+    fn a_modality_assistant_is_a_separate_copy_of_its_profile() {
+        let c = test_config(
+            r#"{"providerProfiles": {"vision": {"plugin": "openai", "model": "v-1"}}}"#,
+        );
+        let mut s = spec();
+        s["modalityAssistProvider"] = json!("deepseek");
+        let doc = render(&c, &s, Path::new(SESSION), &eps());
+        let keys: Vec<&str> = doc
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .take(4)
+            .collect();
+        assert_eq!(
+            keys,
+            ["plugins", "providers", "driver_model", "modality_assist_model"]
+        );
+        assert_eq!(doc["modality_assist_model"], "modality_assist");
+        // The driver has the spec's model; the assistant keeps the profile's.
+        assert_eq!(doc["providers"]["deepseek"]["model"], "deepseek-pro");
+        assert_eq!(
+            doc["providers"]["modality_assist"],
+            c.provider_profiles["deepseek"]
+        );
+        // Another profile as the assistant of a mock driver.
+        s["provider"] = json!("mock");
+        s["modalityAssistProvider"] = json!("vision");
+        let doc = render(&c, &s, Path::new(SESSION), &eps());
+        assert_eq!(doc["driver_model"], "mock");
+        assert_eq!(
+            doc["providers"]["modality_assist"],
+            json!({"plugin": "openai", "model": "v-1"})
+        );
+        // None named: no entry, no selector.
+        s["modalityAssistProvider"] = Value::Null;
+        let doc = render(&c, &s, Path::new(SESSION), &eps());
+        assert!(doc.get("modality_assist_model").is_none());
+        assert_eq!(doc["providers"].as_object().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn advertised_origins_replace_the_hub_address_per_channel() {
+        let main: SocketAddr = "0.0.0.0:8800".parse().unwrap();
+        let tools: SocketAddr = "127.0.0.1:8801".parse().unwrap();
+        let own = test_config("{}");
+        assert_eq!(
+            session_endpoints(&own, main, tools, "demo", "t k"),
+            endpoints("127.0.0.1", 8800, 8801, "demo", "t k")
+        );
+        let c = test_config(
+            r#"{"worker": {"connectHost": "gw"},
+                "endpoints": {"events": "wss://Proxy.example/hub/", "tools": "ws://[fd00::1]:9443"}}"#,
+        );
+        let e = session_endpoints(&c, main, tools, "demo", "t k");
+        assert_eq!(
+            e.events,
+            "wss://Proxy.example/hub/agent/demo/events?token=t%20k"
+        );
+        assert_eq!(e.confirm, "ws://gw:8800/agent/demo/confirm?token=t%20k");
+        assert_eq!(e.tools, "ws://[fd00::1]:9443/agent/demo/tools?token=t%20k");
     }
 
     /// A previously rendered document after operator edits: a changed
@@ -890,8 +1056,12 @@ mod tests {
             &crate::session::SpecDefaults {
                 provider: "mock".into(),
                 profiles: vec!["deepseek".into(), "mock".into()],
+                mock_profile: "mock".into(),
                 threads: 1,
                 max_exchanges: 512,
+                auto_compact_threshold: 0,
+                max_auto_compactions: 5,
+                event_capacity: 1024,
                 system_prompt_file: "prompts/coding_agent.yaml".into(),
                 workspace: String::new(),
                 platform: String::new(),
@@ -908,6 +1078,10 @@ mod tests {
             "provider",
             "model",
             "maxExchanges",
+            "autoCompactThreshold",
+            "maxAutoCompactions",
+            "eventCapacity",
+            "modalityAssistProvider",
             "systemPromptFile",
             "workspace",
             "platform",
@@ -932,6 +1106,29 @@ mod tests {
             json!({"enabled": true, "readable": true})
         );
         assert_eq!(updated["threads"], base["threads"]);
+        // Values the spec rules refuse are not taken; an assistant the
+        // document no longer has is gone.
+        let doc = json!({"worker": {"auto_compact_threshold": 2_147_483_648_u64,
+                                    "max_auto_compactions": 0, "event_capacity": 0}});
+        let mut with_assist = base.clone();
+        with_assist["modalityAssistProvider"] = json!("deepseek");
+        let updated = spec_from_document(&with_assist, &doc);
+        for key in ["autoCompactThreshold", "maxAutoCompactions", "eventCapacity"] {
+            assert_eq!(updated[key], base[key], "{key}");
+        }
+        assert_eq!(updated["modalityAssistProvider"], Value::Null);
+        // One the document has keeps the spec's profile name, or takes the
+        // entry's name when the spec had none.
+        let doc = json!({"modality_assist_model": "vision",
+                         "providers": {"vision": {"model": "v"}}});
+        assert_eq!(
+            spec_from_document(&with_assist, &doc)["modalityAssistProvider"],
+            "deepseek"
+        );
+        assert_eq!(
+            spec_from_document(&base, &doc)["modalityAssistProvider"],
+            "vision"
+        );
     }
 
     #[test]

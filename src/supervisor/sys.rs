@@ -110,6 +110,9 @@ impl std::error::Error for PinError {
 pub struct Pinned {
     pid: u32,
     start: u64,
+    /// It led its own process group when it was pinned (workers the hub
+    /// spawns do; a daemon a launcher left behind usually does not).
+    leader: bool,
     fd: OwnedFd,
 }
 
@@ -156,10 +159,11 @@ impl Pinned {
         // open, and is owned by nobody else; OwnedFd takes sole ownership
         // and closes it exactly once.
         let fd = unsafe { OwnedFd::from_raw_fd(raw_fd) };
-        match proc_start_time(pid) {
-            Ok(found) if found == expected_start => Ok(Pinned {
+        match read_stat(pid) {
+            Ok(stat) if stat.start_time == expected_start => Ok(Pinned {
                 pid,
                 start: expected_start,
+                leader: stat.pgrp == pid,
                 fd,
             }),
             Ok(_) => Err(PinError::Gone),
@@ -176,6 +180,16 @@ impl Pinned {
 
     /// The start time the process was pinned with (clock ticks since boot).
     #[cfg(test)]
+    pub fn start_time(&self) -> u64 {
+        self.start
+    }
+
+    /// The pinned process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The start time the process was pinned with (clock ticks since boot).
     pub fn start_time(&self) -> u64 {
         self.start
     }
@@ -292,6 +306,80 @@ impl Pinned {
             Err(err) if err.raw_os_error() == Some(libc::ESRCH) => Ok(false),
             Err(err) => Err(err),
         }
+    }
+}
+
+impl Pinned {
+    /// Sends `sig` to the pinned process's process group:
+    /// [`Pinned::signal_group`] when it led its group when pinned, else
+    /// [`Pinned::signal_member_group`] (which needs it alive).
+    pub fn signal_own_group(&self, sig: i32) -> io::Result<bool> {
+        if self.leader {
+            self.signal_group(sig)
+        } else {
+            self.signal_member_group(sig)
+        }
+    }
+
+    /// Sends `sig` to the process group the pinned process belongs to,
+    /// whoever leads it: the group of a worker that is not its own group
+    /// leader (a daemon a launcher left behind). `Ok(true)` if sent,
+    /// `Ok(false)` if the process has exited (nothing sent: once it is gone
+    /// nothing pins its group id).
+    ///
+    /// The group id is read from `/proc` while the pidfd shows the process
+    /// alive; as a member it keeps the id from being reused, so `killpg`
+    /// reaches its group. Residual race (accepted, as for
+    /// [`Pinned::signal_group`]): the process exits right after the check,
+    /// the whole group empties and the id is handed out again before the
+    /// `killpg`.
+    pub fn signal_member_group(&self, sig: i32) -> io::Result<bool> {
+        if !self.is_alive() {
+            return Ok(false);
+        }
+        let stat = match read_stat(self.pid) {
+            Ok(stat) if stat.start_time == self.start => stat,
+            Ok(_) => return Ok(false),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(err) => return Err(err),
+        };
+        if !self.is_alive() {
+            return Ok(false);
+        }
+        match raw_killpg(stat.pgrp, sig) {
+            Ok(()) => Ok(true),
+            Err(err) if err.raw_os_error() == Some(libc::ESRCH) => Ok(false),
+            Err(err) => Err(err),
+        }
+    }
+}
+
+/// Reaps `pid` if it is an exited child of this process, and returns its
+/// exit code or terminating signal. `None` if it is not our child (any
+/// more), or has not exited. Only for a pid the caller has kept out of
+/// [`reap_exited`] (and pinned), so the status is its own.
+pub fn reap_child(pid: u32) -> Option<(Option<i32>, Option<i32>)> {
+    let raw_pid = to_pid(pid)?;
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: waitpid(pid_t, int *, int): status points to a live local
+        // c_int the kernel writes into; raw_pid is positive, so at most that
+        // one child is reaped.
+        let rc = unsafe { libc::waitpid(raw_pid, &mut status, libc::WNOHANG) };
+        if rc == raw_pid {
+            break;
+        }
+        if rc < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        return None;
+    }
+    if libc::WIFEXITED(status) {
+        Some((Some(libc::WEXITSTATUS(status)), None))
+    } else if libc::WIFSIGNALED(status) {
+        Some((None, Some(libc::WTERMSIG(status))))
+    } else {
+        Some((None, None))
     }
 }
 
@@ -463,6 +551,8 @@ struct Stat {
     state: u8,
     /// Field 4: the parent's process id.
     ppid: u32,
+    /// Field 5: the process group id.
+    pgrp: u32,
     /// Field 22: start time in clock ticks since boot.
     start_time: u64,
 }
@@ -484,10 +574,12 @@ fn parse_stat(line: &[u8]) -> Option<Stat> {
         return None;
     };
     let ppid = fields.next()?.parse::<u32>().ok()?;
-    let start_time = fields.nth(22 - 5)?.parse::<u64>().ok()?;
+    let pgrp = fields.next()?.parse::<u32>().ok()?;
+    let start_time = fields.nth(22 - 6)?.parse::<u64>().ok()?;
     Some(Stat {
         state: *state,
         ppid,
+        pgrp,
         start_time,
     })
 }
@@ -663,6 +755,7 @@ mod tests {
             Stat {
                 state: b'S',
                 ppid: 1,
+                pgrp: 4242,
                 start_time: 5
             }
         );
@@ -675,6 +768,7 @@ mod tests {
             Some(Stat {
                 state: b'Z',
                 ppid: 77,
+                pgrp: 0,
                 start_time: 99
             })
         );

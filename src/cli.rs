@@ -63,8 +63,7 @@ options:
       --data-dir DIR           data directory (default ~/.simplex/hub)
       --worker-bin PATH        worker executable (worker.bin)
       --panel-token T          panel token (panel.token); required off loopback
-      --mock / --no-mock       enable or disable the mock: the built-in worker profile and the
-                               offline model provider (mock.enabled)
+      --mock / --no-mock       enable or disable the offline mock model provider (mock.enabled)
       --force-kill-process-group
                                escalate SIGKILL to the worker's process group
       --static-dir DIR         serve the panel from DIR instead of the embedded copy (development)

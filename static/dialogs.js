@@ -78,7 +78,8 @@ export function wireCreate() {
     $('create-error').textContent = '';
     state.creating = null;
     const providers = (state.meta && state.meta.providers) || [];
-    const preferred = state.meta && state.meta.mock && state.meta.mock.enabled && providers.includes('mock') ? 'mock' : providers[0];
+    const builtIn = state.meta && state.meta.launcher && state.meta.launcher.kind === 'built-in';
+    const preferred = builtIn && providers.includes('mock') ? 'mock' : providers[0];
     setChildren($('create-provider'), providers.map((p) => h('option', { value: p, text: p, selected: p === preferred ? true : null })));
     validate();
     dlg.showModal();

@@ -31,8 +31,9 @@ fn meta_is_open_and_has_the_protocol_shape() {
         .as_str()
         .is_some_and(|e| !e.is_empty()));
     assert_eq!(meta["listen"]["port"], hub.addr.port());
-    assert_eq!(meta["launcher"]["kind"], "simplex-worker");
-    assert_eq!(meta["mock"]["enabled"], true);
+    // A fresh data directory: the built-in worker, no mock model provider.
+    assert_eq!(meta["launcher"]["kind"], "built-in");
+    assert_eq!(meta["mock"]["enabled"], false);
     assert_eq!(meta["force_kill_process_group"], false);
     assert!(meta["providers"]
         .as_array()

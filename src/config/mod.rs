@@ -1188,6 +1188,73 @@ mod tests {
         assert_eq!(loaded.config.worker.threads, 6);
     }
 
+    /// Every leaf path of `value` with its value (arrays are leaves).
+    fn leaf_values(value: &Value, prefix: &str, out: &mut Vec<(String, Value)>) {
+        match value {
+            Value::Object(map) if prefix != "providerProfiles" => {
+                for (key, value) in map {
+                    leaf_values(value, &schema::join(prefix, key), out);
+                }
+            }
+            other => out.push((prefix.to_owned(), other.clone())),
+        }
+    }
+
+    #[test]
+    fn a_node_hub_first_run_file_loads_and_means_what_it_meant_there() {
+        let path = "/home/op/.simplex/hub/hub.config.jsonc";
+        let text = include_str!("../../tests/fixtures/node-hub-first-run.config.jsonc");
+        let loaded = resolve(
+            Some((Path::new(path), text)),
+            &Overrides::default(),
+            Path::new(CWD),
+            Path::new(HOME),
+            BUILT_FEATURES,
+        )
+        .unwrap();
+        // Every key keeps the value the Node hub wrote.
+        let mut written = Vec::new();
+        leaf_values(&serde_json::from_str(text).unwrap(), "", &mut written);
+        assert_eq!(written.len(), 64, "every key of the Node hub's file");
+        for (key, value) in &written {
+            let mut found = &loaded.resolved;
+            for part in key.split('.') {
+                found = &found[part];
+            }
+            assert_eq!(found, value, "{key}");
+        }
+        // And it means the same: the worker binary for every session, the
+        // first profile by default, no mock provider, nothing daemonizing.
+        let c = &loaded.config;
+        assert_eq!(c.launcher.kind, LauncherKind::SimplexWorker);
+        assert_eq!(
+            c.worker.bin,
+            Path::new(
+                "/home/op/.npm-global/lib/node_modules/@hazer-bjtu/simplex-hub/build/bin/simplex_worker"
+            )
+        );
+        assert_eq!(c.data_dir, Path::new("/home/op/.simplex/hub"));
+        assert_eq!(c.default_provider(), "deepseek");
+        assert!(!c.mock.enabled);
+        assert_eq!(c.mock.listen, ("127.0.0.1".to_owned(), 0));
+        assert_eq!(c.mock.scenario, MockScenario::Auto);
+        assert_eq!((c.mock.slow_ms, c.mock.tool_command.as_str()), (1500, ""));
+        assert_eq!(c.launcher.pid_file, "");
+        assert!(c.launcher.docker_management_env.is_empty());
+        assert_eq!(
+            (
+                c.worker.auto_compact_threshold,
+                c.worker.max_auto_compactions
+            ),
+            (0, 5)
+        );
+        assert!(c.worker.hub_remote_call);
+        assert_eq!(c.endpoints, AdvertisedEndpoints::default());
+        assert_eq!((c.listen.port, c.tool_requests.port), (8800, 8801));
+        assert_eq!(c.subagents.conversation_bytes, 1_048_576);
+        assert_eq!(c.limits.transcript_bytes, 33_554_432);
+    }
+
     #[test]
     fn docs_list_every_key() {
         let docs = include_str!("../../docs/configuration.md");

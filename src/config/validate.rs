@@ -700,12 +700,20 @@ pub(super) fn parse_origin(text: &str) -> Result<String, &'static str> {
     }
     let port = if let Some(inner) = authority.strip_prefix('[') {
         let (host, after) = inner.split_once(']').ok_or("an IPv6 host lacks its ']'")?;
-        if !host.contains(':') || !host.chars().all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.') {
+        if !host.contains(':')
+            || !host
+                .chars()
+                .all(|c| c.is_ascii_hexdigit() || c == ':' || c == '.')
+        {
             return Err("the bracketed host is not an IPv6 address");
         }
         match after {
             "" => None,
-            _ => Some(after.strip_prefix(':').ok_or("a ']' must be followed by ':' and a port")?),
+            _ => Some(
+                after
+                    .strip_prefix(':')
+                    .ok_or("a ']' must be followed by ':' and a port")?,
+            ),
         }
     } else {
         let (host, port) = match authority.split_once(':') {
@@ -980,20 +988,28 @@ mod tests {
     fn pid_file_and_docker_environment_rules() {
         assert_ok(json!({"launcher": {"pidFile": "/run/simplex/{session}.pid"}}));
         assert_ok(json!({"launcher": {"pidFile": "{session_dir}/worker.pid"}}));
-        assert_refused(json!({"launcher": {"pidFile": "{session}.pid"}}), "launcher.pidFile");
+        assert_refused(
+            json!({"launcher": {"pidFile": "{session}.pid"}}),
+            "launcher.pidFile",
+        );
         assert_eq!(
             only_violation(json!({"launcher": {"pidFile": "run/w.pid"}})),
             "launcher.pidFile = \"run/w.pid\": must be empty or an absolute path (it may start \
              with {session_dir} or {data_dir})"
         );
         assert_refused(json!({"launcher": {"pidFile": 5}}), "launcher.pidFile");
-        assert_refused(json!({"launcher": {"pidFile": "/a\u{0}b"}}), "launcher.pidFile");
+        assert_refused(
+            json!({"launcher": {"pidFile": "/a\u{0}b"}}),
+            "launcher.pidFile",
+        );
         assert_eq!(
             only_violation(json!({"launcher": {"kind": "built-in", "pidFile": "/w.pid"}})),
             "launcher.pidFile = \"/w.pid\": must be empty when launcher.kind is \"built-in\" \
              (the built-in worker never daemonizes)"
         );
-        assert_ok(json!({"launcher": {"dockerManagementEnv": ["CUSTOM_TOKEN", "_X1", "XDG_RUNTIME_DIR"]}}));
+        assert_ok(
+            json!({"launcher": {"dockerManagementEnv": ["CUSTOM_TOKEN", "_X1", "XDG_RUNTIME_DIR"]}}),
+        );
         assert_eq!(
             only_violation(json!({"launcher": {"dockerManagementEnv": ["A", "A"]}})),
             "launcher.dockerManagementEnv[1] = \"A\": is listed twice"
@@ -1046,7 +1062,10 @@ mod tests {
             text.starts_with("endpoints.events = \"https://proxy.example\": must be empty or a ws:// or wss:// origin"),
             "{text}"
         );
-        assert!(text.ends_with("the scheme is not ws:// or wss://"), "{text}");
+        assert!(
+            text.ends_with("the scheme is not ws:// or wss://"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -1127,17 +1127,26 @@ mod tests {
         let given = json!({"autoCompactThreshold": 2_147_483_647_u64, "maxAutoCompactions": 1,
                            "eventCapacity": 9_007_199_254_740_991_u64});
         let spec = normalize_spec(Some(&given), &d).unwrap();
-        for key in ["autoCompactThreshold", "maxAutoCompactions", "eventCapacity"] {
+        for key in [
+            "autoCompactThreshold",
+            "maxAutoCompactions",
+            "eventCapacity",
+        ] {
             assert_eq!(spec[key], given[key], "{key}");
         }
         let err = normalize_spec(Some(&json!({"eventCapacity": 0})), &d).unwrap_err();
-        assert_eq!(err.to_string(), "invalid eventCapacity: must be a positive integer");
+        assert_eq!(
+            err.to_string(),
+            "invalid eventCapacity: must be a positive integer"
+        );
     }
 
     #[test]
     fn deepseek_sessions_get_a_modality_assistant_by_default() {
         let d = defaults();
-        let assist = |spec: Value| normalize_spec(Some(&spec), &d).map(|s| s["modalityAssistProvider"].clone());
+        let assist = |spec: Value| {
+            normalize_spec(Some(&spec), &d).map(|s| s["modalityAssistProvider"].clone())
+        };
         assert_eq!(assist(json!({"provider": "deepseek"})).unwrap(), "deepseek");
         assert_eq!(assist(json!({"provider": "mock"})).unwrap(), Value::Null);
         assert_eq!(assist(json!({})).unwrap(), Value::Null);
@@ -1164,7 +1173,8 @@ mod tests {
         // A driver named like the assistant's entry cannot have one.
         let mut d3 = defaults();
         d3.profiles.push(MODALITY_ASSIST_ENTRY.into());
-        let clash = json!({"provider": MODALITY_ASSIST_ENTRY, "modalityAssistProvider": "deepseek"});
+        let clash =
+            json!({"provider": MODALITY_ASSIST_ENTRY, "modalityAssistProvider": "deepseek"});
         assert!(normalize_spec(Some(&clash), &d3).is_err());
     }
 

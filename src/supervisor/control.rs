@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::process::ProcessInfo;
 use super::daemon::{self, Found};
+use super::process::ProcessInfo;
 use super::sys::{self, Identity, Pinned};
 use super::{capture, launch, render};
 use crate::hub::{Hub, Note};
@@ -760,11 +760,12 @@ pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
         // when it exits (it has had every chance to write it by then).
         let pid_file = if follows_pid_file(hub) {
             let session_dir = hub.session_dir(&id);
-            launch::pid_file(&hub.config, &id, &session_dir, &hub.config.data_dir)
-                .unwrap_or_else(|err| {
+            launch::pid_file(&hub.config, &id, &session_dir, &hub.config.data_dir).unwrap_or_else(
+                |err| {
                     log::warn!("session {id}: the pid file is not followed: {err}");
                     None
-                })
+                },
+            )
         } else {
             None
         };

@@ -89,7 +89,18 @@ mod tests {
     fn pid_file_text() {
         assert_eq!(parse_pid("1234\n"), Some(1234));
         assert_eq!(parse_pid("  77  "), Some(77));
-        for bad in ["", "\n", "0", "1", "-5", "12x", "x12", "1 2", "99999999999", "+3"] {
+        for bad in [
+            "",
+            "\n",
+            "0",
+            "1",
+            "-5",
+            "12x",
+            "x12",
+            "1 2",
+            "99999999999",
+            "+3",
+        ] {
             assert_eq!(parse_pid(bad), None, "{bad:?}");
         }
     }

@@ -301,11 +301,10 @@ fn expand(
                 .find('}')
                 .ok_or_else(|| LaunchError::Unterminated { field: field() })?;
             let name = &body[..end];
-            let value = vars(name)
-                .ok_or_else(|| LaunchError::UnknownPlaceholder {
-                    name: is_name(name).then(|| name.to_owned()),
-                    field: field(),
-                })?;
+            let value = vars(name).ok_or_else(|| LaunchError::UnknownPlaceholder {
+                name: is_name(name).then(|| name.to_owned()),
+                field: field(),
+            })?;
             out.push_str(&value);
             rest = &body[end + 1..];
         }

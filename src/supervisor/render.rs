@@ -93,7 +93,12 @@ pub fn session_endpoints(
     let advertised = &config.endpoints;
     Endpoints {
         events: channel_url(&origin(&advertised.events, main), session, "events", token),
-        confirm: channel_url(&origin(&advertised.confirm, main), session, "confirm", token),
+        confirm: channel_url(
+            &origin(&advertised.confirm, main),
+            session,
+            "confirm",
+            token,
+        ),
         tools: channel_url(&origin(&advertised.tools, tools), session, "tools", token),
     }
 }
@@ -774,7 +779,12 @@ mod tests {
             .collect();
         assert_eq!(
             keys,
-            ["plugins", "providers", "driver_model", "modality_assist_model"]
+            [
+                "plugins",
+                "providers",
+                "driver_model",
+                "modality_assist_model"
+            ]
         );
         assert_eq!(doc["modality_assist_model"], "modality_assist");
         // The driver has the spec's model; the assistant keeps the profile's.
@@ -1113,7 +1123,11 @@ mod tests {
         let mut with_assist = base.clone();
         with_assist["modalityAssistProvider"] = json!("deepseek");
         let updated = spec_from_document(&with_assist, &doc);
-        for key in ["autoCompactThreshold", "maxAutoCompactions", "eventCapacity"] {
+        for key in [
+            "autoCompactThreshold",
+            "maxAutoCompactions",
+            "eventCapacity",
+        ] {
             assert_eq!(updated[key], base[key], "{key}");
         }
         assert_eq!(updated["modalityAssistProvider"], Value::Null);

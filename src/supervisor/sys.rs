@@ -945,6 +945,66 @@ mod tests {
     }
 
     #[test]
+    fn a_member_signals_its_group_and_a_leader_is_known_as_one() {
+        let mut child = Command::new("sh")
+            .args(["-c", "sleep 30 & echo $!; wait"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .process_group(0)
+            .spawn()
+            .expect("spawn sh");
+        let stdout = child.stdout.take().unwrap();
+        let mut child = Guard(child);
+        let pid = child.pid();
+        let mut text = String::new();
+        BufReader::new(stdout).read_line(&mut text).unwrap();
+        let gpid: u32 = text.trim().parse().expect("grandchild pid");
+        let gstart = proc_start_time(gpid).unwrap();
+        let member = Pinned::open(gpid, gstart).unwrap();
+        let _cleanup = PinnedGuard(Pinned::open(gpid, gstart).ok());
+        assert!(!member.leader);
+        let leader = Pinned::open(pid, proc_start_time(pid).unwrap()).unwrap();
+        assert!(leader.leader);
+        // The member's group is the leader's: both end.
+        assert!(member.signal_own_group(libc::SIGKILL).unwrap());
+        assert!(member.wait_exit(Duration::from_secs(10)));
+        let status = child.0.wait().unwrap();
+        assert_eq!(status.signal(), Some(libc::SIGKILL));
+        // Once gone, a member signals nothing.
+        assert!(!member.signal_member_group(libc::SIGKILL).unwrap());
+    }
+
+    #[test]
+    fn reap_child_reports_the_status_of_an_exited_child_only() {
+        let sh = |script: &str| {
+            Command::new("sh")
+                .args(["-c", script])
+                .stdin(Stdio::null())
+                .spawn()
+                .expect("spawn sh")
+        };
+        let exits = sh("exit 7");
+        let pid = exits.id();
+        let pinned = Pinned::open(pid, proc_start_time(pid).unwrap()).unwrap();
+        assert!(pinned.wait_exit(Duration::from_secs(10)));
+        assert_eq!(reap_child(pid), Some((Some(7), None)));
+        assert_eq!(reap_child(pid), None, "reaped once");
+        drop(exits);
+
+        let killed = sh("kill -TERM $$");
+        let pid = killed.id();
+        let pinned = Pinned::open(pid, proc_start_time(pid).unwrap()).unwrap();
+        assert!(pinned.wait_exit(Duration::from_secs(10)));
+        assert_eq!(reap_child(pid), Some((None, Some(libc::SIGTERM))));
+        drop(killed);
+
+        // Running, and not a child at all.
+        let running = sleeper();
+        assert_eq!(reap_child(running.pid()), None);
+        assert_eq!(reap_child(1), None);
+    }
+
+    #[test]
     fn signal_group_after_the_leader_was_reaped_reaches_leftover_members() {
         // The leader exits at once, leaving `sleep` behind in its group.
         let mut leader = Command::new("sh")

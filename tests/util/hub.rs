@@ -185,13 +185,22 @@ impl Drop for TestHub {
 }
 
 /// A hub started with `config` as its configuration file
-/// (`<dir>/hub.test.jsonc`).
+/// (`<dir>/hub.test.jsonc`). Unless `config` sets `launcher.kind`, the file
+/// gets `"built-in"`: sessions run the built-in worker, as on a fresh data
+/// directory (a file without the key would mean `simplex-worker`, as it
+/// does to the Node hub).
 pub fn hub_with(dir: &TempDir, config: Value) -> TestHub {
     hub_with_args(dir, config, &[])
 }
 
 /// `hub_with` plus more command line arguments.
-pub fn hub_with_args(dir: &TempDir, config: Value, extra: &[&str]) -> TestHub {
+pub fn hub_with_args(dir: &TempDir, mut config: Value, extra: &[&str]) -> TestHub {
+    if let Value::Object(map) = &mut config {
+        let launcher = map.entry("launcher").or_insert_with(|| json!({}));
+        if let Value::Object(launcher) = launcher {
+            launcher.entry("kind").or_insert_with(|| json!("built-in"));
+        }
+    }
     let path = dir.path().join("hub.test.jsonc");
     std::fs::write(&path, config.to_string()).unwrap();
     let mut args = vec!["-c", path.to_str().unwrap()];

@@ -20,7 +20,7 @@ describe('panel: replay gaps and queued input', { timeout: 120000 }, () => {
   before(async () => {
     dataDir = path.join(tempDir('replay'), 'data');
     fs.mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-    fs.writeFileSync(path.join(dataDir, 'hub.config.jsonc'), JSON.stringify({ limits: { transcriptEvents: 12 } }), { mode: 0o600 });
+    fs.writeFileSync(path.join(dataDir, 'hub.config.jsonc'), JSON.stringify({ launcher: { kind: 'built-in' }, limits: { transcriptEvents: 12 } }), { mode: 0o600 });
     hub = await startHub({ dataDir });
     assert.equal((await hubApi(hub, 'POST', '/api/sessions', { session: 'delta' })).status, 201);
     assert.equal((await hubApi(hub, 'POST', '/api/sessions/delta/start', {})).status, 200);

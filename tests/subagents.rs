@@ -658,3 +658,41 @@ fn cleanup_never_follows_a_linked_child_directory() {
         .file_type()
         .is_symlink());
 }
+
+#[test]
+fn a_daemonizing_launcher_forks_children_that_are_followed_too() {
+    let dir = TempDir::new("subagents-daemon");
+    let mut config = default_config();
+    // The worker in the background, its pid in the session's pid file.
+    let script = format!(
+        "\"{BIN}\" mock-worker --config \"$1\" --session \"$2\" \
+         </dev/null >\"$3/daemon.log\" 2>&1 & echo $! > \"$3/worker.pid\"; exit 0"
+    );
+    config["launcher"] = json!({
+        "kind": "command",
+        "command": ["/bin/sh", "-c", script, "sh", "{config}", "{session}", "{session_dir}"],
+        "pidFile": "{session_dir}/worker.pid",
+    });
+    let hub = hub_with(&dir, config);
+    create_session_with_spec(&hub, "lead", json!({"provider": "mock"}));
+    let res = action(&hub, "lead", "start");
+    assert!(res.status < 300, "{}", res.text());
+    wait_session(&hub, "lead", |s| s["identity"]["state"] == "live");
+    let child = fork(&hub, "lead");
+    wait_session(&hub, &child, |s| s["subagent"]["lifecycle"] == "ready");
+    let pid_file = child_dir(&hub.data_dir, &child).join("worker.pid");
+    let daemon: u32 = std::fs::read_to_string(pid_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let c = wait_session(&hub, &child, |s| s["process"]["pid"] == daemon);
+    assert_eq!(c["process"]["state"], "running", "{c}");
+    assert!(pid_alive(daemon));
+    // Stopping the parent stops the child's daemon and removes the child.
+    let res = action(&hub, "lead", "stop");
+    assert!(res.status < 300, "{}", res.text());
+    assert!(wait_until(DEADLINE, || !session_ids(&hub).contains(&child)));
+    assert!(!pid_alive(daemon), "the child's worker survived");
+    assert!(!child_dir(&hub.data_dir, &child).exists());
+}

@@ -1236,8 +1236,8 @@ mod tests {
         assert_eq!(c.data_dir, Path::new("/home/op/.simplex/hub"));
         assert_eq!(c.default_provider(), "deepseek");
         assert!(!c.mock.enabled);
-        assert_eq!(c.mock.listen, ("127.0.0.1".to_owned(), 0));
-        assert_eq!(c.mock.scenario, MockScenario::Auto);
+        assert_eq!(c.mock.listen, "127.0.0.1:0");
+        assert_eq!(c.mock.scenario, "auto");
         assert_eq!((c.mock.slow_ms, c.mock.tool_command.as_str()), (1500, ""));
         assert_eq!(c.launcher.pid_file, "");
         assert!(c.launcher.docker_management_env.is_empty());

@@ -14,8 +14,8 @@ use serde_json::{Map, Value};
 use super::schema::{self, Feature};
 use super::{
     is_loopback_host, AdvertisedEndpoints, Config, ConfigError, Environment, Http, Launcher,
-    LauncherKind, Limits, Listen, MemoryRetention, Mock, Panel, Persistence,
-    Subagents, ToolRequests, Violation, Worker,
+    LauncherKind, Limits, Listen, MemoryRetention, Mock, Panel, Persistence, Subagents,
+    ToolRequests, Violation, Worker,
 };
 
 /// JavaScript's `Number.MAX_SAFE_INTEGER`: the ceiling for integers with no

@@ -173,18 +173,6 @@ impl Pinned {
     }
 
     /// The pinned process id.
-    #[cfg(test)]
-    pub fn pid(&self) -> u32 {
-        self.pid
-    }
-
-    /// The start time the process was pinned with (clock ticks since boot).
-    #[cfg(test)]
-    pub fn start_time(&self) -> u64 {
-        self.start
-    }
-
-    /// The pinned process id.
     pub fn pid(&self) -> u32 {
         self.pid
     }

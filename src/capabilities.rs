@@ -6,6 +6,10 @@
 pub const PROTOCOL_NAME: &str = "simplex-hub-panel";
 pub const PROTOCOL_VERSION: u64 = 1;
 
+/// The worker protocol the hub speaks, as the Node hub names it in
+/// `/api/meta` (`worker_protocol`): its document in the upstream repository.
+pub const WORKER_PROTOCOL: &str = "docs/core/worker-protocol.md";
+
 /// Every capability protocol v1 defines, in the order of its table
 /// (checked against the docs and against [`IMPLEMENTED`] in the tests).
 #[cfg(test)]

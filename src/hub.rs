@@ -32,10 +32,13 @@ use crate::ws::FrameWriter;
 /// is released; the panel socket layer turns these into frames.
 #[derive(Debug, Clone)]
 pub enum Note {
-    /// A worker envelope; `hub_seq` is `None` for transient replies.
+    /// A worker envelope. `hub_seq` is its `hub_sequence`; a transient
+    /// reply (`retained: false`, such as history) carries the session's
+    /// current sequence without consuming one.
     Event {
         session: String,
-        hub_seq: Option<u64>,
+        hub_seq: u64,
+        retained: bool,
         json: Arc<str>,
     },
     Connection {
@@ -778,10 +781,13 @@ impl Hub {
             "name": "simplex-hub",
             "version": env!("CARGO_PKG_VERSION"),
             "protocol": {"name": capabilities::PROTOCOL_NAME, "version": capabilities::PROTOCOL_VERSION},
+            "worker_protocol": capabilities::WORKER_PROTOCOL,
             "capabilities": capabilities::IMPLEMENTED,
             "transcript_epoch": self.epoch,
             "listen": {"host": addr.ip().to_string(), "port": addr.port()},
             "launcher": {"kind": self.config.launcher.kind, "owns_config": false},
+            "provider_profiles": self.config.provider_profiles.keys().collect::<Vec<_>>(),
+            // The same list under this hub's earlier name, for its older clients.
             "providers": self.config.provider_profiles.keys().collect::<Vec<_>>(),
             "mock": {"enabled": self.config.mock.enabled},
             "force_kill_process_group": self.config.force_kill_process_group,

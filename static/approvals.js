@@ -4,7 +4,7 @@
 // prompt is still open, and only then offers an explicit retry.
 
 import { h, jsonBlock, fmtBytes, fmtTime, uuid, setChildren } from './dom.js';
-import { childLabel } from './inspector.js';
+import { childLabel, parentOf } from './inspector.js';
 
 /** Time without settlement before the outcome is checked. */
 export const SETTLE_MS = 8000;
@@ -12,6 +12,16 @@ export const SETTLE_MS = 8000;
 const CHECK_MS = 8000;
 
 const OPEN_STATES = new Set(['awaiting-identity', 'awaiting-decision', 'decided']);
+
+/**
+ * A closing prompt's outcome `{phase, detail}` as one word: the decision
+ * (`approved`, `denied`) when it was answered, else why it closed
+ * (`deadline`, `disconnected`, `shutdown`, ...).
+ */
+export function outcomeWord(outcome) {
+  if (!outcome || typeof outcome !== 'object') return typeof outcome === 'string' ? outcome : null;
+  return outcome.phase === 'decided' && outcome.detail ? String(outcome.detail) : String(outcome.phase || '');
+}
 
 export class Approvals {
   constructor({ send, api, onChange, onSelect, toast, describe }) {
@@ -149,10 +159,11 @@ export class Approvals {
     const had = this.items.get(p.confirmation_id);
     this.retire(p.confirmation_id);
     this.changed(msg.session);
-    if (had && had.attempt && msg.outcome && msg.outcome !== had.attempt.decision) {
-      this.toast(`Approval for ${p.call?.name || 'a tool call'} in ${msg.session} closed as “${msg.outcome}”.`, 'warn');
+    const outcome = outcomeWord(msg.outcome) || p.decision || p.state;
+    if (had && had.attempt && msg.outcome && outcome !== had.attempt.decision) {
+      this.toast(`Approval for ${p.call?.name || 'a tool call'} in ${msg.session} closed as “${outcome}”.`, 'warn');
     }
-    return { prompt: p, outcome: msg.outcome || p.decision || p.state };
+    return { prompt: p, outcome };
   }
 
   setAttempt(it, state, note) {
@@ -316,8 +327,7 @@ export class Approvals {
     if (label && typeof label === 'object' && typeof label.parent_session_id === 'string') {
       return { child: it.session, parent: label.parent_session_id };
     }
-    const desc = this.describe(it.session);
-    const parent = desc && desc.subagent && desc.subagent.parent ? desc.subagent.parent.session_id : null;
+    const parent = parentOf(this.describe(it.session));
     return typeof parent === 'string' ? { child: it.session, parent } : null;
   }
 

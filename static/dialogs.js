@@ -77,7 +77,7 @@ export function wireCreate() {
     $('create-model').value = '';
     $('create-error').textContent = '';
     state.creating = null;
-    const providers = (state.meta && state.meta.providers) || [];
+    const providers = (state.meta && (state.meta.provider_profiles || state.meta.providers)) || [];
     const builtIn = state.meta && state.meta.launcher && state.meta.launcher.kind === 'built-in';
     const preferred = builtIn && providers.includes('mock') ? 'mock' : providers[0];
     setChildren($('create-provider'), providers.map((p) => h('option', { value: p, text: p, selected: p === preferred ? true : null })));

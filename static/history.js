@@ -39,7 +39,7 @@ export function historyFailed(v, why) {
   render();
 }
 
-/** A `history` or `history_error` event (they carry no hub_seq). */
+/** A `history` or `history_error` event (transient: its hub_seq is the current sequence, not its own). */
 export function onHistoryEvent(v, env) {
   const data = env.data || {};
   if (!v.history.pending || data.request_id !== v.history.pending) return;

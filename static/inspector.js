@@ -113,8 +113,8 @@ function runTab(ctx) {
           ' ',
           h('code', { class: 'small', text: String(r.request_id).slice(0, 8) }),
           ' ',
-          h('span', { class: 'muted small', text: fmtTime(r.updated_at || r.sent_at) }),
-          r.detail && r.detail.message ? h('div', { class: 'small error-text', text: r.detail.message }) : null,
+          h('span', { class: 'muted small', text: fmtTime(r.updated_at || r.settled_at || r.sent_at) }),
+          r.state === 'rejected' && r.detail ? h('div', { class: 'small error-text', text: String(r.detail) }) : null,
         ),
       );
     }
@@ -196,7 +196,9 @@ function snapshotTab(ctx) {
   if (snap.loading) return [head, h('p', { class: 'muted', text: 'Loading…' })];
   if (snap.error) return [head, h('p', { class: 'error-text', text: snap.error })];
   const d = snap.data || {};
-  const files = Array.isArray(d.files) ? d.files : [];
+  // `files` maps each file read to its path (the Node hub's shape);
+  // `file_status` says what happened to every file looked at.
+  const files = Array.isArray(d.file_status) ? d.file_status : [];
   const parts = [
     head,
     h('p', { class: 'muted small', text: `Loaded ${fmtTime(snap.at)}` }),
@@ -277,6 +279,7 @@ export function isHeadless(desc) {
 /** The parent session id of a headless description, or null. */
 export function parentOf(desc) {
   const p = desc && desc.subagent && desc.subagent.parent;
+  if (typeof p === 'string') return p;
   return p && typeof p.session_id === 'string' ? p.session_id : null;
 }
 

@@ -60,6 +60,23 @@ export function onDisconnected() {
   state.busy.clear();
 }
 
+/** Worker replies the hub forwards live but never retains. */
+const TRANSIENT = new Set(['history', 'history_error', 'answer', 'answer_error']);
+
+/**
+ * A log tail as the inspector shows it, `{lines: [{stream, text, at}],
+ * dropped, omitted}`, from the hub's line texts and their `{stream, at}`.
+ */
+function logTail(lines, meta, dropped, omitted) {
+  const texts = Array.isArray(lines) ? lines : [];
+  const info = Array.isArray(meta) ? meta : [];
+  return {
+    lines: texts.map((text, i) => ({ stream: info[i] && info[i].stream, at: info[i] && info[i].at, text: String(text) })),
+    dropped: typeof dropped === 'number' ? dropped : 0,
+    omitted: typeof omitted === 'number' ? omitted : 0,
+  };
+}
+
 function gapNotice(v, gap) {
   v.notices.add('gap', gap[0] === gap[1] ? `Event ${gap[0]} is no longer retained by the hub: the transcript has a gap before event ${gap[1] + 1}.` : `Events ${gap[0]}–${gap[1]} are no longer retained by the hub: the transcript has a gap there.`);
 }
@@ -139,8 +156,9 @@ const handlers = {
     }
     if (gap) gapNotice(v, gap);
     if (msg.session && msg.session.spec) upsertSession(msg.session);
-    if (msg.logs) {
-      v.logs = msg.logs;
+    // Data pages of a paged replay carry no log lines; the final frame does.
+    if (Array.isArray(msg.logs) && (msg.logs.length || !('replay_more' in msg) || msg.replay_more === false)) {
+      v.logs = logTail(msg.logs, msg.log_meta, msg.logs_dropped, msg.logs_omitted);
       v.logsAt = new Date().toISOString();
       v.logsV++;
     }
@@ -158,7 +176,9 @@ const handlers = {
     const v = state.views.get(msg.session);
     const env = msg.envelope;
     if (!v || !env || typeof env !== 'object') return;
-    if (msg.hub_seq === null || msg.hub_seq === undefined) {
+    // Transient replies carry the current sequence without consuming one:
+    // they are not transcript entries.
+    if (TRANSIENT.has(env.event)) {
       if (env.event === 'history' || env.event === 'history_error') onHistoryEvent(v, env);
       return;
     }
@@ -211,13 +231,14 @@ const handlers = {
     if (v && v.outbox.has(r.request_id)) {
       const o = v.outbox.get(r.request_id);
       o.state = r.state;
-      o.detail = r.detail;
+      // the worker's rejection (message, code) when there is one
+      o.detail = r.rejection || (r.detail ? { message: r.detail } : null);
     }
   },
   logs(msg) {
     const v = state.views.get(msg.session);
     if (!v) return;
-    v.logs = msg;
+    v.logs = logTail(msg.lines, msg.line_meta, msg.dropped, msg.omitted);
     v.logsAt = new Date().toISOString();
     v.logsV++;
   },
@@ -278,10 +299,12 @@ const handlers = {
       case 'unknown_confirmation':
         if (!panel.approvals.onError(msg)) toast(`Decision refused: ${text}`, 'error');
         return;
-      case 'worker_action_failed':
-        if (req.session) state.busy.delete(req.session);
-        toast(`${req.action || 'Worker action'} failed for ${req.session || 'the session'}: ${text}`, 'error');
+      case 'worker_action_failed': {
+        const session = msg.session || req.session;
+        if (session) state.busy.delete(session);
+        toast(`${msg.action || req.action || 'Worker action'} failed for ${session || 'the session'}: ${text}`, 'error');
         return;
+      }
       case 'session_exists':
       case 'invalid_session':
         if (state.creating) {

@@ -5,6 +5,16 @@
 import { utf8Length, clip } from './dom.js';
 
 const MiB = 1024 * 1024;
+
+/**
+ * What a request record says went wrong, as `{message, code?}`: the
+ * worker's rejection when there is one, else the record's `detail` text.
+ */
+function recordDetail(rec) {
+  if (!rec) return null;
+  if (rec.rejection && typeof rec.rejection === 'object') return rec.rejection;
+  return rec.detail ? { message: String(rec.detail) } : null;
+}
 /** Transcript JSON kept per view. */
 export const VIEW_BYTES = 8 * MiB;
 /** Worker history JSON kept per view. */
@@ -464,7 +474,7 @@ export class View {
         operation: o.operation,
         text: o.text,
         state,
-        detail: (rec && rec.detail) || o.detail || this.rejections.get(o.requestId) || null,
+        detail: recordDetail(rec) || o.detail || this.rejections.get(o.requestId) || null,
         local: true,
         at: o.at,
       });
@@ -477,7 +487,7 @@ export class View {
         operation: rec.operation,
         text: this.userTexts.get(rec.request_id) ?? null,
         state: rec.state,
-        detail: rec.detail || this.rejections.get(rec.request_id) || null,
+        detail: recordDetail(rec) || this.rejections.get(rec.request_id) || null,
         local: false,
         at: rec.sent_at,
       });

@@ -358,12 +358,19 @@ fn static_panel_is_embedded_with_security_headers() {
     let csp = res.header("Content-Security-Policy").unwrap();
     for directive in [
         "default-src 'self'",
+        "script-src 'self';",
+        "style-src 'self';",
         "object-src 'none'",
         "frame-ancestors 'none'",
         "base-uri 'none'",
     ] {
         assert!(csp.contains(directive), "CSP lacks {directive}");
     }
+    // the embedded panel allows no inline code at all
+    assert!(
+        !csp.contains("unsafe-inline") && !csp.contains("sha256-"),
+        "{csp}"
+    );
     assert_eq!(res.header("X-Content-Type-Options"), Some("nosniff"));
     assert_eq!(res.header("Referrer-Policy"), Some("no-referrer"));
     assert_eq!(res.header("X-Frame-Options"), Some("DENY"));
@@ -400,8 +407,46 @@ fn static_dir_override_serves_from_disk() {
     std::fs::create_dir_all(&root).unwrap();
     std::fs::write(root.join("index.html"), "<p>dev copy</p>").unwrap();
     std::fs::write(dir.path().join("secret.txt"), "secret").unwrap();
+    // a document with an inline script (the Node hub's panel sets its theme
+    // with one); this body's SHA-256 is the CSP specification's example
+    let inline = "alert('Hello, world.');";
+    let page = format!(
+        "<html><head><script>{inline}</script><script type=\"module\" src=\"/assets/index-abc.js\"></script></head></html>"
+    );
+    std::fs::write(root.join("node.html"), &page).unwrap();
+    std::fs::create_dir_all(root.join("assets")).unwrap();
+    std::fs::write(root.join("assets/index-abc.js"), "export {};").unwrap();
     let hub = TestHub::start(dir.path(), &["--static-dir", root.to_str().unwrap()]);
     assert_eq!(hub.get("/").text(), "<p>dev copy</p>");
     assert_eq!(hub.get("/../secret.txt").status, 404);
     assert_eq!(hub.get("/%2e%2e/secret.txt").status, 404);
+    // the directory's documents allow their own inline scripts by hash, and
+    // inline styles; nothing else is widened
+    let res = hub.get("/node.html");
+    assert_eq!(res.text(), page);
+    let csp = res.header("Content-Security-Policy").unwrap().to_string();
+    assert!(
+        csp.contains("script-src 'self' 'sha256-qznLcsROx4GACP2dm0UCKCzCG+HiZ1guq6ZZDob/Tng=';"),
+        "{csp}"
+    );
+    assert!(csp.contains("style-src 'self' 'unsafe-inline'"), "{csp}");
+    assert!(!csp.contains("script-src 'self' 'unsafe-inline'"), "{csp}");
+    for kept in [
+        "default-src 'self'",
+        "object-src 'none'",
+        "frame-ancestors 'none'",
+    ] {
+        assert!(csp.contains(kept), "{csp} lacks {kept}");
+    }
+    // other files keep the strict policy
+    let script = hub.get("/assets/index-abc.js");
+    assert_eq!(script.status, 200);
+    assert!(script
+        .header("Content-Type")
+        .unwrap()
+        .starts_with("text/javascript"));
+    assert!(!script
+        .header("Content-Security-Policy")
+        .unwrap()
+        .contains("unsafe-inline"));
 }

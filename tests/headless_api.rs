@@ -103,8 +103,9 @@ fn headless_sessions_refuse_direct_control_on_both_apis() {
     assert_eq!(desc.status, 200);
     let desc = desc.json()["session"].clone();
     assert_eq!(desc["kind"], "headless");
-    assert_eq!(desc["spec"], Value::Null);
-    assert_eq!(desc["subagent"]["parent"]["session_id"], "p");
+    assert_eq!(desc["spec"], json!({}));
+    assert_eq!(desc["subagent"]["parent"], "p");
+    assert_eq!(desc["subagent"]["parent_ref"]["session_id"], "p");
 
     let restricted: Vec<(&str, String, Option<Value>)> = vec![
         ("GET", format!("{base}/events"), None),
@@ -177,15 +178,20 @@ fn headless_sessions_refuse_direct_control_on_both_apis() {
         send_json(&mut ws, msg.clone());
         let err = next_of(&mut ws, "error");
         assert_eq!(err["error"], "headless_restricted", "{msg} -> {err}");
-        let echoed = msg
-            .get("request_id")
-            .map(|id| json!({"request_id": id}))
-            .unwrap_or(Value::Null);
+        // The refusal names the session and echoes the message's small
+        // members (its request_id among them); content and specs stay out.
+        assert_eq!(err["session"], child.as_str(), "{msg} -> {err}");
+        let request = &err["request"];
+        assert_eq!(request["type"], msg["type"], "{msg} -> {err}");
+        assert_eq!(request["session"], child.as_str(), "{msg} -> {err}");
         assert_eq!(
-            err.get("request").cloned().unwrap_or(Value::Null),
-            echoed,
-            "{msg}"
+            request.get("request_id"),
+            msg.get("request_id"),
+            "{msg} -> {err}"
         );
+        for bulky in ["content", "spec", "options"] {
+            assert!(request.get(bulky).is_none(), "{msg} -> {err}");
+        }
     }
     // Confirmations stay answerable (this one is simply not open), and an
     // unsubscribe or a listing is harmless.
@@ -226,10 +232,15 @@ fn operator_policy_answers_new_child_confirmations() {
     // open, and the prompt is labelled with child and parent.
     let res = post(&hub, &policy_path, json!({"policy": "deny"}));
     assert_eq!(res.status, 200, "{}", res.text());
+    let answered = res.json();
     assert_eq!(
-        res.json(),
-        json!({"accepted": "subagent_policy", "session": child, "policy": "deny"})
+        answered["session"]["session_id"],
+        child.as_str(),
+        "{answered}"
     );
+    assert_eq!(answered["session"]["subagent"]["policy"], "deny");
+    assert_eq!(answered["accepted"], "subagent_policy");
+    assert_eq!(answered["policy"], "deny");
     assert_eq!(
         hub.get(&format!("/api/sessions/{child}")).json()["session"]["subagent"]["policy"],
         "deny"
@@ -241,7 +252,11 @@ fn operator_policy_answers_new_child_confirmations() {
         assert_labelled(&f["confirmation"], &child);
     }
     let closed = frames.last().unwrap();
-    assert_eq!(closed["outcome"], "denied", "{closed}");
+    assert_eq!(
+        closed["outcome"],
+        json!({"phase": "decided", "detail": "denied"}),
+        "{closed}"
+    );
     assert_eq!(closed["confirmation"]["decision"], "denied");
 
     // approve (panel): accepted, and the next request is approved.
@@ -258,7 +273,11 @@ fn operator_policy_answers_new_child_confirmations() {
     send_to_child(&hub, &child, "/run echo approved-by-policy");
     let frames = confirmation_frames_until_closed(&mut ws, &child);
     let closed = frames.last().unwrap();
-    assert_eq!(closed["outcome"], "approved", "{closed}");
+    assert_eq!(
+        closed["outcome"],
+        json!({"phase": "decided", "detail": "approved"}),
+        "{closed}"
+    );
     assert_labelled(&closed["confirmation"], &child);
 
     // ask: the prompt stays open for operators, on every panel, and a
@@ -332,7 +351,10 @@ fn operator_policy_answers_new_child_confirmations() {
     });
     assert_eq!(accepted["confirmation_id"], cid.as_str());
     assert_eq!(accepted["request_id"], "cf-1");
-    assert_eq!(closed["outcome"], "denied");
+    assert_eq!(
+        closed["outcome"],
+        json!({"phase": "decided", "detail": "denied"})
+    );
 }
 
 #[test]

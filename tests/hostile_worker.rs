@@ -131,7 +131,8 @@ fn a_worker_that_closes_its_output_but_keeps_running_can_still_be_stopped() {
     let stopped = action(&hub, "c", "stop").json();
     assert_eq!(stopped["ok"], true, "{stopped}");
     let p = wait_session(&hub, "c", |s| s["process"]["state"] != "stopping")["process"].clone();
-    assert_eq!(p["signal"], 15, "{p}");
+    assert_eq!(p["signal"], "SIGTERM", "{p}");
+    assert_eq!(p["signal_number"], 15, "{p}");
     assert!(
         !std::path::Path::new(&format!("/proc/{pid}/cmdline")).exists()
             || std::fs::read_to_string(format!("/proc/{pid}/stat"))

@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::util::*;
 
@@ -24,11 +24,13 @@ fn welcome_ping_and_error_codes() {
     assert_eq!(welcome["sessions"][0]["session_id"], "one");
     send_json(&mut ws, json!({"v": 1, "type": "ping"}));
     assert!(next_of(&mut ws, "pong")["at"].is_string());
+    // `v` may be left out, as Node clients do: it means version 1
+    send_json(&mut ws, json!({"type": "ping"}));
+    assert!(next_of(&mut ws, "pong")["at"].is_string());
     for (frame, code) in [
         ("not json".to_string(), "bad_json"),
         ("[1]".to_string(), "bad_message"),
         (json!({"v": 2, "type": "ping"}).to_string(), "unsupported_version"),
-        (json!({"type": "ping"}).to_string(), "unsupported_version"),
         (json!({"v": 1, "type": "subscribe"}).to_string(), "bad_message"),
         (json!({"v": 1, "type": "subscribe", "session": "nope"}).to_string(), "unknown_session"),
         (json!({"v": 1, "type": "create_session", "session": "a/b"}).to_string(), "invalid_session"),
@@ -43,6 +45,13 @@ fn welcome_ping_and_error_codes() {
         let err = next_of(&mut ws, "error");
         assert_eq!(err["error"], code, "{frame} -> {err}");
         assert_eq!(err["v"], 1);
+        // A refused command names its session and echoes the message.
+        if let Ok(Value::Object(sent)) = serde_json::from_str::<Value>(&frame) {
+            if let Some(session) = sent.get("session").filter(|_| code != "invalid_session") {
+                assert_eq!(&err["session"], session, "{frame} -> {err}");
+                assert_eq!(err["request"]["type"], sent["type"], "{frame} -> {err}");
+            }
+        }
     }
     ws.send(tungstenite::Message::Binary(vec![1u8].into()))
         .unwrap();
@@ -329,7 +338,11 @@ fn confirmations_reach_every_panel_and_can_be_answered_there() {
     let closed = ws_read_until(&mut ws, |v| {
         v["type"] == "confirmation" && v["open"] == false
     });
-    assert_eq!(closed["outcome"], "approved");
+    assert_eq!(
+        closed["outcome"],
+        json!({"phase": "decided", "detail": "approved"})
+    );
+    assert_eq!(closed["confirmation"]["state"], "decided");
 }
 
 #[test]

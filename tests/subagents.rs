@@ -21,40 +21,6 @@ fn start_parent(hub: &TestHub, id: &str) {
     wait_session(hub, id, |s| s["identity"]["state"] == "live");
 }
 
-/// Sends `text` to `session` and returns the raw outcome lines of the
-/// run's tool results once it finished.
-fn run_tools(hub: &TestHub, session: &str, text: &str) -> Vec<String> {
-    let res = post(
-        hub,
-        &format!("/api/sessions/{session}/input"),
-        text_content(text),
-    );
-    assert_eq!(res.status, 202, "{}", res.text());
-    let request_id = res.json()["request_id"].as_str().unwrap().to_string();
-    let finished = wait_event(hub, session, |e| {
-        e["event"] == "run_finished" && e["request_id"] == request_id.as_str()
-    });
-    let run_id = finished["run_id"].clone();
-    let results = wait_event(hub, session, |e| {
-        e["event"] == "tool_results" && e["run_id"] == run_id
-    });
-    results["data"]
-        .as_array()
-        .or_else(|| results["data"]["results"].as_array())
-        .unwrap_or_else(|| panic!("tool results without a list: {results}"))
-        .iter()
-        .map(|r| r["output"]["raw"].as_str().unwrap().to_string())
-        .collect()
-}
-
-/// The JSON of a `<route> succeeded: {...}` line.
-fn succeeded(line: &str, route: &str) -> Value {
-    let rest = line
-        .strip_prefix(&format!("{route} succeeded: "))
-        .unwrap_or_else(|| panic!("{line:?} is not a success of {route}"));
-    serde_json::from_str(rest).unwrap()
-}
-
 /// The error code of a `<route> rejected: {...}` line.
 fn rejected(line: &str, route: &str) -> String {
     let rest = line
@@ -113,8 +79,8 @@ fn fork_send_receive_and_stop_with_real_workers() {
     // The child is a headless session that becomes ready on its own.
     let described = wait_session(&hub, &child, |s| s["subagent"]["lifecycle"] == "ready");
     assert_eq!(described["kind"], "headless");
-    assert_eq!(described["spec"], Value::Null);
-    assert_eq!(described["subagent"]["parent"]["session_id"], "lead");
+    assert_eq!(described["spec"], json!({}));
+    assert_eq!(described["subagent"]["parent"], "lead");
     assert_eq!(described["subagent"]["policy"], "ask");
     assert_eq!(described["subagent"]["health"], "healthy");
     assert!(child_dir(&hub.data_dir, &child)
@@ -131,6 +97,7 @@ fn fork_send_receive_and_stop_with_real_workers() {
     let list = succeeded(&lines[0], "subagent/receive");
     assert_eq!(list["children"][0]["subagent_id"], child.as_str());
     assert_eq!(list["children"][0]["lifecycle"], "ready");
+    assert_eq!(list["subagents"], list["children"]);
 
     // A message: sent, then admitted and finished by the child's worker.
     let lines = run_tools(&hub, "lead", &format!("/send {child} hello child"));
@@ -147,6 +114,9 @@ fn fork_send_receive_and_stop_with_real_workers() {
         .clone();
     assert_eq!(outcome["run_status"], "completed", "{outcome}");
     assert_eq!(last["status"]["lifecycle"], "ready");
+    // the same status at the top level, as the Node hub puts it
+    assert_eq!(last["lifecycle"], "ready");
+    assert_eq!(last["subagent_id"], child.as_str());
 
     // The conversation projection shows the visible dialogue.
     let conversation = &last["conversation"];
@@ -183,7 +153,9 @@ fn fork_send_receive_and_stop_with_real_workers() {
     // Stop: stopping at once, then the child and its directory are gone.
     let lines = run_tools(&hub, "lead", &format!("/stop-child {child}"));
     let stopped = succeeded(&lines[0], "subagent/send");
-    assert_eq!(stopped["lifecycle"], "stopping");
+    assert_eq!(stopped["state"], "stopping");
+    assert_eq!(stopped["operation"], "stop");
+    assert!(stopped["operation_id"].is_string(), "{stopped}");
     assert!(wait_until(DEADLINE, || !session_ids(&hub).contains(&child)));
     assert!(!child_dir(&hub.data_dir, &child).exists());
     // The parent still sees the retained terminal status.
@@ -308,7 +280,8 @@ fn stopping_the_parent_cascades_and_deletes_children() {
     }));
     let grandchild = grandchild.unwrap();
     let g = wait_session(&hub, &grandchild, |s| s["subagent"]["lifecycle"] == "ready");
-    assert_eq!(g["subagent"]["parent"]["session_id"], child.as_str());
+    assert_eq!(g["subagent"]["parent"], child.as_str());
+    assert_eq!(g["subagent"]["parent_ref"]["session_id"], child.as_str());
     assert_eq!(g["subagent"]["depth"], 2);
     // The lead cannot reach its grandchild.
     let lines = run_tools(&hub, "lead", &format!("/receive {grandchild}"));

@@ -39,3 +39,5 @@ mod headless_api;
 mod subagents;
 // The offline model provider: scenarios, bounds, worker configurations.
 mod mock_provider;
+// The Node hub's wire shapes: every frame and response checked against them.
+mod wire_drift;

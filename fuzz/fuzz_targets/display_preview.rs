@@ -121,13 +121,15 @@ fn check_ring(r: &mut Reader, input: &[u8]) {
     let max = usize::from(r.u8());
     let budget = usize::from(r.u16());
     let line_cap = usize::from(r.u16() % 2048);
-    let (shown, omitted) = panel_tail(&ring, max, budget, line_cap);
+    let tail = panel_tail(&ring, max, budget, line_cap);
+    let (shown, omitted) = (&tail.lines, tail.omitted);
     assert!(shown.len() <= max);
+    assert_eq!(shown.len(), tail.meta.len());
     assert_eq!(shown.len() as u64 + omitted, ring.len() as u64);
     let newest = ring.tail(shown.len());
     let mut used = 0;
-    for (value, line) in shown.iter().zip(newest) {
-        let text = value["text"].as_str().expect("text");
+    for ((text, meta), line) in shown.iter().zip(&tail.meta).zip(newest) {
+        let text = text.as_str();
         assert!(
             text.len() <= line_cap,
             "tail line of {} over {line_cap}",
@@ -143,7 +145,7 @@ fn check_ring(r: &mut Reader, input: &[u8]) {
             assert!(line.text.starts_with(body), "not a prefix");
             assert_eq!(count, Some(line.text.len() - body.len()), "notice count");
         }
-        assert_eq!(value["stream"], line.stream.as_str());
+        assert_eq!(meta["stream"], line.stream.as_str());
         used += text.len();
     }
     assert!(used <= budget, "tail of {used} over {budget}");

@@ -17,8 +17,9 @@
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use simplex_hub::harness::protocol::{
-    allocate_previews, approvals_allowance, code, parse_client, plan_pages, wire_cost, ClientMsg,
-    APPROVALS_SHARE, FRAME_CEILING, MAX_REQUEST_ID_BYTES, PAGE_TARGET,
+    allocate_previews, approvals_allowance, code, echo, parse_client, plan_pages, wire_cost,
+    ClientMsg, APPROVALS_SHARE, ECHO_STRING_BYTES, FRAME_CEILING, MAX_REQUEST_ID_BYTES,
+    PAGE_TARGET,
 };
 use simplex_hub::harness::session::is_valid_id;
 use simplex_hub_fuzz::{encode, text, Reader};
@@ -46,6 +47,17 @@ fn check_parse(text: &str) {
             }
         }
         Ok(msg) => check_msg(msg),
+    }
+    // An error's echo of the message is bounded: small scalars only.
+    let echoed = echo(text);
+    assert_eq!(echoed.is_some(), value.as_ref().is_ok_and(Value::is_object));
+    for member in echoed
+        .iter()
+        .flat_map(|e| e.as_object())
+        .flat_map(|m| m.values())
+    {
+        assert!(!member.is_array() && !member.is_object());
+        assert!(member.as_str().is_none_or(|s| s.len() <= ECHO_STRING_BYTES));
     }
     // Decode -> encode -> decode: whitespace, escapes and number spelling
     // of the frame do not change what it means.

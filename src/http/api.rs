@@ -56,6 +56,17 @@ fn route(
     }
     let get = matches!(method, Method::Get | Method::Head);
     let post = *method == Method::Post;
+    // As the Node hub: a per-session route naming an id that no session
+    // could have is 400 `invalid_session` (not 404).
+    if let ["sessions", id, ..] = segments.as_slice() {
+        if !crate::session::is_valid_id(id) {
+            return Err(ApiError::new(
+                400,
+                code::INVALID_SESSION,
+                "session id must be 1-128 characters of [A-Za-z0-9_-]",
+            ));
+        }
+    }
     match segments.as_slice() {
         ["sessions"] if get => Ok(ok(json!({"sessions": ops::sessions::list(hub)}))),
         ["sessions"] if post => {
@@ -102,9 +113,10 @@ fn route(
             only_keys(&body, &["policy"])?;
             let policy = body.get("policy").and_then(Value::as_str).unwrap_or("");
             let policy = ops::headless::set_policy(hub, id, policy)?;
+            // The Node hub answers with the session's description.
             Ok(ok(json!({
+                "session": ops::sessions::describe(hub, id)?,
                 "accepted": "subagent_policy",
-                "session": id,
                 "policy": policy.as_str(),
             })))
         }
@@ -149,6 +161,23 @@ fn not_json(err: serde_json::Error) -> ApiError {
     ApiError::new(400, code::BAD_JSON, format!("body is not JSON: {err}"))
 }
 
+/// A JSON object body, or `None` when there is no body (none declared, or
+/// only whitespace).
+fn optional_json_body(hub: &Hub, rq: &mut Request) -> Result<Option<Value>, ApiError> {
+    if rq.body_length() == Some(0) {
+        return Ok(None);
+    }
+    let bytes = read_body(rq, hub.config.http.max_body_bytes)?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let value: Value = serde_json::from_slice(&bytes).map_err(not_json)?;
+    if !value.is_object() {
+        return Err(bad_request("body must be a JSON object"));
+    }
+    Ok(Some(value))
+}
+
 /// Reads and parses a JSON object body within `http.maxBodyBytes`.
 fn read_json_body(hub: &Hub, rq: &mut Request) -> Result<Value, ApiError> {
     let bytes = read_body(rq, hub.config.http.max_body_bytes)?;
@@ -158,9 +187,6 @@ fn read_json_body(hub: &Hub, rq: &mut Request) -> Result<Value, ApiError> {
     }
     Ok(value)
 }
-
-/// Most entries one `events` query returns.
-pub const MAX_EVENTS_PAGE: usize = 5000;
 
 /// A non-negative integer query parameter, `default` when absent or empty.
 fn number(query: &str, name: &str, default: u64) -> Result<u64, ApiError> {
@@ -174,11 +200,17 @@ fn number(query: &str, name: &str, default: u64) -> Result<u64, ApiError> {
     }
 }
 
-/// `GET /api/sessions/:id/events?since=&limit=`.
+/// `GET /api/sessions/:id/events?since=&limit=`: at most `limit` retained
+/// entries after `since`; no `limit`, or `limit=0` (what Node clients send
+/// by default), means every retained entry, as with the Node hub (a client
+/// that sets its cursor to `latest` must have been given everything up to
+/// it). The transcript ring bounds the answer either way.
 fn events(hub: &Hub, id: &str, query: &str) -> Result<Reply, ApiError> {
     let since = number(query, "since", 0)?;
-    let max = MAX_EVENTS_PAGE as u64;
-    let limit = number(query, "limit", max)?.clamp(1, max) as usize;
+    let limit = match number(query, "limit", 0)? {
+        0 => usize::MAX,
+        n => usize::try_from(n).unwrap_or(usize::MAX),
+    };
     let page = ops::sessions::events(hub, id, since, limit)?;
     // Entries are already serialized JSON; splice them without re-parsing.
     let mut body = format!(
@@ -198,9 +230,11 @@ fn events(hub: &Hub, id: &str, query: &str) -> Result<Reply, ApiError> {
     Ok(reply)
 }
 
-/// `POST /api/sessions/:id/{start,stop,restart,force-kill}`: 200 with the
-/// result when it succeeded, 409 with `{ok: false, error}` when it did
-/// not. No body, or `{spec}` for a start or restart.
+/// `POST /api/sessions/:id/{start,stop,restart,force-kill}`, answered with
+/// the result as the Node hub does: a start or restart with 200 when it
+/// succeeded and 409 when it did not; a stop or force-kill always with
+/// 200 (`ok` says how it went). A start or restart takes `{spec}` or no
+/// body at all; a stop or force-kill reads no body.
 fn worker_action(
     hub: &Arc<Hub>,
     rq: &mut Request,
@@ -208,14 +242,19 @@ fn worker_action(
     action: &str,
 ) -> Result<Reply, ApiError> {
     ops::operable(hub, id, &format!("worker {action}"))?;
-    let body = if rq.body_length() == Some(0) {
-        Value::Object(Default::default())
-    } else {
-        read_json_body(hub, rq)?
-    };
     let action = Action::parse(action)
         .ok_or_else(|| ApiError::new(404, code::NOT_FOUND, "no such action"))?;
-    let spec = body.get("spec").cloned();
+    let spec = match action {
+        Action::Start | Action::Restart => {
+            optional_json_body(hub, rq)?.and_then(|body| body.get("spec").cloned())
+        }
+        Action::Stop | Action::ForceKill => {
+            // Read (so a kept-alive connection stays in step) and ignored.
+            read_body(rq, hub.config.http.max_body_bytes)?;
+            None
+        }
+    };
+    let conflict_when_failed = matches!(action, Action::Start | Action::Restart);
     let hub = hub.clone();
     let id = id.to_string();
     // Answered when the action ends (a stop: on its ladder thread); this
@@ -229,7 +268,8 @@ fn worker_action(
             Box::new(move |outcome| {
                 respond(match outcome {
                     Ok(result) => {
-                        let status = if result.is_ok() { 200 } else { 409 };
+                        let failed = !result.is_ok() && conflict_when_failed;
+                        let status = if failed { 409 } else { 200 };
                         Reply::json(status, &result.to_json())
                     }
                     Err(err) => Reply::error(&err.into()),
@@ -239,13 +279,22 @@ fn worker_action(
     })))
 }
 
-/// `GET /api/sessions/:id/logs?limit=`: `{session, lines, dropped, log_path}`.
+/// Lines `GET …/logs` returns without a `limit` (or with `limit=0`).
+pub const DEFAULT_LOG_LINES: usize = 500;
+
+/// `GET /api/sessions/:id/logs?limit=`: `{session, lines, dropped,
+/// log_path}` (`lines` the texts, oldest first), then `omitted` and
+/// `line_meta` (`{stream, at}` of each line).
 fn logs(hub: &Hub, id: &str, query: &str) -> Result<Reply, ApiError> {
     let limit = match url::query_param(query, "limit") {
-        None => 500,
-        Some(Ok(v)) => v
+        None => DEFAULT_LOG_LINES,
+        Some(Ok(v)) => match v
             .parse::<usize>()
-            .map_err(|_| bad_request("limit must be a non-negative integer"))?,
+            .map_err(|_| bad_request("limit must be a non-negative integer"))?
+        {
+            0 => DEFAULT_LOG_LINES,
+            n => n,
+        },
         Some(Err(err)) => return Err(bad_request(err.to_string())),
     };
     let tail = ops::sessions::logs(hub, id, LogBounds::lines(limit))?;
@@ -254,6 +303,8 @@ fn logs(hub: &Hub, id: &str, query: &str) -> Result<Reply, ApiError> {
         "lines": tail.lines,
         "dropped": tail.dropped,
         "log_path": tail.log_path,
+        "omitted": tail.omitted,
+        "line_meta": tail.meta,
     })))
 }
 

@@ -129,8 +129,13 @@ fn mime_for(name: &str) -> &'static str {
         "css" => "text/css; charset=utf-8",
         "svg" => "image/svg+xml",
         "png" => "image/png",
-        "json" => "application/json",
+        "json" | "map" => "application/json",
         "txt" | "md" => "text/plain; charset=utf-8",
+        "ico" => "image/x-icon",
+        "webp" => "image/webp",
+        "jpg" | "jpeg" => "image/jpeg",
+        "woff" => "font/woff",
+        "woff2" => "font/woff2",
         _ => "application/octet-stream",
     }
 }

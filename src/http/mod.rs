@@ -11,6 +11,7 @@ pub mod agent;
 pub mod api;
 pub mod assets;
 pub mod auth;
+pub mod csp;
 pub mod tools;
 pub mod url;
 
@@ -26,11 +27,10 @@ use crate::hub::Hub;
 use crate::ops::code;
 use crate::panel::Panels;
 
-/// Content-Security-Policy of every response: only same-origin scripts,
+/// Content-Security-Policy of every response but the documents of a
+/// configured static directory ([`csp`]): only same-origin scripts,
 /// styles, images and sockets; no plugins, framing, base or form targets.
-pub const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; \
-img-src 'self' data:; connect-src 'self'; object-src 'none'; frame-ancestors 'none'; \
-base-uri 'none'; form-action 'none'";
+pub const CSP: &str = csp::EMBEDDED;
 
 /// Starts serving `listener` with the configured limits. Connection threads
 /// call [`handle`] for each request.
@@ -263,6 +263,8 @@ pub struct Reply {
     pub no_store: bool,
     pub extra: Vec<(&'static str, String)>,
     pub later: Option<Deferred>,
+    /// The Content-Security-Policy, when not [`CSP`].
+    pub csp: Option<String>,
 }
 
 impl Reply {
@@ -274,6 +276,7 @@ impl Reply {
             no_store: true,
             extra: Vec::new(),
             later: None,
+            csp: None,
         }
     }
 
@@ -320,7 +323,10 @@ fn respond(rq: Request, mut reply: Reply) {
         }
     };
     add("Content-Type", reply.mime);
-    add("Content-Security-Policy", CSP);
+    add(
+        "Content-Security-Policy",
+        reply.csp.as_deref().unwrap_or(CSP),
+    );
     add("X-Content-Type-Options", "nosniff");
     add("Referrer-Policy", "no-referrer");
     add("X-Frame-Options", "DENY");
@@ -361,17 +367,26 @@ fn serve_static(hub: &Hub, rq: Request, method: &Method, path: &str) {
         }
     };
     match assets::lookup(&name, hub.static_dir.as_deref()) {
-        Some(found) => respond(
-            rq,
-            Reply {
-                status: 200,
-                mime: found.mime,
-                body: found.bytes.into_owned(),
-                no_store: false,
-                extra: Vec::new(),
-                later: None,
-            },
-        ),
+        Some(found) => {
+            // A configured directory's documents get their own policy (their
+            // inline scripts by hash, see `csp`); the embedded panel keeps
+            // the strict one.
+            let document = found.mime.starts_with("text/html");
+            let csp = (hub.static_dir.is_some() && document)
+                .then(|| csp::for_document(&String::from_utf8_lossy(&found.bytes)));
+            respond(
+                rq,
+                Reply {
+                    status: 200,
+                    mime: found.mime,
+                    body: found.bytes.into_owned(),
+                    no_store: false,
+                    extra: Vec::new(),
+                    later: None,
+                    csp,
+                },
+            )
+        }
         None => respond_error(rq, &ApiError::new(404, code::NOT_FOUND, "no such file")),
     }
 }

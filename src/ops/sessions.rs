@@ -102,8 +102,10 @@ impl LogBounds {
 /// The tail of a worker's captured output.
 #[derive(Debug, Clone)]
 pub struct LogTail {
-    /// `{stream, text, at}` objects, oldest first.
-    pub lines: Vec<Value>,
+    /// The line texts, oldest first (the Node hub's `lines`).
+    pub lines: Vec<String>,
+    /// `{stream, at}` of each line, in the same order.
+    pub meta: Vec<Value>,
     /// Lines the ring evicted to keep its bounds.
     pub dropped: u64,
     /// Older ring lines the bounds left out of `lines`.
@@ -116,16 +118,17 @@ pub struct LogTail {
 pub fn logs(hub: &Hub, id: &str, bounds: LogBounds) -> Result<LogTail, OpError> {
     operable(hub, id, "logs")?;
     hub.with_session(id, |s| {
-        let (lines, omitted) = crate::util::log_ring::panel_tail(
+        let tail = crate::util::log_ring::panel_tail(
             s.logs(),
             bounds.lines,
             bounds.bytes,
             bounds.line_bytes,
         );
         LogTail {
-            lines,
+            lines: tail.lines,
+            meta: tail.meta,
             dropped: s.logs().dropped(),
-            omitted,
+            omitted: tail.omitted,
             log_path: s.process().and_then(|p| p.log_path.clone()),
         }
     })

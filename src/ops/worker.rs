@@ -90,9 +90,11 @@ impl ActionResult {
         }
     }
 
-    /// The result object both front-ends show: `{ok, pid, config}` for a
-    /// start, `{ok, how, forced}` for a stop (with `error` when it
-    /// failed), a restart's start result with its `stop` inside.
+    /// The result object both front-ends show, as the Node hub's
+    /// supervisor shapes it: `{ok, pid, config}` for a start, `{ok, how,
+    /// forced}` for a stop (with `error` when it failed), a restart's start
+    /// result with `stop` (the stop's `how`) and this hub's `stop_result`
+    /// (the whole stop result).
     pub fn to_json(&self) -> Value {
         match self {
             ActionResult::Start(start) => start_json(start),
@@ -102,7 +104,9 @@ impl ActionResult {
                     Some(start) => start_json(start),
                     None => json!({"ok": false, "error": self.error()}),
                 };
-                out["stop"] = stop_json(stop);
+                let stopped = stop_json(stop);
+                out["stop"] = stopped["how"].clone();
+                out["stop_result"] = stopped;
                 out
             }
         }

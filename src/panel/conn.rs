@@ -422,7 +422,7 @@ pub fn encode(text: &str) -> Encoded {
 
 /// Encodes the `event` frame of [`protocol::event_frame`] in one pass,
 /// header and payload into one buffer.
-pub fn encode_event(session: &str, hub_seq: Option<u64>, envelope_json: &str) -> Encoded {
+pub fn encode_event(session: &str, hub_seq: u64, envelope_json: &str) -> Encoded {
     let mut head = String::with_capacity(64 + session.len());
     protocol::event_frame_head(&mut head, session, hub_seq);
     let len = head.len() + envelope_json.len() + 1;
@@ -454,11 +454,11 @@ mod tests {
     #[test]
     fn an_encoded_event_is_the_encoded_event_frame() {
         for (session, seq, json) in [
-            ("s", Some(1), r#"{"a":1}"#),
-            ("s\"q", None, "{}"),
+            ("s", 1, r#"{"a":1}"#),
+            ("s\"q", 0, "{}"),
             (
                 "bench",
-                Some(u64::MAX),
+                u64::MAX,
                 &*format!("{{\"x\":\"{}\"}}", "y".repeat(70_000)),
             ),
         ] {

@@ -22,6 +22,12 @@ pub fn one(hub: &Hub, id: &str) -> Option<Value> {
     under_share(&[s]).pop()
 }
 
+/// One session already locked, for a `subscribed` frame (every page of a
+/// replay carries it).
+pub fn locked(s: &Session) -> Value {
+    under_share(&[s]).pop().unwrap_or(Value::Null)
+}
+
 /// Describes `list` with every approval preview bounded so that all of
 /// them together fit the frame's approval allowance.
 fn under_share(list: &[&Session]) -> Vec<Value> {

@@ -170,10 +170,38 @@ fn reply_error(panel: &PanelConn, code: &str, message: &str, request_id: Option<
     send(panel, &protocol::error(code, message, request));
 }
 
-/// Answers a refused command with an `error` frame echoing the
-/// message's `request_id` (when it had one).
-fn refuse(panel: &PanelConn, err: &OpError, request_id: Option<&str>) {
-    reply_error(panel, err.code(), &err.message, request_id);
+/// What an `error` frame names of the message it answers: the session
+/// the message named (`session`, at the top level, where Node clients
+/// look for it) and the bounded echo of the message (`request`).
+#[derive(Debug, Clone, Default)]
+struct Answering {
+    session: Option<String>,
+    request: Option<Value>,
+}
+
+impl Answering {
+    /// For a message naming `session`, echoed from its `text` (parsed again
+    /// only now: a refusal is the rare case).
+    fn of(session: Option<&str>, text: &str) -> Answering {
+        Answering {
+            session: session.map(str::to_string),
+            request: protocol::echo(text),
+        }
+    }
+
+    /// The error frame for `code` and `message`, then `fields`.
+    fn error(&self, code: &str, message: &str, mut fields: Vec<(&str, Value)>) -> Value {
+        if let Some(session) = &self.session {
+            fields.insert(0, ("session", json!(session)));
+        }
+        protocol::error_with(code, message, self.request.clone(), fields)
+    }
+}
+
+/// Answers a refused command with an `error` frame naming its session and
+/// echoing the message.
+fn refuse(panel: &PanelConn, err: &OpError, about: &Answering) {
+    send(panel, &about.error(err.code(), &err.message, Vec::new()));
 }
 
 /// Parses one client message, calls its command, and renders the result
@@ -181,13 +209,25 @@ fn refuse(panel: &PanelConn, err: &OpError, request_id: Option<&str>) {
 fn dispatch(hub: &Arc<Hub>, panel: &Arc<PanelConn>, text: &str) {
     let msg = match protocol::parse_client(text) {
         Ok(msg) => msg,
-        Err((err, request_id)) => {
-            return reply_error(panel, err.code, &err.message, request_id.as_deref());
+        Err((err, _)) => {
+            // A message refused as malformed still names what it could:
+            // its bounded echo, and the session it named.
+            let request = protocol::echo(text);
+            let session = request
+                .as_ref()
+                .and_then(|r| r.get("session"))
+                .and_then(Value::as_str)
+                .map(str::to_string);
+            let about = Answering { session, request };
+            send(panel, &about.error(err.code, &err.message, Vec::new()));
+            return;
         }
     };
     let request_id = msg.request_id().map(str::to_string);
     let request_id = request_id.as_deref();
-    let refused = |err: OpError| refuse(panel, &err, request_id);
+    let named = msg.session().map(str::to_string);
+    let about = || Answering::of(named.as_deref(), text);
+    let refused = |err: OpError| refuse(panel, &err, &about());
     match msg {
         ClientMsg::Ping => {
             send(panel, &protocol::pong(&crate::util::time::now_rfc3339()));
@@ -203,7 +243,16 @@ fn dispatch(hub: &Arc<Hub>, panel: &Arc<PanelConn>, text: &str) {
             replace,
             request_id,
         } => match ops::sessions::watchable(hub, &session) {
-            Ok(()) => subscribe(hub, panel, &session, since, paged, replace, request_id),
+            Ok(()) => subscribe(
+                hub,
+                panel,
+                &session,
+                since,
+                paged,
+                replace,
+                request_id,
+                &about(),
+            ),
             Err(err) => refused(err),
         },
         ClientMsg::Unsubscribe { session } => {
@@ -226,7 +275,7 @@ fn dispatch(hub: &Arc<Hub>, panel: &Arc<PanelConn>, text: &str) {
             session,
             action,
             spec,
-        } => worker_action(hub, panel, session, action, spec),
+        } => worker_action(hub, panel, session, action, spec, about()),
         ClientMsg::Input { session, input } => match ops::worker::input(hub, &session, &input) {
             Ok(id) => accepted_request(panel, "input", &session, &id),
             Err(err) => refused(err),
@@ -287,12 +336,11 @@ fn dispatch(hub: &Arc<Hub>, panel: &Arc<PanelConn>, text: &str) {
                     );
                 }
                 Err(err) => {
-                    let request =
-                        json!({"confirmation_id": confirmation_id, "request_id": request_id});
-                    send(
-                        panel,
-                        &protocol::error(err.code(), &err.message, Some(request)),
-                    );
+                    let fields = vec![
+                        ("action", json!("confirmation")),
+                        ("confirmation_id", json!(confirmation_id)),
+                    ];
+                    send(panel, &about().error(err.code(), &err.message, fields));
                 }
             }
         }
@@ -306,7 +354,9 @@ fn dispatch(hub: &Arc<Hub>, panel: &Arc<PanelConn>, text: &str) {
             };
             match ops::sessions::logs(hub, &session, bounds) {
                 Ok(tail) => {
-                    let reply = protocol::logs(&session, tail.lines, tail.dropped, tail.omitted);
+                    let lines =
+                        protocol::log_tail(tail.lines, tail.meta, tail.dropped, tail.omitted);
+                    let reply = protocol::logs(&session, lines, tail.log_path.as_deref());
                     send(panel, &reply);
                 }
                 Err(err) => refused(err),
@@ -361,6 +411,7 @@ fn worker_action(
     session: String,
     action: protocol::WorkerAction,
     spec: Option<Value>,
+    about: Answering,
 ) {
     let Some(action) = Action::parse(action.as_str()) else {
         return;
@@ -379,14 +430,19 @@ fn worker_action(
                     send(&panel, &reply);
                 }
                 Ok(result) => {
+                    // As the Node hub: `action` and `result` at the top level
+                    // (beside `session`).
                     let message = result.error().unwrap_or_else(|| "the action failed".into());
-                    let request = json!({"action": action.as_str(), "session": sid, "result": result.to_json()});
+                    let fields = vec![
+                        ("action", json!(action.as_str())),
+                        ("result", result.to_json()),
+                    ];
                     send(
                         &panel,
-                        &protocol::error(code::WORKER_ACTION_FAILED, &message, Some(request)),
+                        &about.error(code::WORKER_ACTION_FAILED, &message, fields),
                     );
                 }
-                Err(err) => refuse(&panel, &err, None),
+                Err(err) => refuse(&panel, &err, &about),
             });
             ops::worker::act(&hub, &session, action, spec, done);
         },
@@ -403,6 +459,7 @@ fn worker_action(
 }
 
 /// Starts a subscription: legacy (one frame) or paged replay.
+#[allow(clippy::too_many_arguments)] // the message's fields, and what a refusal names
 fn subscribe(
     hub: &Arc<Hub>,
     panel: &Arc<PanelConn>,
@@ -411,6 +468,7 @@ fn subscribe(
     paged: bool,
     replace: bool,
     request_id: Option<String>,
+    about: &Answering,
 ) {
     let generation = {
         let mut subs = panel.subs();
@@ -427,7 +485,7 @@ fn subscribe(
         generation
     };
     if !paged {
-        return legacy_subscribe(hub, panel, session, since, request_id);
+        return legacy_subscribe(hub, panel, session, since, request_id, about);
     }
     replay_step(
         hub.clone(),
@@ -444,10 +502,13 @@ fn legacy_subscribe(
     session: &str,
     since: u64,
     request_id: Option<String>,
+    about: &Answering,
 ) {
     // Under the session lock: the entries after `since`, and the cursor
-    // moves to the end so later live events continue from there. Queued
-    // under the publish lock, so a later event's fan-out comes after it.
+    // moves to the end so later live events continue from there (also when
+    // `since` is beyond it: a stale cursor, such as one from before a hub
+    // restart, never silences live events). Queued under the publish lock,
+    // so a later event's fan-out comes after it.
     let _ordered = hub.publishing();
     let built = hub.with_session(session, |s| {
         let entries: Vec<Arc<str>> = s
@@ -456,7 +517,7 @@ fn legacy_subscribe(
             .into_iter()
             .map(|e| e.json)
             .collect();
-        let latest = s.transcript().latest().max(since);
+        let latest = s.transcript().latest();
         let logs = logs_value(s);
         let frame = protocol::subscribed(
             session,
@@ -467,7 +528,7 @@ fn legacy_subscribe(
             s.plan().clone(),
             None,
             request_id.as_deref(),
-            s.describe(),
+            super::describe::locked(s),
         );
         let mut subs = panel.subs();
         if let Some(sub) = subs.get_mut(session) {
@@ -479,24 +540,26 @@ fn legacy_subscribe(
     let Some(frame) = built else { return };
     if protocol::wire_cost(frame.len()) > protocol::FRAME_CEILING {
         panel.subs().remove(session);
-        return reply_error(
-            panel,
+        let refusal = about.error(
             code::DISPLAY_SNAPSHOT_TOO_LARGE,
             "the transcript does not fit one frame; subscribe with paged: true or a narrower since",
-            request_id.as_deref(),
+            Vec::new(),
         );
+        send(panel, &refusal);
+        return;
     }
     panel.send_text(&frame);
 }
 
+/// The session's log tail for `subscribed` ([`protocol::log_tail`]).
 fn logs_value(s: &crate::session::Session) -> Value {
-    let (lines, omitted) = crate::util::log_ring::panel_tail(
+    let tail = crate::util::log_ring::panel_tail(
         s.logs(),
         protocol::MAX_LOG_LINES,
         protocol::LOG_TAIL_BYTES,
         protocol::LOG_LINE_PREVIEW,
     );
-    json!({"lines": lines, "dropped": s.logs().dropped(), "omitted": omitted})
+    protocol::log_tail(tail.lines, tail.meta, s.logs().dropped(), tail.omitted)
 }
 
 /// Sends the next replay page, then schedules the following one after the
@@ -521,6 +584,9 @@ fn replay_step(
         let sub = subs
             .get_mut(&session)
             .filter(|sub| sub.generation == generation)?;
+        // A cursor beyond the transcript (stale: from before a hub
+        // restart) replays nothing and must not hold live events back.
+        sub.cursor = sub.cursor.min(s.transcript().latest());
         let entries: Vec<Arc<str>> = s
             .transcript()
             .since(sub.cursor, REPLAY_BATCH)
@@ -542,7 +608,7 @@ fn replay_step(
                     replay_reset: first,
                 }),
                 request_id.as_deref(),
-                s.describe(),
+                super::describe::locked(s),
             );
             return Some((frame, false));
         }
@@ -552,6 +618,9 @@ fn replay_step(
             .iter()
             .map(|e| e.hub_sequence)
             .collect();
+        // Every page carries the description: Node clients replace theirs
+        // with the one a `subscribed` frame brings.
+        let description = super::describe::locked(s);
         let overhead = protocol::subscribed(
             &session,
             &[],
@@ -564,7 +633,7 @@ fn replay_step(
                 replay_reset: first,
             }),
             request_id.as_deref(),
-            Value::Null,
+            description.clone(),
         )
         .len();
         let lens: Vec<usize> = entries.iter().map(|e| e.len()).collect();
@@ -583,7 +652,7 @@ fn replay_step(
                 replay_reset: first,
             }),
             request_id.as_deref(),
-            Value::Null,
+            description,
         );
         sub.cursor = last_seq;
         Some((frame, true))
@@ -592,11 +661,14 @@ fn replay_step(
         return;
     };
     if protocol::wire_cost(frame.len()) > protocol::OUTBOUND_BUDGET {
-        reply_error(
+        let about = Answering {
+            session: Some(session.clone()),
+            request: None,
+        };
+        let message = "a transcript entry exceeds the outbound budget";
+        send(
             &panel,
-            code::DISPLAY_SNAPSHOT_TOO_LARGE,
-            "a transcript entry exceeds the outbound budget",
-            None,
+            &about.error(code::DISPLAY_SNAPSHOT_TOO_LARGE, message, Vec::new()),
         );
         panel.subs().remove(&session);
         return;
@@ -622,11 +694,13 @@ pub fn fan_out(hub: &Hub, registry: &Panels, note: &Note) {
         Note::Event {
             session,
             hub_seq,
+            retained,
             json,
         } => {
             let frame = conn::encode_event(session, *hub_seq, json);
+            let seq = retained.then_some(*hub_seq);
             for panel in panels.iter() {
-                deliver_event(panel, session, *hub_seq, &frame);
+                deliver_event(panel, session, seq, &frame);
             }
         }
         Note::Confirmation {
@@ -694,6 +768,9 @@ pub fn fan_out(hub: &Hub, registry: &Panels, note: &Note) {
     }
 }
 
+/// Queues an event frame for `panel` if it is live on `session`: a
+/// retained entry (`hub_seq` given) only when newer than its cursor, which
+/// it advances; a transient reply always.
 fn deliver_event(panel: &PanelConn, session: &str, hub_seq: Option<u64>, frame: &Encoded) {
     let send = {
         let mut subs = panel.subs();

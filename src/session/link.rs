@@ -313,7 +313,11 @@ mod tests {
         );
         let rejected = rejected.unwrap();
         assert_eq!(rejected["state"], "rejected");
-        assert_eq!(rejected["detail"]["code"], "x");
+        // the Node hub's string detail (the message, else the code) and the
+        // worker's whole data beside it
+        assert_eq!(rejected["detail"], "x");
+        assert_eq!(rejected["rejection"]["code"], "x");
+        assert_eq!(rejected["settled_at"], "t3");
     }
 
     #[test]

@@ -441,14 +441,35 @@ pub struct RequestRecord {
 }
 
 impl RequestRecord {
+    /// The Node hub's request record (`settled_at` null while `sent`;
+    /// `detail` a string: the worker's rejection message, or why the
+    /// outcome is unknown, else empty), then this hub's `updated_at` and
+    /// `rejection` (the worker's whole `input_rejected` data, or null).
     pub fn describe(&self) -> Value {
+        let detail = match (self.state, &self.detail) {
+            (_, Some(data)) => data
+                .get("message")
+                .and_then(Value::as_str)
+                .or_else(|| data.get("code").and_then(Value::as_str))
+                .unwrap_or("the worker rejected the input"),
+            (RequestState::Unknown, None) => {
+                "the event connection closed before the worker admitted or rejected it"
+            }
+            _ => "",
+        };
+        let settled_at = match self.state {
+            RequestState::Sent => None,
+            _ => Some(&self.updated_at),
+        };
         json!({
             "request_id": self.request_id,
             "operation": self.operation,
             "state": self.state.as_str(),
             "sent_at": self.sent_at,
+            "settled_at": settled_at,
+            "detail": detail,
             "updated_at": self.updated_at,
-            "detail": self.detail,
+            "rejection": self.detail,
         })
     }
 }
@@ -854,13 +875,17 @@ impl Session {
 
     /// The `process` object of the description (null when none is known).
     /// A headless child's invocation is redacted.
+    /// The process description; a headless child's launch details (its
+    /// command, arguments, directory and log path) are private to the hub
+    /// and shown empty.
     pub fn describe_process(&self) -> Value {
         let mut described = self.describe_process_full();
         if self.is_headless() {
             if let Some(map) = described.as_object_mut() {
-                for key in ["command", "args", "cwd", "log_path"] {
-                    map.remove(key);
-                }
+                map.insert("command".into(), json!(""));
+                map.insert("args".into(), json!([]));
+                map.insert("cwd".into(), json!(""));
+                map.insert("log_path".into(), Value::Null);
             }
         }
         described
@@ -942,7 +967,8 @@ impl Session {
     pub fn describe_with(&self, budget: &mut dyn FnMut(usize) -> usize) -> Value {
         let mut out = self.describe_common(budget);
         if let Some(child) = &self.subagent {
-            out["spec"] = Value::Null;
+            // No operator spec: an empty one, as the Node hub shows it.
+            out["spec"] = json!({});
             out["subagent"] = headless::describe(self, child);
         }
         out
@@ -982,7 +1008,7 @@ impl Session {
                 "protocolErrors": self.stats.protocol_errors,
                 "incarnations": self.stats.incarnations,
             },
-            "last_run_id": self.last_run_id,
+            "last_run_id": self.last_run_id.as_deref().unwrap_or(""),
             "last_event_at": self.last_event_at,
             "last_event": self.last_event,
             "confirmations": self.prompts.iter().enumerate()

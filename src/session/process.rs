@@ -36,9 +36,10 @@ impl Session {
         self.process.as_ref()
     }
 
-    /// Reserves a start under `lifecycle_id` (`starting`); refused while a
-    /// worker is starting, running or stopping.
-    pub fn reserve_start(&mut self, lifecycle_id: &str) -> Result<(), String> {
+    /// Reserves a start under `lifecycle_id` (`starting`, its `started_at`
+    /// `now` until the spawn records the real time); refused while a worker
+    /// is starting, running or stopping.
+    pub fn reserve_start(&mut self, lifecycle_id: &str, now: &str) -> Result<(), String> {
         if let Some(p) = &self.process {
             if p.state.is_active() {
                 return Err(format!(
@@ -47,12 +48,14 @@ impl Session {
                 ));
             }
         }
-        self.process = Some(ProcessInfo::starting(
+        let mut reserved = ProcessInfo::starting(
             String::new(),
             vec![],
             String::new(),
             lifecycle_id.to_string(),
-        ));
+        );
+        reserved.started_at = Some(now.to_string());
+        self.process = Some(reserved);
         self.lifecycle_id = lifecycle_id.to_string();
         Ok(())
     }
@@ -175,14 +178,14 @@ mod tests {
     #[test]
     fn a_start_is_reserved_once() {
         let mut s = session();
-        s.reserve_start("l1").unwrap();
+        s.reserve_start("l1", "t").unwrap();
         assert_eq!(s.lifecycle_id, "l1");
         assert_eq!(s.process().unwrap().state, ProcState::Starting);
-        let again = s.reserve_start("l2").unwrap_err();
+        let again = s.reserve_start("l2", "t").unwrap_err();
         assert!(again.contains("already starting"), "{again}");
         s.record_started(spawned("l1"));
         assert!(s
-            .reserve_start("l3")
+            .reserve_start("l3", "t")
             .unwrap_err()
             .contains("already running"));
     }
@@ -190,10 +193,10 @@ mod tests {
     #[test]
     fn a_stale_start_cannot_touch_a_newer_record() {
         let mut s = session();
-        s.reserve_start("l1").unwrap();
+        s.reserve_start("l1", "t").unwrap();
         assert!(s.record_start_failed("l1", "boom", "t1"));
         assert_eq!(s.process().unwrap().state, ProcState::Failed);
-        s.reserve_start("l2").unwrap();
+        s.reserve_start("l2", "t").unwrap();
         assert!(!s.record_start_failed("l1", "late", "t2"));
         assert_eq!(s.record_ended("l1", Some(0), None, "t3"), None);
         assert_eq!(s.process().unwrap().state, ProcState::Starting);
@@ -202,13 +205,13 @@ mod tests {
     #[test]
     fn ends_are_exited_or_failed() {
         let mut s = session();
-        s.reserve_start("l1").unwrap();
+        s.reserve_start("l1", "t").unwrap();
         s.record_started(spawned("l1"));
         assert_eq!(
             s.record_ended("l1", Some(7), None, "t"),
             Some(ProcState::Failed)
         );
-        s.reserve_start("l2").unwrap();
+        s.reserve_start("l2", "t").unwrap();
         s.record_started(spawned("l2"));
         assert_eq!(
             s.record_ended("l2", Some(0), None, "t"),
@@ -220,7 +223,7 @@ mod tests {
     fn stops_need_a_running_pinned_worker() {
         let mut s = session();
         assert_eq!(s.begin_stop().unwrap_err(), NoStop::NotStarted);
-        s.reserve_start("l1").unwrap();
+        s.reserve_start("l1", "t").unwrap();
         s.record_started(spawned("l1"));
         assert_eq!(s.begin_stop().unwrap_err(), NoStop::Unpinned);
         assert_eq!(s.process().unwrap().state, ProcState::Running);
@@ -235,7 +238,7 @@ mod tests {
         let me = std::process::id();
         let start = crate::supervisor::sys::proc_start_time(me).unwrap();
         let mut s = session();
-        s.reserve_start("l1").unwrap();
+        s.reserve_start("l1", "t").unwrap();
         let mut info = spawned("l1");
         info.pinned = Some(Arc::new(Pinned::open(me, start).unwrap()));
         s.record_started(info);

@@ -175,31 +175,68 @@ fn retained(hub: &Hub, me: &ParentRef, id: &str) -> Option<family::Terminal> {
 }
 
 /// One child's status object: its description block plus what a parent
-/// needs to address it.
+/// needs to address it (the Node hub's `process_state`, `run_id` and
+/// `error` among them).
 fn status(s: &crate::session::Session) -> Option<Value> {
     let c = s.headless()?;
     let mut out = crate::session::headless::describe(s, c);
+    let failed = c.lifecycle() == Lifecycle::CleanupPending;
     for (key, value) in [
         ("subagent_id", json!(s.id())),
         ("connected", json!(s.connected())),
         ("created_at", json!(c.created_at())),
         ("worker_id", json!(s.worker_id())),
         ("retained", json!(false)),
+        (
+            "process_state",
+            json!(s.process().map_or("not-started", |p| p.state.as_str())),
+        ),
+        ("run_id", json!(s.active_run())),
+        (
+            "error",
+            // The failure reason of a child waiting for cleanup.
+            match out["reason"].as_str() {
+                Some(reason) if failed && !reason.is_empty() => json!(reason),
+                _ => Value::Null,
+            },
+        ),
     ] {
         out[key] = value;
     }
     Some(out)
 }
 
+/// The status of a stopped child whose terminal record is retained.
 fn terminal_status(t: &family::Terminal) -> Value {
     json!({
         "subagent_id": t.id,
+        "parent": t.parent.session_id,
         "lifecycle": Lifecycle::Stopped.as_str(),
+        "policy": "ask",
+        "health": "unknown",
+        "reason": t.reason.as_deref().unwrap_or(""),
+        "observed_at": null,
+        "active": false,
+        "process_state": "exited",
         "connected": false,
+        "run_id": null,
+        "pending_approvals": 0,
+        "error": null,
         "active_run": false,
-        "reason": t.reason,
         "retained": true,
     })
+}
+
+/// `subagent/receive {subagent_id}`: the Node hub's shape, the child's
+/// status fields at the top level, then this hub's `status` (the same
+/// object) and the rest of `extra`.
+fn with_status(status: Value, extra: Value) -> Value {
+    let mut out = status.clone();
+    out["status"] = status;
+    if let (Some(out), Value::Object(extra)) = (out.as_object_mut(), extra) {
+        out.extend(extra);
+    }
+    out
 }
 
 /// `subagent/receive {}`: the caller's direct children, with retained
@@ -220,7 +257,9 @@ fn list(hub: &Hub, me: &ParentRef) -> Value {
             children.push(terminal_status(&t));
         }
     }
-    json!({"count": children.len(), "children": children})
+    // `subagents` as the Node hub names the list; `children` as this hub
+    // did before.
+    json!({"count": children.len(), "subagents": children, "children": children})
 }
 
 /// `subagent/receive {subagent_id, cursor, limit}`: status, the latest
@@ -236,24 +275,28 @@ fn inspect(
         if hub.with_session(id, |_| ()).is_none() {
             let total = t.outcomes.len();
             let skip = total.saturating_sub(RECEIVE_OUTCOMES);
-            return Ok(json!({
-                "status": terminal_status(&t),
-                "requests": t.outcomes[skip..],
-                "requests_truncated": total > RECEIVE_OUTCOMES,
-                "conversation": null,
-            }));
+            return Ok(with_status(
+                terminal_status(&t),
+                json!({
+                    "requests": t.outcomes[skip..],
+                    "requests_truncated": total > RECEIVE_OUTCOMES,
+                    "conversation": null,
+                }),
+            ));
         }
     }
     owned(hub, me, id)?;
     hub.with_session(id, |s| {
         let c = s.headless()?;
         let conversation = c.conversation().page(cursor, limit, PAGE_BODY_BUDGET);
-        let mut result = json!({
-            "status": status(s),
-            "requests": c.latest_outcomes(RECEIVE_OUTCOMES),
-            "requests_truncated": c.outcome_count() > RECEIVE_OUTCOMES,
-            "conversation": conversation,
-        });
+        let mut result = with_status(
+            status(s)?,
+            json!({
+                "requests": c.latest_outcomes(RECEIVE_OUTCOMES),
+                "requests_truncated": c.outcome_count() > RECEIVE_OUTCOMES,
+                "conversation": conversation,
+            }),
+        );
         fit_requests(&mut result);
         Some(result)
     })
@@ -297,7 +340,20 @@ fn answer(
     let page = hub.query_worker(id, &payload, query::QUERY_DEADLINE);
     owned(hub, me, id)?;
     match page {
-        Ok(page) => Ok(json!({"subagent_id": id, "answer": page})),
+        Ok(page) => {
+            // As the Node hub: the child's status with the page beside it.
+            let current = hub.with_session(id, |s| status(s)).flatten();
+            let extra = json!({
+                "requests": [],
+                "requests_truncated": false,
+                "conversation": null,
+                "answer": page,
+            });
+            Ok(match current {
+                Some(current) => with_status(current, extra),
+                None => json!({"subagent_id": id, "answer": extra["answer"]}),
+            })
+        }
         Err(QueryError::Busy { .. }) => Err(Refusal::new(
             "limit_exceeded",
             "too many answer queries are pending",
@@ -327,10 +383,12 @@ fn send(
     owned(hub, me, id)?;
     if let SendOp::Stop = op {
         let operation_id = format!("stop-{}", uuid::Uuid::new_v4());
+        // The Node hub's `state`; `lifecycle` as this hub said before.
         let result = json!({
             "subagent_id": id,
-            "operation": "stop",
             "operation_id": operation_id,
+            "operation": "stop",
+            "state": Lifecycle::Stopping.as_str(),
             "lifecycle": Lifecycle::Stopping.as_str(),
         });
         // The receipt is durable before any supervised work starts.

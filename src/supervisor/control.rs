@@ -146,8 +146,9 @@ pub fn start(hub: &Arc<Hub>, id: &str, spec: Option<&Value>) -> StartResult {
     }
     let lifecycle_id = uuid::Uuid::new_v4().to_string();
     // Reserve the start under the lock: a second start is refused.
+    let reserved_at = time::now_rfc3339();
     let reserved = hub.with_session(id, |s| {
-        s.reserve_start(&lifecycle_id)?;
+        s.reserve_start(&lifecycle_id, &reserved_at)?;
         Ok((s.spec().clone(), s.token().to_string()))
     });
     let (current_spec, token) = match reserved {

@@ -106,7 +106,7 @@ impl ProcessInfo {
         if self.state == ProcState::Failed && self.error.is_none() {
             self.error = Some(match (code, signal) {
                 (Some(code), _) => format!("exited with status {code}"),
-                (None, Some(sig)) => format!("killed by signal {sig}"),
+                (None, Some(sig)) => format!("killed by {}", signal_name(sig)),
                 _ => "exited".to_string(),
             });
         }
@@ -121,7 +121,8 @@ impl ProcessInfo {
             "started_at": self.started_at,
             "exited_at": self.exited_at,
             "exit_code": self.exit_code,
-            "signal": self.signal,
+            "signal": self.signal.map(signal_name),
+            "signal_number": self.signal,
             "error": self.error,
             "stop_requested": self.stop_requested,
             "command": self.command,
@@ -136,6 +137,50 @@ impl ProcessInfo {
             "file_log_failed": logs.file_failed,
             "adopted": self.adopted,
         })
+    }
+}
+
+/// The name of Linux signal `number` as Node reports a child's end
+/// (`SIGTERM`, `SIGKILL`, ...); real-time signals are `SIGRTMIN+n`, and a
+/// number no name is known for `SIG<number>`.
+pub fn signal_name(number: i32) -> String {
+    const NAMES: [&str; 31] = [
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
+    ];
+    match number {
+        1..=31 => NAMES[number as usize - 1].to_string(),
+        34..=64 => format!("SIGRTMIN+{}", number - 34),
+        _ => format!("SIG{number}"),
     }
 }
 
@@ -185,6 +230,23 @@ mod tests {
         p.ended(Some(0), None, "t".into());
         assert!(p.pinned.is_none());
         assert_eq!(Arc::strong_count(&pinned), 1);
+    }
+
+    #[test]
+    fn signals_are_named_as_node_names_them() {
+        assert_eq!(signal_name(libc::SIGTERM), "SIGTERM");
+        assert_eq!(signal_name(libc::SIGKILL), "SIGKILL");
+        assert_eq!(signal_name(libc::SIGHUP), "SIGHUP");
+        assert_eq!(signal_name(libc::SIGSYS), "SIGSYS");
+        assert_eq!(signal_name(libc::SIGSEGV), "SIGSEGV");
+        assert_eq!(signal_name(34), "SIGRTMIN+0");
+        assert_eq!(signal_name(0), "SIG0");
+        let mut p = ProcessInfo::starting("w".into(), vec![], "/".into(), "l".into());
+        p.ended(None, Some(libc::SIGKILL), "t".into());
+        let d = p.describe(&LogCounters::default());
+        assert_eq!(d["signal"], "SIGKILL");
+        assert_eq!(d["signal_number"], libc::SIGKILL);
+        assert_eq!(p.error.as_deref(), Some("killed by SIGKILL"));
     }
 
     #[test]

@@ -12,7 +12,13 @@ use super::render;
 /// Largest file the snapshot reads.
 pub const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
 
-/// Builds `{session_id, state, readable, files}` for a session.
+/// Builds `{session_id, state, readable, files, state_error?,
+/// file_status}` for a session, as the Node hub shapes it: `files` maps
+/// `state` and `readable` to the path of each file that was read; a
+/// `state.json` that is not JSON leaves `state` null and says why in
+/// `state_error`. `file_status` (this hub's) lists every file looked at
+/// with what happened (`read`, `missing`, `too_large`, `refused`,
+/// `unreadable`, and its size when known).
 pub fn read(session_id: &str, session_dir: &Path) -> Value {
     let config_path = session_dir.join("config").join("config.yaml");
     let state_dir = std::fs::read_to_string(&config_path)
@@ -20,17 +26,35 @@ pub fn read(session_id: &str, session_dir: &Path) -> Value {
         .and_then(|text| serde_json::from_str::<Value>(&text).ok())
         .and_then(|doc| render::state_dir(&doc))
         .unwrap_or_else(|| session_dir.join("state"));
-    let mut files = Vec::new();
-    let state = read_file(session_dir, &state_dir.join("state.json"), &mut files)
-        .map(|text| serde_json::from_str::<Value>(&text).unwrap_or(Value::String(text)));
-    let readable =
-        read_file(session_dir, &state_dir.join("readable.md"), &mut files).map(Value::String);
-    json!({
+    let mut status = Vec::new();
+    let mut files = serde_json::Map::new();
+    let state_path = state_dir.join("state.json");
+    let mut state_error = None;
+    let state = read_file(session_dir, &state_path, &mut status).and_then(|text| {
+        files.insert("state".into(), json!(state_path.display().to_string()));
+        serde_json::from_str::<Value>(&text)
+            .map_err(|err| state_error = Some(format!("state.json is not JSON: {err}")))
+            .ok()
+    });
+    let readable_path = state_dir.join("readable.md");
+    let readable = read_file(session_dir, &readable_path, &mut status).map(|text| {
+        files.insert(
+            "readable".into(),
+            json!(readable_path.display().to_string()),
+        );
+        Value::String(text)
+    });
+    let mut out = json!({
         "session_id": session_id,
         "state": state,
         "readable": readable,
         "files": files,
-    })
+    });
+    if let Some(err) = state_error {
+        out["state_error"] = json!(err);
+    }
+    out["file_status"] = Value::Array(status);
+    out
 }
 
 /// Reads one file if it is a regular file inside `root` reached without
@@ -102,19 +126,32 @@ mod tests {
         let snap = read("s", &root);
         assert_eq!(snap["state"], json!({"turns": 2}));
         assert_eq!(snap["readable"], Value::Null);
+        let state_path = root.join("state/state.json").display().to_string();
+        assert_eq!(snap["files"], json!({"state": state_path}));
+        assert!(snap.get("state_error").is_none());
+        std::fs::write(root.join("state/state.json"), "{not json").unwrap();
+        let snap = read("s", &root);
+        assert_eq!(snap["state"], Value::Null);
+        assert!(
+            snap["state_error"].as_str().unwrap().contains("not JSON"),
+            "{snap}"
+        );
+        assert_eq!(snap["files"], json!({"state": state_path}));
 
         std::fs::write(root.join("outside.md"), "secret").unwrap();
         std::os::unix::fs::symlink(root.join("outside.md"), root.join("state/readable.md"))
             .unwrap();
         let snap = read("s", &root);
         assert_eq!(snap["readable"], Value::Null);
-        assert!(snap["files"].to_string().contains("refused"));
+        assert!(snap["file_status"].to_string().contains("refused"));
+        assert!(snap["files"].get("readable").is_none());
 
         let f = std::fs::File::create(root.join("state/state.json")).unwrap();
         f.set_len(MAX_FILE_BYTES + 1).unwrap();
         let snap = read("s", &root);
         assert_eq!(snap["state"], Value::Null);
-        assert!(snap["files"].to_string().contains("too_large"));
+        assert!(snap["file_status"].to_string().contains("too_large"));
+        assert_eq!(snap["files"], json!({}));
 
         std::fs::remove_dir_all(&root).unwrap();
         let linked = std::env::temp_dir().join(format!("hub-snap-link-{}", uuid::Uuid::new_v4()));

@@ -162,18 +162,24 @@ impl LogRing {
     }
 }
 
+/// The tail of a ring as clients are shown it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Tail {
+    /// Line texts (previews), oldest first: the Node hub's `lines`.
+    pub lines: Vec<String>,
+    /// `{stream, at}` of each line, in the same order.
+    pub meta: Vec<Value>,
+    /// Older ring lines the bounds left out.
+    pub omitted: u64,
+}
+
 /// The panel's `logs` lines: the newest lines (at most `max_lines`) whose
 /// previews (each at most `line_cap` bytes, with a
 /// ` [hub: N more UTF-8 bytes not shown]` notice when cut) total at most
-/// `budget` bytes of text, oldest first as `{stream, text, at}` objects,
-/// and the number of older ring lines left out. Evicted lines are not
-/// counted here (see [`LogRing::dropped`]).
-pub fn panel_tail(
-    ring: &LogRing,
-    max_lines: usize,
-    budget: usize,
-    line_cap: usize,
-) -> (Vec<Value>, u64) {
+/// `budget` bytes of text, oldest first, with each line's stream and time
+/// beside them and the number of older ring lines left out. Evicted lines
+/// are not counted here (see [`LogRing::dropped`]).
+pub fn panel_tail(ring: &LogRing, max_lines: usize, budget: usize, line_cap: usize) -> Tail {
     let mut used = 0usize;
     let mut shown = Vec::new();
     for line in ring.lines.iter().rev().take(max_lines) {
@@ -186,18 +192,19 @@ pub fn panel_tail(
         shown.push((line, text));
     }
     let omitted = (ring.lines.len() - shown.len()) as u64;
-    let values = shown
-        .into_iter()
-        .rev()
-        .map(|(line, text)| {
-            json!({
-                "stream": line.stream.as_str(),
-                "text": text,
-                "at": rfc3339_from_millis(line.at_ms),
-            })
-        })
-        .collect();
-    (values, omitted)
+    let mut tail = Tail {
+        lines: Vec::with_capacity(shown.len()),
+        meta: Vec::with_capacity(shown.len()),
+        omitted,
+    };
+    for (line, text) in shown.into_iter().rev() {
+        tail.lines.push(text.into_owned());
+        tail.meta.push(json!({
+            "stream": line.stream.as_str(),
+            "at": rfc3339_from_millis(line.at_ms),
+        }));
+    }
+    tail
 }
 
 /// `text` cut to at most `cap` bytes with an omission notice; a plain
@@ -434,6 +441,23 @@ mod tests {
         }
     }
 
+    /// The tail as `{stream, text, at}` objects, and its omitted count.
+    fn tail(ring: &LogRing, max: usize, budget: usize, cap: usize) -> (Vec<Value>, u64) {
+        let t = panel_tail(ring, max, budget, cap);
+        assert_eq!(t.lines.len(), t.meta.len());
+        let objects = t
+            .lines
+            .iter()
+            .zip(&t.meta)
+            .map(|(text, meta)| {
+                let mut line = meta.clone();
+                line["text"] = json!(text);
+                line
+            })
+            .collect();
+        (objects, t.omitted)
+    }
+
     fn text_of(v: &Value) -> &str {
         v["text"].as_str().unwrap()
     }
@@ -445,7 +469,7 @@ mod tests {
             ring.push(Stream::Stdout, plain(&"x".repeat(10 + i)), i as u64);
         }
         // Newest lines are 19, 18, 17 bytes: 54 fits exactly, 53 does not.
-        let (lines, omitted) = panel_tail(&ring, 2000, 54, 8192);
+        let (lines, omitted) = tail(&ring, 2000, 54, 8192);
         assert_eq!(lines.len(), 3);
         assert_eq!(omitted, 7);
         let total: usize = lines.iter().map(|v| text_of(v).len()).sum();
@@ -453,11 +477,11 @@ mod tests {
         assert_eq!(text_of(&lines[0]).len(), 17);
         assert_eq!(lines[2]["stream"], "stdout");
         assert_eq!(lines[2]["at"], "1970-01-01T00:00:00.009Z");
-        let (lines, omitted) = panel_tail(&ring, 2000, 53, 8192);
+        let (lines, omitted) = tail(&ring, 2000, 53, 8192);
         assert_eq!((lines.len(), omitted), (2, 8));
-        let (lines, omitted) = panel_tail(&ring, 4, usize::MAX, 8192);
+        let (lines, omitted) = tail(&ring, 4, usize::MAX, 8192);
         assert_eq!((lines.len(), omitted), (4, 6));
-        let (lines, omitted) = panel_tail(&ring, 2000, 0, 8192);
+        let (lines, omitted) = tail(&ring, 2000, 0, 8192);
         assert_eq!((lines.len(), omitted), (0, 10));
     }
 
@@ -467,7 +491,7 @@ mod tests {
         let long = "é".repeat(5000); // 10_000 bytes
         ring.push(Stream::Stderr, plain(&long), 1);
         ring.push(Stream::Stdout, plain("short"), 2);
-        let (lines, omitted) = panel_tail(&ring, 2000, 256 * 1024, 8192);
+        let (lines, omitted) = tail(&ring, 2000, 256 * 1024, 8192);
         assert_eq!((lines.len(), omitted), (2, 0));
         let text = text_of(&lines[0]);
         assert!(text.len() <= 8192);
@@ -483,7 +507,7 @@ mod tests {
         assert_eq!(lines[0]["stream"], "stderr");
         assert_eq!(text_of(&lines[1]), "short");
         // The budget counts previews, not the original lengths.
-        let (lines, _) = panel_tail(&ring, 2000, text.len() + 5, 8192);
+        let (lines, _) = tail(&ring, 2000, text.len() + 5, 8192);
         assert_eq!(lines.len(), 2);
     }
 
@@ -491,18 +515,18 @@ mod tests {
     fn panel_tail_line_cap_edges() {
         let mut ring = LogRing::new(100, 1 << 20);
         ring.push(Stream::Stdout, plain(&"a".repeat(100)), 1);
-        let (lines, _) = panel_tail(&ring, 10, 1000, 100);
+        let (lines, _) = tail(&ring, 10, 1000, 100);
         assert_eq!(text_of(&lines[0]), "a".repeat(100));
-        let (lines, _) = panel_tail(&ring, 10, 1000, 99);
+        let (lines, _) = tail(&ring, 10, 1000, 99);
         let text = text_of(&lines[0]);
         assert!(text.len() <= 99);
         assert!(text.ends_with(" more UTF-8 bytes not shown]"));
         // A cap too small for the notice gives a plain prefix.
-        let (lines, _) = panel_tail(&ring, 10, 1000, 10);
+        let (lines, _) = tail(&ring, 10, 1000, 10);
         assert_eq!(text_of(&lines[0]), "a".repeat(10));
         let mut ring = LogRing::new(100, 1 << 20);
         ring.push(Stream::Stdout, plain("€€€€"), 1);
-        let (lines, _) = panel_tail(&ring, 10, 1000, 10);
+        let (lines, _) = tail(&ring, 10, 1000, 10);
         assert_eq!(text_of(&lines[0]), "€€€");
     }
 
@@ -519,7 +543,7 @@ mod tests {
             ring.push(Stream::Stdout, plain(&unit.repeat(len)), i);
         }
         for (budget, cap) in [(10_000, 300), (50_000, 64), (1_000_000, 8192), (777, 77)] {
-            let (lines, omitted) = panel_tail(&ring, 2000, budget, cap);
+            let (lines, omitted) = tail(&ring, 2000, budget, cap);
             let total: usize = lines.iter().map(|v| text_of(v).len()).sum();
             assert!(total <= budget);
             assert!(lines.iter().all(|v| text_of(v).len() <= cap));

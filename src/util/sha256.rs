@@ -55,7 +55,15 @@ impl Sha256 {
     }
 
     /// The digest as 64 lowercase hexadecimal digits.
-    pub(crate) fn finish_hex(mut self) -> String {
+    pub(crate) fn finish_hex(self) -> String {
+        self.finish()
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect()
+    }
+
+    /// The 32-byte digest.
+    pub(crate) fn finish(mut self) -> [u8; 32] {
         let bits = self.length.wrapping_mul(8);
         self.update(&[0x80]);
         while self.filled != 56 {
@@ -66,10 +74,11 @@ impl Sha256 {
         let mut block = self.block;
         block[56..].copy_from_slice(&bits.to_be_bytes());
         self.compress(&block);
-        self.state
-            .iter()
-            .map(|word| format!("{word:08x}"))
-            .collect()
+        let mut digest = [0u8; 32];
+        for (out, word) in digest.chunks_exact_mut(4).zip(self.state) {
+            out.copy_from_slice(&word.to_be_bytes());
+        }
+        digest
     }
 
     fn compress(&mut self, block: &[u8; 64]) {

@@ -19,7 +19,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 use tungstenite::{Error as WsError, Message};
 
 use super::confirm_frames::{self, ConfirmationRequest};
@@ -58,26 +58,20 @@ pub fn decide(
     let outcome = hub
         .with_session(session_id, |s| {
             let prompt = s.settle_prompt(confirmation_id, approved, reason, &now)?;
-            let writer = prompt.writer.clone();
             let response = response_text(&prompt.request, approved, reason);
-            let prompt = s.prompt(confirmation_id).expect("settled just now");
-            Ok((
-                writer,
-                response,
-                s.describe_prompt(prompt, PROMPT_PREVIEW_BYTES),
-            ))
+            Ok((prompt.writer.clone(), response))
         })
         .ok_or(DecideError::Unknown)??;
-    let (writer, response, described) = outcome;
-    // Write the decision, then tell the panels; the close comes later.
+    let (writer, response) = outcome;
+    // Write the decision, then tell the panels: the session's description
+    // shows the prompt decided; the closing `confirmation` (with the
+    // outcome) comes when the worker closes the exchange. No `confirmation`
+    // frame is sent in between, as with the Node hub.
     if let Err(err) = writer.send_text(&response) {
         log::warn!("session {session_id}: decision for {confirmation_id} not delivered: {err}");
     }
-    hub.notify(Note::Confirmation {
+    hub.notify(Note::SessionChanged {
         session: session_id.to_string(),
-        open: true,
-        confirmation: described,
-        outcome: None,
     });
     Ok(())
 }
@@ -187,7 +181,7 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
     };
     let _ = socket.get_ref().set_read_timeout(Some(POLL));
     let mut decided_at: Option<Instant> = None;
-    let mut outcome = "closed";
+    let mut ended = Ended::Disconnected;
     loop {
         if let PromptStep::Deny(reason) = std::mem::replace(&mut step, PromptStep::Wait) {
             deny_now(&hub, &session_id, &confirmation_id, reason);
@@ -196,7 +190,7 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
             Ok(Message::Text(_)) | Ok(Message::Binary(_)) => {
                 log::warn!("session {session_id}: second frame on confirmation {confirmation_id}");
                 writer.close_and_shutdown(close::POLICY, "one request per connection");
-                outcome = "aborted";
+                ended = Ended::ProtocolError;
                 break;
             }
             Ok(_) => {}
@@ -231,7 +225,7 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
             if let Some(auto) = &auto {
                 deliver_auto(&session_id, &confirmation_id, auto);
             }
-            if verified {
+            if verified && auto.is_none() {
                 // The event socket named the worker: the prompt can now be
                 // decided, and every panel must hear that.
                 hub.notify(Note::Confirmation {
@@ -239,6 +233,12 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
                     open: true,
                     confirmation: json!({"confirmation_id": confirmation_id}),
                     outcome: None,
+                });
+            } else if verified {
+                // Answered by the child's policy at once: only the
+                // description changes until the exchange closes.
+                hub.notify(Note::SessionChanged {
+                    session: session_id.clone(),
                 });
             }
             polled
@@ -256,7 +256,7 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
             Some(Some((_, next))) => {
                 step = next;
                 if now >= deadline {
-                    outcome = "expired";
+                    ended = Ended::Deadline;
                     writer.close_and_shutdown(close::NORMAL, "confirmation deadline passed");
                     break;
                 }
@@ -265,7 +265,44 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
     }
     writer.terminate();
     hub.unregister_socket(conn_id);
-    retire(&hub, &session_id, &confirmation_id, conn_id, outcome);
+    if hub.is_shutting_down() {
+        ended = Ended::Shutdown;
+    }
+    retire(&hub, &session_id, &confirmation_id, conn_id, ended);
+}
+
+/// Why a prompt's exchange ended without a decision: the Node hub's
+/// `phase` of a closing outcome, and what panels are told of it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// The worker closed the connection (or it failed).
+    Disconnected,
+    /// The hub's deadline passed.
+    Deadline,
+    /// A second frame on the one-request connection.
+    ProtocolError,
+    /// The hub is shutting down.
+    Shutdown,
+}
+
+impl Ended {
+    fn phase(self) -> &'static str {
+        match self {
+            Ended::Disconnected => "disconnected",
+            Ended::Deadline => "deadline",
+            Ended::ProtocolError => "protocol-error",
+            Ended::Shutdown => "shutdown",
+        }
+    }
+
+    fn detail(self) -> &'static str {
+        match self {
+            Ended::Disconnected => "the confirmation connection closed",
+            Ended::Deadline => "the confirmation deadline passed before a decision",
+            Ended::ProtocolError => "more than one frame on the confirmation connection",
+            Ended::Shutdown => "the hub is shutting down",
+        }
+    }
 }
 
 fn read_request(
@@ -339,17 +376,22 @@ fn register(
     match result {
         None => Registered::Gone,
         Some((registered, described, auto)) => {
-            if let (Some(auto), Some(d)) = (&auto, &described) {
-                let id = d["confirmation_id"].as_str().unwrap_or("");
-                deliver_auto(session_id, id, auto);
-            }
-            if let Some(confirmation) = described {
-                hub.notify(Note::Confirmation {
+            match (&auto, described) {
+                // Answered by a child's policy on arrival: never shown open;
+                // the description changes, the closing frame follows.
+                (Some(auto), _) => {
+                    deliver_auto(session_id, &confirmation_id, auto);
+                    hub.notify(Note::SessionChanged {
+                        session: session_id.to_string(),
+                    });
+                }
+                (None, Some(confirmation)) => hub.notify(Note::Confirmation {
                     session: session_id.to_string(),
                     open: true,
                     confirmation,
                     outcome: None,
-                });
+                }),
+                (None, None) => {}
             }
             registered
         }
@@ -361,42 +403,42 @@ fn deny_now(hub: &Hub, session_id: &str, confirmation_id: &str, reason: &'static
     let now = time::now_rfc3339();
     let sent = hub.with_session(session_id, |s| {
         let prompt = s.deny_prompt(confirmation_id, reason, &now)?;
-        let writer = prompt.writer.clone();
         let response = response_text(&prompt.request, false, Some(reason));
-        let prompt = s.prompt(confirmation_id)?;
-        Some((
-            writer,
-            response,
-            s.describe_prompt(prompt, PROMPT_PREVIEW_BYTES),
-        ))
+        Some((prompt.writer.clone(), response))
     });
-    if let Some(Some((writer, response, described))) = sent {
+    if let Some(Some((writer, response))) = sent {
         log::info!("session {session_id}: confirmation {confirmation_id} denied: {reason}");
         let _ = writer.send_text(&response);
-        hub.notify(Note::Confirmation {
+        // The description shows it decided; the closing frame follows.
+        hub.notify(Note::SessionChanged {
             session: session_id.to_string(),
-            open: true,
-            confirmation: described,
-            outcome: None,
         });
     }
 }
 
-/// Removes the prompt; a retired prompt can no longer be answered.
-fn retire(hub: &Hub, session_id: &str, confirmation_id: &str, conn_id: u64, outcome: &str) {
+/// Removes the prompt; a retired prompt can no longer be answered. The
+/// closing `confirmation` keeps the state `decided` for a prompt that was
+/// answered (outcome `{phase: "decided", detail: <decision>}`); any other
+/// becomes `retired` with why it `ended`.
+fn retire(hub: &Hub, session_id: &str, confirmation_id: &str, conn_id: u64, ended: Ended) {
     let removed = hub.with_session(session_id, |s| {
         let prompt = s.retire_prompt(confirmation_id, conn_id)?;
         Some(s.describe_prompt(&prompt, PROMPT_PREVIEW_BYTES))
     });
     if let Some(Some(mut described)) = removed {
         let decided = described["decision"].as_str().map(str::to_string);
-        described["state"] = json!("retired");
-        let outcome = decided.unwrap_or_else(|| outcome.to_string());
+        if decided.is_none() {
+            described["state"] = json!("retired");
+            described["settled_at"] = json!(time::now_rfc3339());
+            described["reason"] = json!(ended.detail());
+        }
+        let outcome =
+            crate::panel::protocol::outcome(decided.as_deref(), ended.phase(), ended.detail());
         hub.notify(Note::Confirmation {
             session: session_id.to_string(),
             open: false,
             confirmation: described,
-            outcome: Some(Value::String(outcome)),
+            outcome: Some(outcome),
         });
     }
 }

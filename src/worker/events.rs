@@ -160,14 +160,28 @@ const HUB_FIELDS: &[&str] = &["received_at", "known", "issues", "raw", "hub_sequ
 /// built outside any lock: the worker's object as `serde_json` encodes it
 /// (the frame's own text when it already is that), then the hub's fields.
 /// A worker object that already uses one of the hub's names is rebuilt so
-/// the entry never carries a duplicate key. Capacity is left for the
-/// `hub_sequence` member spliced in under the lock.
+/// the entry never carries a duplicate key. One with a missing or
+/// ill-typed correlation field (an `issues` entry) is rebuilt with the
+/// values the hub read, as the Node hub forwards them: `request_id` and
+/// `run_id` strings (empty when unusable), `sequence` a number or null,
+/// and `data` (`{}` when missing); the `raw` metadata keeps what was sent.
+/// Capacity is left for the `hub_sequence` member spliced in under the
+/// lock.
 fn entry_prefix(env: &Envelope, frame_bytes: usize, now: &str) -> String {
     let rebuilt;
-    let object = if HUB_FIELDS.iter().any(|k| env.contains_key(k)) {
+    let clash = HUB_FIELDS.iter().any(|k| env.contains_key(k));
+    let object = if clash || !env.issues.is_empty() {
         let mut object = env.object().clone();
         for key in HUB_FIELDS {
             object.remove(*key);
+        }
+        if !env.issues.is_empty() {
+            object.insert("request_id".into(), json!(env.request_id));
+            object.insert("run_id".into(), json!(env.run_id));
+            object.insert("sequence".into(), json!(env.sequence));
+            if !object.contains_key("data") {
+                object.insert("data".into(), json!({}));
+            }
         }
         rebuilt = Value::Object(object).to_string();
         rebuilt.as_str()
@@ -210,15 +224,10 @@ fn push_json_string(out: &mut String, s: &str) {
     }
 }
 
-/// Completes an entry prefix with its `hub_sequence` (`null` when none).
-fn finish_entry(mut prefix: String, seq: Option<u64>) -> Arc<str> {
+/// Completes an entry prefix with its `hub_sequence`.
+fn finish_entry(mut prefix: String, seq: u64) -> Arc<str> {
     use std::fmt::Write as _;
-    match seq {
-        Some(seq) => {
-            let _ = write!(prefix, ",\"hub_sequence\":{seq}}}");
-        }
-        None => prefix.push_str(",\"hub_sequence\":null}"),
-    }
+    let _ = write!(prefix, ",\"hub_sequence\":{seq}}}");
     prefix.into()
 }
 
@@ -241,18 +250,21 @@ fn ingest(hub: &Arc<Hub>, session_id: &str, conn_id: u64, env: Envelope, frame_b
         let describe = !was_live || matches!(env.event.as_str(), "ready" | "status");
         // A headless child's events are consumed transiently (seed 003).
         let followup = hub.hooks().event(s, &env, &now);
-        let (seq, json) = if transient || s.is_headless() {
-            (None, finish_entry(prefix, None))
+        // A transient reply is stamped with the current sequence, which it
+        // does not consume: retained entries stay contiguous.
+        let retained = !transient && !s.is_headless();
+        let (seq, json) = if retained {
+            s.retain_event(
+                |seq| finish_entry(prefix, seq),
+                |seq, bytes| omission_record(seq, &env, bytes),
+            )
         } else {
-            let (event, worker) = (&env.event, &env.worker_id);
-            let (seq, json) = s.retain_event(
-                |seq| finish_entry(prefix, Some(seq)),
-                |seq, bytes| omission_record(seq, event, worker, bytes),
-            );
-            (Some(seq), json)
+            let latest = s.transcript().latest();
+            (latest, finish_entry(prefix, latest))
         };
         (
             seq,
+            retained,
             json,
             request_change,
             s.events_file().cloned(),
@@ -260,12 +272,12 @@ fn ingest(hub: &Arc<Hub>, session_id: &str, conn_id: u64, env: Envelope, frame_b
             followup,
         )
     });
-    let Some((seq, json, request_change, file, describe, followup)) = published else {
+    let Some((seq, retained, json, request_change, file, describe, followup)) = published else {
         return;
     };
     let describe = describe || followup.changed;
     followup.run(hub);
-    if let (Some(_), Some(file)) = (seq, file) {
+    if let (true, Some(file)) = (retained, file) {
         file.write_record(&json);
     }
     if let Some(request) = request_change {
@@ -280,6 +292,7 @@ fn ingest(hub: &Arc<Hub>, session_id: &str, conn_id: u64, env: Envelope, frame_b
         hub.notify(Note::Event {
             session: session_id.to_string(),
             hub_seq: seq,
+            retained,
             json,
         });
     }
@@ -290,12 +303,19 @@ fn ingest(hub: &Arc<Hub>, session_id: &str, conn_id: u64, env: Envelope, frame_b
     }
 }
 
-/// The record kept in place of an envelope larger than the whole ring.
-fn omission_record(seq: u64, event: &str, worker_id: &str, bytes: usize) -> Arc<str> {
+/// The record kept in place of an envelope larger than the whole ring:
+/// the envelope's correlation fields (so it is still a worker envelope to
+/// a client), `data: null`, and what was left out.
+fn omission_record(seq: u64, env: &Envelope, bytes: usize) -> Arc<str> {
     json!({
         "type": "event",
-        "event": event,
-        "worker_id": worker_id,
+        "event": env.event,
+        "session_id": env.session_id,
+        "worker_id": env.worker_id,
+        "request_id": env.request_id,
+        "run_id": env.run_id,
+        "sequence": env.sequence,
+        "data": null,
         "hub_sequence": seq,
         "display_omitted": true,
         "bytes": bytes,
@@ -369,5 +389,33 @@ mod tests {
             (v["received_at"].clone(), v["hub_sequence"].clone()),
             (json!("real"), json!(8))
         );
+    }
+
+    #[test]
+    fn ill_formed_correlation_fields_are_forwarded_as_the_hub_read_them() {
+        let env = parsed(
+            json!({"type": "event", "event": "status", "session_id": "s",
+            "worker_id": "w", "request_id": 5, "sequence": "x"}),
+        );
+        assert!(!env.issues.is_empty());
+        let text = format!("{},\"hub_sequence\":3}}", entry_prefix(&env, 0, "t"));
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["request_id"], "");
+        assert_eq!(v["run_id"], "");
+        assert_eq!(v["sequence"], Value::Null);
+        assert_eq!(v["data"], json!({}));
+        assert_eq!(v["issues"].as_array().unwrap().len(), env.issues.len());
+        // what was sent stays in `raw`
+        assert_eq!(v["raw"], envelope::raw_metadata(&env, 0));
+        assert!(v["raw"].to_string().contains('5'), "{}", v["raw"]);
+        // a well-formed frame is kept as sent
+        let env = parsed(
+            json!({"type": "event", "event": "status", "session_id": "s",
+            "worker_id": "w", "request_id": "", "run_id": "", "sequence": 1, "data": 3}),
+        );
+        let text = format!("{},\"hub_sequence\":4}}", entry_prefix(&env, 0, "t"));
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["data"], 3);
+        assert_eq!(v["sequence"], 1);
     }
 }

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::{
-    exchange_within, http, proc_status_field, signal, thread_names_of, wait_exit, wait_until,
-    Response, TempDir, BIN, DEADLINE,
+    exchange_within, http, proc_status_field, signal, text_content, thread_names_of, wait_exit,
+    wait_until, Response, TempDir, BIN, DEADLINE,
 };
 
 /// The hub binary running in a child process.
@@ -283,13 +283,21 @@ pub fn logs_text(hub: &TestHub, id: &str) -> String {
     hub.get(&format!("/api/sessions/{id}/logs")).text()
 }
 
-/// One string field (`text`, `stream`) of every captured log line.
+/// One string field of every captured log line: `text` (the `lines`
+/// themselves) or `stream`/`at` (from `line_meta`).
 pub fn log_lines(hub: &TestHub, id: &str, field: &str) -> Vec<String> {
-    hub.get(&format!("/api/sessions/{id}/logs")).json()["lines"]
-        .as_array()
-        .unwrap()
+    let page = hub.get(&format!("/api/sessions/{id}/logs")).json();
+    let (list, key) = match field {
+        "text" => (&page["lines"], None),
+        other => (&page["line_meta"], Some(other)),
+    };
+    list.as_array()
+        .unwrap_or_else(|| panic!("no log lines: {page}"))
         .iter()
-        .map(|l| l[field].as_str().unwrap().to_string())
+        .map(|l| {
+            let value = key.map_or(l, |k| &l[k]);
+            value.as_str().unwrap().to_string()
+        })
         .collect()
 }
 
@@ -341,6 +349,40 @@ pub fn wait_event_at(hub: &TestHub, events: &str, mut pred: impl FnMut(&Value) -
         hub.get(events).json()
     );
     found
+}
+
+/// Sends `text` to `session` and returns the raw outcome lines of the
+/// run's tool results once it finished.
+pub fn run_tools(hub: &TestHub, session: &str, text: &str) -> Vec<String> {
+    let res = post(
+        hub,
+        &format!("/api/sessions/{session}/input"),
+        text_content(text),
+    );
+    assert_eq!(res.status, 202, "{}", res.text());
+    let request_id = res.json()["request_id"].as_str().unwrap().to_string();
+    let finished = wait_event(hub, session, |e| {
+        e["event"] == "run_finished" && e["request_id"] == request_id.as_str()
+    });
+    let run_id = finished["run_id"].clone();
+    let results = wait_event(hub, session, |e| {
+        e["event"] == "tool_results" && e["run_id"] == run_id
+    });
+    results["data"]
+        .as_array()
+        .or_else(|| results["data"]["results"].as_array())
+        .unwrap_or_else(|| panic!("tool results without a list: {results}"))
+        .iter()
+        .map(|r| r["output"]["raw"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// The JSON of a `<route> succeeded: {...}` line.
+pub fn succeeded(line: &str, route: &str) -> Value {
+    let rest = line
+        .strip_prefix(&format!("{route} succeeded: "))
+        .unwrap_or_else(|| panic!("{line:?} is not a success of {route}"));
+    serde_json::from_str(rest).unwrap()
 }
 
 /// A session's worker token, read from the hub's store (as an operator

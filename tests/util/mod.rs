@@ -7,6 +7,8 @@
 //! - `http`: a small raw HTTP client and response parsing;
 //! - `ws`: a tungstenite client standing in for workers and panels;
 //! - `raw_ws`: a WebSocket client whose every byte is chosen by the test;
+//! - `shapes`: the Node hub's wire shapes (`tests/fixtures/node_wire.json`)
+//!   and the checker that compares frames and responses with them;
 //! - `process`: signals, exits and `/proc` readings (threads, memory);
 //! - `storage`: storage fault injection (read-only mounts, permissions).
 //!
@@ -19,6 +21,7 @@ pub mod http;
 pub mod hub;
 pub mod process;
 pub mod raw_ws;
+pub mod shapes;
 pub mod storage;
 pub mod ws;
 

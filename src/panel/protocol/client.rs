@@ -254,7 +254,8 @@ impl std::error::Error for PanelError {}
 /// Parses one text frame.
 ///
 /// Order of checks: not JSON -> `bad_json`; not an object -> `bad_message`;
-/// `v` missing or not the number 1 -> `unsupported_version`; `type` missing
+/// `v` present and not the number 1 -> `unsupported_version` (a missing `v`
+/// means 1, as Node clients may leave it out); `type` missing
 /// or not a string -> `bad_message`; an unknown `type` -> [`ClientMsg::Unknown`]
 /// (its fields are not looked at); a known type with a missing or ill-typed
 /// required field, or an ill-typed optional one, -> `bad_message` naming the
@@ -291,12 +292,7 @@ pub fn parse_client(text: &str) -> Result<ClientMsg, (PanelError, Option<String>
 fn parse_object(mut obj: Map<String, Value>) -> Result<ClientMsg, PanelError> {
     match obj.get("v") {
         Some(v) if v.as_f64() == Some(1.0) => {}
-        None => {
-            return Err(PanelError::new(
-                code::UNSUPPORTED_VERSION,
-                "the message has no \"v\"; this hub speaks panel protocol version 1",
-            ))
-        }
+        None => {}
         Some(v) => {
             return Err(PanelError::new(
                 code::UNSUPPORTED_VERSION,
@@ -435,6 +431,26 @@ const KNOWN_TYPES: &[&str] = &[
     "ping",
     "subagent_policy",
 ];
+
+/// Longest string member [`echo`] repeats, UTF-8 bytes.
+pub const ECHO_STRING_BYTES: usize = 256;
+
+/// The bounded echo of a refused message for an error's `request`: its
+/// top-level members whose values are `null`, booleans, numbers or strings
+/// of at most [`ECHO_STRING_BYTES`] bytes, in the message's order. Content,
+/// specs, options and long strings are left out, so an echo stays small
+/// whatever was sent. `None` when `text` is not a JSON object.
+pub fn echo(text: &str) -> Option<Value> {
+    let Ok(Value::Object(obj)) = serde_json::from_str::<Value>(text) else {
+        return None;
+    };
+    let kept = obj.into_iter().filter(|(_, value)| match value {
+        Value::Null | Value::Bool(_) | Value::Number(_) => true,
+        Value::String(s) => s.len() <= ECHO_STRING_BYTES,
+        Value::Array(_) | Value::Object(_) => false,
+    });
+    Some(Value::Object(kept.collect()))
+}
 
 fn valid_request_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= MAX_REQUEST_ID_BYTES
@@ -924,7 +940,8 @@ mod tests {
             code_of(r#"{"v":"1","type":"ping"}"#),
             code::UNSUPPORTED_VERSION
         );
-        assert_eq!(code_of(r#"{"type":"ping"}"#), code::UNSUPPORTED_VERSION);
+        // a missing `v` is version 1 (Node clients may leave it out)
+        assert_eq!(parse_client(r#"{"type":"ping"}"#).unwrap(), ClientMsg::Ping);
         assert_eq!(
             code_of(r#"{"v":null,"type":"ping"}"#),
             code::UNSUPPORTED_VERSION
@@ -1041,6 +1058,26 @@ mod tests {
                 session: "s".into()
             }
         );
+    }
+
+    #[test]
+    fn echo_keeps_small_scalar_members_only() {
+        let long = "x".repeat(ECHO_STRING_BYTES + 1);
+        let text = json!({"v": 1, "type": "input", "session": "s", "request_id": "r",
+            "content": [{"type": "text", "raw": "big"}], "options": {}, "n": 3, "ok": true,
+            "none": null, "reason": long, "edge": "y".repeat(ECHO_STRING_BYTES)})
+        .to_string();
+        let echoed = echo(&text).unwrap();
+        assert_eq!(
+            echoed,
+            json!({"v": 1, "type": "input", "session": "s", "request_id": "r", "n": 3,
+                "ok": true, "none": null, "edge": "y".repeat(ECHO_STRING_BYTES)})
+        );
+        // members keep the message's order
+        let keys: Vec<&String> = echoed.as_object().unwrap().keys().collect();
+        assert_eq!(keys[..4], ["v", "type", "session", "request_id"]);
+        assert_eq!(echo("[1]"), None);
+        assert_eq!(echo("not json"), None);
     }
 
     #[test]

@@ -21,12 +21,17 @@ fn message(kind: &str, fields: Vec<(&str, Value)>) -> Value {
     Value::Object(map)
 }
 
-/// Sent once per connection: hub metadata (including `transcript_epoch`)
-/// and every listed session's description.
+/// Sent once per connection: hub metadata (including `transcript_epoch`),
+/// every listed session's description, and the connection's
+/// subscriptions (none yet).
 pub fn welcome(hub_info: Value, sessions: Vec<Value>) -> Value {
     message(
         "welcome",
-        vec![("hub", hub_info), ("sessions", Value::Array(sessions))],
+        vec![
+            ("hub", hub_info),
+            ("sessions", Value::Array(sessions)),
+            ("subscriptions", json!([])),
+        ],
     )
 }
 
@@ -61,16 +66,22 @@ pub struct Paging {
 
 /// A `subscribed` frame as text, the entries spliced verbatim (never
 /// re-parsed). Fields in order: `session` (the description, see below),
-/// `transcript`, `logs`, `latest`, `transcript_epoch`, `plan`, then for
-/// paged replies `replay_more` and (only when true) `replay_reset`, then
-/// `request_id` when given.
+/// `transcript`, `logs`, `log_meta`, `logs_dropped`, `logs_omitted`,
+/// `latest`, `transcript_epoch`, `plan`, then for paged replies
+/// `replay_more` and (only when true) `replay_reset`, then `request_id`
+/// when given.
 ///
 /// `session` carries the session description, where the seed says open
 /// confirmations are read from ("subscribed's session"); the id is its
-/// `session_id`. When `description` is not an object (`Value::Null` on data
-/// pages that leave it out), `session` is `{"session_id": <session>}` so the
-/// frame still names its session with the same shape. `logs` and `plan` are
-/// left out when `Value::Null` (panels treat an absent plan as "not sent").
+/// `session_id`. When `description` is not an object, `session` is
+/// `{"session_id": <session>}` (only for measuring; every frame sent carries
+/// the description, as Node clients replace theirs with it).
+///
+/// `logs` is the log tail object of [`log_tail`]: its `lines` (strings, as
+/// Node clients read them) become `logs`, its `meta`, `dropped` and
+/// `omitted` the three fields after it. `Value::Null` sends `logs: []` (data
+/// pages; the final frame carries the tail). `plan` is left out when
+/// `Value::Null` (panels treat an absent plan as "not sent").
 ///
 /// For page planning, measure `overhead` with no entries, `latest:
 /// u64::MAX` and the paging fields of the pages: the result bounds every
@@ -90,8 +101,18 @@ pub fn subscribed(
     let mut out = FrameText::new("subscribed");
     out.value("session", &described(session, description));
     out.raw_array("transcript", transcript_entries);
-    if !logs.is_null() {
-        out.value("logs", &logs);
+    match logs {
+        Value::Object(tail) => {
+            for (key, field) in [
+                ("logs", "lines"),
+                ("log_meta", "meta"),
+                ("logs_dropped", "dropped"),
+                ("logs_omitted", "omitted"),
+            ] {
+                out.value(key, tail.get(field).unwrap_or(&Value::Null));
+            }
+        }
+        _ => out.value("logs", &json!([])),
     }
     out.value("latest", &json!(latest));
     out.value("transcript_epoch", &json!(epoch));
@@ -119,10 +140,11 @@ pub fn snapshot(session: &str, description: Value, transcript: &[Arc<str>]) -> S
     out.finish()
 }
 
-/// An `event` frame as text: `session` (the id), `hub_seq` (`null` for
-/// transient replies such as history) and `envelope`, spliced verbatim.
+/// An `event` frame as text: `session` (the id), `hub_seq` (the entry's
+/// `hub_sequence`; a transient reply such as history carries the current
+/// sequence, which it does not consume) and `envelope`, spliced verbatim.
 /// Serialize once per event and share the text with every subscriber.
-pub fn event_frame(session: &str, hub_seq: Option<u64>, envelope_json: &str) -> String {
+pub fn event_frame(session: &str, hub_seq: u64, envelope_json: &str) -> String {
     let mut out = String::with_capacity(64 + session.len() + envelope_json.len());
     event_frame_head(&mut out, session, hub_seq);
     out.push_str(envelope_json);
@@ -132,7 +154,7 @@ pub fn event_frame(session: &str, hub_seq: Option<u64>, envelope_json: &str) -> 
 
 /// The text of an `event` frame before its envelope (which is followed by
 /// the closing `}`).
-pub fn event_frame_head(out: &mut String, session: &str, hub_seq: Option<u64>) {
+pub fn event_frame_head(out: &mut String, session: &str, hub_seq: u64) {
     let _ = write!(out, "{{\"v\":{VERSION},\"type\":\"event\",\"session\":");
     if session
         .bytes()
@@ -144,12 +166,7 @@ pub fn event_frame_head(out: &mut String, session: &str, hub_seq: Option<u64>) {
     } else {
         let _ = serde_json::to_writer(&mut FmtWriter(out), session);
     }
-    match hub_seq {
-        Some(seq) => {
-            let _ = write!(out, ",\"hub_seq\":{seq},\"envelope\":");
-        }
-        None => out.push_str(",\"hub_seq\":null,\"envelope\":"),
-    }
+    let _ = write!(out, ",\"hub_seq\":{hub_seq},\"envelope\":");
 }
 
 /// `io::Write` into a `String` for `serde_json::to_writer` (it only ever
@@ -169,8 +186,9 @@ impl std::io::Write for FmtWriter<'_> {
     }
 }
 
-/// A prompt opened (`open: true`) or closed; `outcome` only when closing.
-/// Sent to every connected panel.
+/// A prompt opened (`open: true`) or closed; `outcome` (`{phase,
+/// detail}`, see [`outcome`]) only when closing. Sent to every connected
+/// panel.
 pub fn confirmation(session: &str, open: bool, prompt: Value, outcome: Option<Value>) -> Value {
     let mut fields = vec![
         ("session", json!(session)),
@@ -211,17 +229,38 @@ pub fn request(session: &str, request: Value) -> Value {
     )
 }
 
-/// A `logs` reply: the tail `lines`, `dropped` (records evicted from the
-/// ring) and `omitted` (older retained lines left out of this reply by the
-/// line or byte bound).
-pub fn logs(session: &str, lines: Vec<Value>, dropped: u64, omitted: u64) -> Value {
+/// The outcome of a closing prompt as Node clients read it: `phase` is
+/// `decided` (with the decision as `detail`) when it was answered, else why
+/// it closed without an answer (`deadline`, `disconnected`, `shutdown`,
+/// `protocol-error`, `stale`), `detail` saying more.
+pub fn outcome(decision: Option<&str>, phase: &str, detail: &str) -> Value {
+    match decision {
+        Some(decision) => json!({"phase": "decided", "detail": decision}),
+        None => json!({"phase": phase, "detail": detail}),
+    }
+}
+
+/// A log tail for [`logs`] and [`subscribed`]: `lines` (texts), `meta`
+/// (`{stream, at}` per line), `dropped` (records evicted from the ring) and
+/// `omitted` (older retained lines left out by the line or byte bound).
+pub fn log_tail(lines: Vec<String>, meta: Vec<Value>, dropped: u64, omitted: u64) -> Value {
+    json!({"lines": lines, "meta": meta, "dropped": dropped, "omitted": omitted})
+}
+
+/// A `logs` reply: `lines` (texts, oldest first), `dropped`, `log_path`,
+/// then this hub's `omitted` and `line_meta` (`{stream, at}` per line), from
+/// a [`log_tail`] object.
+pub fn logs(session: &str, tail: Value, log_path: Option<&str>) -> Value {
+    let field = |key: &str| tail.get(key).cloned().unwrap_or(Value::Null);
     message(
         "logs",
         vec![
             ("session", json!(session)),
-            ("lines", Value::Array(lines)),
-            ("dropped", json!(dropped)),
-            ("omitted", json!(omitted)),
+            ("lines", field("lines")),
+            ("dropped", field("dropped")),
+            ("log_path", json!(log_path)),
+            ("omitted", field("omitted")),
+            ("line_meta", field("meta")),
         ],
     )
 }
@@ -269,11 +308,24 @@ pub fn accepted(
 /// bounded diagnostic of what was refused, such as its `request_id`) when
 /// given.
 pub fn error(code: &str, message: &str, request: Option<Value>) -> Value {
-    let mut fields = vec![("error", json!(code)), ("message", json!(message))];
+    error_with(code, message, request, Vec::new())
+}
+
+/// [`error`] followed by `fields` (`session`, `action`, `result`,
+/// `confirmation_id`: what the refused command named, at the top level as
+/// Node clients read it).
+pub fn error_with(
+    code: &str,
+    message: &str,
+    request: Option<Value>,
+    fields: Vec<(&str, Value)>,
+) -> Value {
+    let mut all = vec![("error", json!(code)), ("message", json!(message))];
     if let Some(request) = request {
-        fields.push(("request", request));
+        all.push(("request", request));
     }
-    self::message("error", fields)
+    all.extend(fields);
+    self::message("error", all)
 }
 
 /// Heartbeat reply; `at` is the hub's time (RFC 3339).
@@ -361,7 +413,7 @@ mod tests {
             (
                 welcome(json!({"transcript_epoch": "e"}), vec![desc.clone()]),
                 "welcome",
-                json!({"hub": {"transcript_epoch": "e"}, "sessions": [desc]}),
+                json!({"hub": {"transcript_epoch": "e"}, "sessions": [desc], "subscriptions": []}),
             ),
             (
                 sessions(vec![desc.clone()]),
@@ -381,10 +433,15 @@ mod tests {
                 json!({"session": "s", "open": true, "confirmation": {"confirmation_id": "c"}}),
             ),
             (
-                confirmation("s", false, json!({}), Some(json!({"decision": "denied"}))),
+                confirmation(
+                    "s",
+                    false,
+                    json!({}),
+                    Some(outcome(Some("denied"), "x", "y")),
+                ),
                 "confirmation",
                 json!({"session": "s", "open": false, "confirmation": {},
-                    "outcome": {"decision": "denied"}}),
+                    "outcome": {"phase": "decided", "detail": "denied"}}),
             ),
             (
                 process("s", json!({"pid": 4})),
@@ -402,9 +459,30 @@ mod tests {
                 json!({"session": "s", "request": {"state": "sent"}}),
             ),
             (
-                logs("s", vec![json!({"text": "x"})], 2, 3),
+                logs(
+                    "s",
+                    log_tail(
+                        vec!["x".into()],
+                        vec![json!({"stream": "stdout", "at": "t"})],
+                        2,
+                        3,
+                    ),
+                    Some("/l"),
+                ),
                 "logs",
-                json!({"session": "s", "lines": [{"text": "x"}], "dropped": 2, "omitted": 3}),
+                json!({"session": "s", "lines": ["x"], "dropped": 2, "log_path": "/l",
+                    "omitted": 3, "line_meta": [{"stream": "stdout", "at": "t"}]}),
+            ),
+            (
+                error_with(
+                    "worker_action_failed",
+                    "no",
+                    None,
+                    vec![("session", json!("s")), ("action", json!("start"))],
+                ),
+                "error",
+                json!({"error": "worker_action_failed", "message": "no", "session": "s",
+                    "action": "start"}),
             ),
             (
                 error("bad_message", "nope", None),
@@ -486,7 +564,12 @@ mod tests {
         let text = subscribed(
             "s",
             &raw,
-            json!({"lines": [], "dropped": 0}),
+            log_tail(
+                vec!["l".into()],
+                vec![json!({"stream": "stderr", "at": "t"})],
+                4,
+                1,
+            ),
             2,
             "epoch-1",
             plan_v.clone(),
@@ -505,7 +588,8 @@ mod tests {
             parsed(&text),
             json!({"v": 1, "type": "subscribed", "session": desc,
                 "transcript": [{"hub_sequence": 1, "event": "ready"}, {"b": [1, 2]}],
-                "logs": {"lines": [], "dropped": 0}, "latest": 2,
+                "logs": ["l"], "log_meta": [{"stream": "stderr", "at": "t"}],
+                "logs_dropped": 4, "logs_omitted": 1, "latest": 2,
                 "transcript_epoch": "epoch-1", "plan": plan_v,
                 "replay_more": true, "replay_reset": true, "request_id": "req"})
         );
@@ -539,7 +623,8 @@ mod tests {
         ));
         assert_eq!(page["replay_more"], json!(false));
         assert!(page.get("replay_reset").is_none());
-        // no description: `session` still names the session; null logs/plan are left out
+        // no description: `session` still names the session; null logs are an
+        // empty list, a null plan is left out
         let bare = parsed(&subscribed(
             "s",
             &[],
@@ -552,7 +637,8 @@ mod tests {
             Value::Null,
         ));
         assert_eq!(bare["session"], json!({"session_id": "s"}));
-        assert!(bare.get("logs").is_none() && bare.get("plan").is_none());
+        assert_eq!(bare["logs"], json!([]));
+        assert!(bare.get("plan").is_none());
     }
 
     #[test]
@@ -565,7 +651,7 @@ mod tests {
             json!({"v": 1, "type": "snapshot", "session": {"session_id": "s"},
                 "transcript": [{"x": "é"}]})
         );
-        let text = event_frame("s\"q", Some(9), r#"{"event":"ready" }"#);
+        let text = event_frame("s\"q", 9, r#"{"event":"ready" }"#);
         assert!(
             text.ends_with(r#","envelope":{"event":"ready" }}"#),
             "{text}"
@@ -575,9 +661,10 @@ mod tests {
             json!({"v": 1, "type": "event", "session": "s\"q", "hub_seq": 9,
                 "envelope": {"event": "ready"}})
         );
+        assert_eq!(parsed(&event_frame("s", 0, "{}"))["hub_seq"], json!(0));
         assert_eq!(
-            parsed(&event_frame("s", None, "{}"))["hub_seq"],
-            Value::Null
+            outcome(None, "deadline", "too late"),
+            json!({"phase": "deadline", "detail": "too late"})
         );
     }
 }

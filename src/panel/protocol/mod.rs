@@ -23,12 +23,13 @@ pub use budget::{
     LOG_LINE_PREVIEW, LOG_TAIL_BYTES, MAX_LOG_LINES, OUTBOUND_BUDGET, PAGE_TARGET,
 };
 pub use client::{
-    parse_client, ClientMsg, Decision, PanelError, WorkerAction, MAX_REQUEST_ID_BYTES, POLICIES,
+    echo, parse_client, ClientMsg, Decision, PanelError, WorkerAction, ECHO_STRING_BYTES,
+    MAX_REQUEST_ID_BYTES, POLICIES,
 };
 pub use frames::{
-    accepted, confirmation, connection, created, error, event_frame, event_frame_head, logs, plan,
-    pong, process, request, session, session_removed, sessions, snapshot, subscribed, welcome,
-    Paging,
+    accepted, confirmation, connection, created, error, error_with, event_frame, event_frame_head,
+    log_tail, logs, outcome, plan, pong, process, request, session, session_removed, sessions,
+    snapshot, subscribed, welcome, Paging,
 };
 
 /// The protocol version every message carries as `"v"`.

@@ -28,8 +28,12 @@ pub const KIND: &str = "headless";
 /// The `subagent` block of a headless session's description.
 pub fn describe(session: &Session, child: &Child) -> Value {
     let live = session.identity() == IdentityState::Live;
+    let active = session.active_run().is_some();
     json!({
-        "parent": {
+        // The parent session id, as the Node hub gives it; the whole
+        // reference beside it.
+        "parent": child.parent.session_id,
+        "parent_ref": {
             "session_id": child.parent.session_id,
             "lifecycle_id": child.parent.lifecycle_id,
             "worker_id": child.parent.worker_id,
@@ -38,9 +42,10 @@ pub fn describe(session: &Session, child: &Child) -> Value {
         "lifecycle": child.lifecycle.as_str(),
         "policy": child.policy.as_str(),
         "health": child.health(session.connected(), live),
-        "reason": child.reason,
+        "reason": child.reason.as_deref().unwrap_or(""),
         "observed_at": session.last_event_at(),
-        "active_run": session.active_run().is_some(),
+        "active": active,
+        "active_run": active,
         "pending_approvals": session.prompts().len(),
         "cleanup_attempts": child.cleanup_attempts,
     })

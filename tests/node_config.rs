@@ -252,7 +252,8 @@ fn a_daemonizing_launcher_is_followed_through_its_pid_file() {
         json!({"ok": true, "how": "sigkill-process-group", "forced": true})
     );
     let s = wait_session(&hub, "d", |s| s["process"]["state"] == "exited");
-    assert_eq!(s["process"]["signal"], 9, "{s}");
+    assert_eq!(s["process"]["signal"], "SIGKILL", "{s}");
+    assert_eq!(s["process"]["signal_number"], 9, "{s}");
     assert!(!pid_alive(daemon));
 }
 

@@ -263,7 +263,7 @@ mod tests {
         let start = crate::supervisor::sys::proc_start_time(me).unwrap();
         let pin = || Arc::new(Pinned::open(me, start).unwrap());
         let mut s = session();
-        s.reserve_start("l1").unwrap();
+        s.reserve_start("l1", "t").unwrap();
         s.record_started(spawned("l1"));
         assert!(!s.record_daemonized("other", pin()));
         assert!(s.record_daemonized("l1", pin()));

@@ -29,6 +29,9 @@ pub enum StoreError {
     },
     /// SQLite reports the database damaged.
     Corrupt { path: PathBuf, detail: String },
+    /// A Node hub file (`hub.json`, a subagent's `metadata.json`, ...) that
+    /// the one-time import refuses; nothing was imported.
+    NodeImport { path: PathBuf, detail: String },
     /// `insert_session` with an id that is already stored.
     SessionExists { id: String },
     /// Any other SQLite failure, named by the operation that hit it. A write
@@ -76,6 +79,13 @@ impl fmt::Display for StoreError {
                 "store {}: database is corrupt ({detail}); stop the hub, copy the file with \
                  its -wal and -shm siblings somewhere safe, then restore a backup or move \
                  all three aside to start empty",
+                path.display()
+            ),
+            StoreError::NodeImport { path, detail } => write!(
+                f,
+                "import of the Node hub's data refused: {}: {detail}; nothing was imported \
+                 and the Node hub's files are unchanged. Fix that file or move it aside \
+                 (moving hub.json aside starts the hub without the Node hub's sessions)",
                 path.display()
             ),
             StoreError::SessionExists { id } => {

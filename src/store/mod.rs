@@ -11,6 +11,8 @@
 //! and the open-time refusals are described in `docs/store.md`.
 
 mod error;
+pub mod import;
+pub mod node;
 mod schema;
 #[cfg(test)]
 mod tests;

@@ -151,6 +151,27 @@ fn kind_of(v: &Value) -> &'static str {
     }
 }
 
+/// Longest piece of a file's own text a message quotes, in characters.
+const QUOTED_CHARS: usize = 64;
+
+/// `s` quoted for a message, cut at [`QUOTED_CHARS`] (marked `…`).
+fn quoted(s: &str) -> String {
+    match s.char_indices().nth(QUOTED_CHARS) {
+        None => format!("{s:?}"),
+        Some((at, _)) => format!("{:?}…", &s[..at]),
+    }
+}
+
+/// A value for a message: numbers and (quoted, cut) strings as they are,
+/// anything else by its kind.
+fn shown(v: &Value) -> String {
+    match v {
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => quoted(s),
+        other => kind_of(other).to_owned(),
+    }
+}
+
 impl<'a> Obj<'a> {
     fn new(v: &'a Value, path: String, file: &'a str) -> Result<Obj<'a>, Refusal> {
         match v {
@@ -223,7 +244,10 @@ impl<'a> Obj<'a> {
         match self.get(key) {
             None => Ok(None),
             Some(v) => v.as_u64().map(Some).ok_or_else(|| {
-                self.refuse(key, format!("must be a non-negative integer, not {v}"))
+                self.refuse(
+                    key,
+                    format!("must be a non-negative integer, not {}", shown(v)),
+                )
             }),
         }
     }
@@ -269,7 +293,10 @@ fn parse_session(
     if !is_valid_id(id) {
         return Err(o.refuse(
             "id",
-            format!("{id:?} is not a session id (1-128 characters of A-Z a-z 0-9 _ -)"),
+            format!(
+                "{} is not a session id (1-128 characters of A-Z a-z 0-9 _ -)",
+                quoted(id)
+            ),
         ));
     }
     let token = o.req_str("token")?;
@@ -316,7 +343,12 @@ fn parse_process(
             .as_u64()
             .filter(|&n| n >= 1)
             .and_then(|n| u32::try_from(n).ok())
-            .ok_or_else(|| p.refuse("pid", format!("must be a positive process id, not {v}")))?,
+            .ok_or_else(|| {
+                p.refuse(
+                    "pid",
+                    format!("must be a positive process id, not {}", shown(v)),
+                )
+            })?,
     };
     let start_time = match p.get("pid_start_time") {
         None => None,
@@ -328,14 +360,14 @@ fn parse_process(
                 .ok_or_else(|| {
                     p.refuse(
                         "pid_start_time",
-                        format!("must be decimal clock ticks from /proc, not {s:?}"),
+                        format!("must be decimal clock ticks from /proc, not {}", quoted(s)),
                     )
                 })?,
         ),
         Some(v) => Some(v.as_u64().ok_or_else(|| {
             p.refuse(
                 "pid_start_time",
-                format!("must be decimal clock ticks from /proc, not {v}"),
+                format!("must be decimal clock ticks from /proc, not {}", shown(v)),
             )
         })?),
     };
@@ -359,7 +391,9 @@ fn parse_process(
         // The Node hub's names; `stopped` is this hub's `exited`.
         Some(s @ ("starting" | "running" | "stopping" | "exited" | "failed")) => s,
         Some("stopped") => "exited",
-        Some(other) => return Err(p.refuse("state", format!("{other:?} is not a process state"))),
+        Some(other) => {
+            return Err(p.refuse("state", format!("{} is not a process state", quoted(other))))
+        }
     };
     if let Some(file) = p.opt_text("pid_file")? {
         notes.push(format!(
@@ -421,7 +455,10 @@ pub fn parse_hub_json(bytes: &[u8], ctx: &mut Context<'_>) -> Result<Vec<NodeSes
             return Err(Refusal {
                 file: file.to_owned(),
                 field: "version".to_owned(),
-                problem: format!("{v} is not supported (this hub imports version {STATE_VERSION})"),
+                problem: format!(
+                    "{} is not supported (this hub imports version {STATE_VERSION})",
+                    shown(v)
+                ),
             })
         }
         Some(v) => return Err(foreign(&format!("`version` is {}", kind_of(v)))),
@@ -470,7 +507,10 @@ pub fn parse_metadata(
         Some(other) => {
             return Err(whole(
                 file,
-                format!("is not a Node headless subagent record (kind is {other})"),
+                format!(
+                    "is not a Node headless subagent record (kind is {})",
+                    shown(other)
+                ),
             ))
         }
         None => {
@@ -493,7 +533,7 @@ pub fn parse_metadata(
     if !is_valid_id(parent_session) {
         return Err(parent.refuse(
             "session_id",
-            format!("{parent_session:?} is not a session id"),
+            format!("{} is not a session id", quoted(parent_session)),
         ));
     }
     let detail = o.req_obj("subagent")?;
@@ -501,14 +541,14 @@ pub fn parse_metadata(
     let policy = Policy::parse(policy_text).ok_or_else(|| {
         detail.refuse(
             "policy",
-            format!("{policy_text:?} is not ask, deny or approve"),
+            format!("{} is not ask, deny or approve", quoted(policy_text)),
         )
     })?;
     let lifecycle_text = detail.req_str("lifecycle")?;
     let lifecycle = Lifecycle::parse(lifecycle_text).ok_or_else(|| {
         detail.refuse(
             "lifecycle",
-            format!("{lifecycle_text:?} is not a subagent lifecycle"),
+            format!("{} is not a subagent lifecycle", quoted(lifecycle_text)),
         )
     })?;
     let reason = match detail.opt_text("reason")? {
@@ -561,8 +601,12 @@ pub fn parse_operations(dir: &str, bytes: &[u8]) -> Result<Value, Refusal> {
     for (i, entry) in requests.iter().enumerate().skip(skip) {
         let r = Obj::new(entry, format!("requests[{i}]"), file)?;
         let state_text = r.req_str("state")?;
-        let state = OutcomeState::parse(state_text)
-            .ok_or_else(|| r.refuse("state", format!("{state_text:?} is not a request state")))?;
+        let state = OutcomeState::parse(state_text).ok_or_else(|| {
+            r.refuse(
+                "state",
+                format!("{} is not a request state", quoted(state_text)),
+            )
+        })?;
         let outcome = Outcome {
             request_id: r.req_str("request_id")?.to_owned(),
             operation: r.req_str("operation")?.to_owned(),

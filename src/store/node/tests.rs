@@ -503,3 +503,21 @@ fn plans_come_over_and_bad_ones_are_named() {
         "empty plans and plans of no import are dropped"
     );
 }
+
+#[test]
+fn messages_quote_the_file_briefly() {
+    let long = "x".repeat(10_000);
+    let mut doc = hub_json();
+    doc["sessions"][0]["id"] = json!(long);
+    let r = parse(&doc).unwrap_err();
+    assert!(r.problem.len() < 200, "{} bytes", r.problem.len());
+    assert!(r.problem.contains('…'), "{r}");
+    let mut doc = hub_json();
+    doc["sessions"][0]["process"]["pid"] = json!({"huge": long});
+    let r = parse(&doc).unwrap_err();
+    assert_eq!(r.problem, "must be a positive process id, not an object");
+    let mut doc = metadata(CHILD, "alpha");
+    doc["kind"] = json!(["headless", long]);
+    let r = child(CHILD, &doc).unwrap_err();
+    assert!(r.problem.ends_with("(kind is an array)"), "{r}");
+}

@@ -397,8 +397,9 @@ fn parse_process(
     };
     if let Some(file) = p.opt_text("pid_file")? {
         notes.push(format!(
-            "session {session_id}: the launcher's pid file {file} is not used; the worker is \
-             adopted by its recorded pid {pid} only"
+            "session {session_id}: the launcher's pid file {file} is not followed (the Node \
+             hub did not record the daemon's start time); only the recorded pid {pid} can be \
+             adopted"
         ));
     }
     if p.get("docker_management").is_some() {

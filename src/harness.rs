@@ -74,7 +74,9 @@ pub mod panel_conn {
     pub use crate::panel::conn::Outgoing;
 }
 
-/// Bench `micro`: the SQLite store (records and fsync'd commits).
+/// Bench `micro`: the SQLite store (records and fsync'd commits); fuzz
+/// `node_files`: the Node hub's files as the import parses them
+/// (`store::node`).
 pub mod store {
     pub use crate::store::*;
 }

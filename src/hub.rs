@@ -316,7 +316,9 @@ impl Hub {
                 err,
             })?;
         }
-        let store = Store::open(&data_dir.join("hub.db")).map_err(StartError::Store)?;
+        let mut store = Store::open(&data_dir.join("hub.db")).map_err(StartError::Store)?;
+        // An existing Node hub's sessions come along, once (docs/store.md).
+        crate::store::import::run(&mut store, &data_dir).map_err(StartError::Store)?;
         let records = store.load_sessions().map_err(StartError::Store)?;
         let hub = Hub {
             config,

@@ -4,40 +4,22 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::PermissionsExt;
-use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use serde_json::json;
 
 use crate::util::{
-    closed_by_peer, hub_with, integrity_check, session_ids, signal, wait_exit, wait_until, TempDir,
-    TestHub, BIN, DEADLINE,
+    closed_by_peer, hub_with, integrity_check, run_bin, session_ids, signal, stderr_of, wait_exit,
+    wait_until, TempDir, TestHub, DEADLINE,
 };
-
-fn run(args: &[&str], home: &std::path::Path) -> Output {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .env("HOME", home)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_exit(&mut child, DEADLINE).expect("command did not finish");
-    child.wait_with_output().unwrap()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
 
 #[test]
 fn help_and_version_exit_zero() {
     let dir = TempDir::new("help");
-    let out = run(&["--help"], dir.path());
+    let out = run_bin(&["--help"], dir.path());
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stdout).contains("--listen"));
-    let out = run(&["-V"], dir.path());
+    let out = run_bin(&["-V"], dir.path());
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("simplex-hub "));
 }
@@ -52,9 +34,9 @@ fn usage_errors_exit_two_with_a_prefixed_message() {
         &["-l", "h:70000"],
         &["frob"],
     ] {
-        let out = run(args, dir.path());
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
-        assert!(stderr(&out).starts_with("simplex-hub: "), "{args:?}");
+        let out = run_bin(args, dir.path());
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr_of(&out));
+        assert!(stderr_of(&out).starts_with("simplex-hub: "), "{args:?}");
     }
 }
 
@@ -62,11 +44,11 @@ fn usage_errors_exit_two_with_a_prefixed_message() {
 fn configuration_errors_exit_one() {
     let dir = TempDir::new("cfgerr");
     let data = dir.path().display().to_string();
-    let missing = run(
+    let missing = run_bin(
         &["-c", "/nonexistent/hub.jsonc", "--data-dir", &data],
         dir.path(),
     );
-    assert_eq!(missing.status.code(), Some(1), "{}", stderr(&missing));
+    assert_eq!(missing.status.code(), Some(1), "{}", stderr_of(&missing));
 
     let file = dir.path().join("bad.jsonc");
     std::fs::write(
@@ -74,19 +56,23 @@ fn configuration_errors_exit_one() {
         "{ \"limits\": { \"logLine\": 5 }, \"dataDirectory\": \"x\" }",
     )
     .unwrap();
-    let out = run(&["check-config", file.to_str().unwrap()], dir.path());
+    let out = run_bin(&["check-config", file.to_str().unwrap()], dir.path());
     assert_eq!(out.status.code(), Some(1));
-    let err = stderr(&out);
+    let err = stderr_of(&out);
     assert!(
         err.contains("limits.logLine") && err.contains("dataDirectory"),
         "{err}"
     );
 
     // A non-loopback listener without a panel token is refused.
-    let out = run(&["--listen", "0.0.0.0:0", "--data-dir", &data], dir.path());
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(stderr(&out).contains("panel.token"), "{}", stderr(&out));
-    assert!(!stderr(&out).contains("panicked"));
+    let out = run_bin(&["--listen", "0.0.0.0:0", "--data-dir", &data], dir.path());
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
+    assert!(
+        stderr_of(&out).contains("panel.token"),
+        "{}",
+        stderr_of(&out)
+    );
+    assert!(!stderr_of(&out).contains("panicked"));
 }
 
 #[test]
@@ -98,8 +84,8 @@ fn check_config_prints_the_resolved_configuration_redacted() {
         "// comment\n{ \"panel\": { \"token\": \"very-secret\" }, /* c */ \"listen\": { \"port\": 9911 } }\n",
     )
     .unwrap();
-    let out = run(&["check-config", file.to_str().unwrap()], dir.path());
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = run_bin(&["check-config", file.to_str().unwrap()], dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(!stdout.contains("very-secret"), "token printed");
     let json_start = stdout.find('{').unwrap();
@@ -224,10 +210,10 @@ fn corrupt_or_foreign_database_is_a_clear_error() {
     let dir = TempDir::new("baddb");
     let data = dir.path().display().to_string();
     std::fs::write(dir.path().join("hub.db"), vec![0x5a; 8192]).unwrap();
-    let out = run(&["--data-dir", &data, "-l", "127.0.0.1:0"], dir.path());
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(stderr(&out).contains("hub.db"), "{}", stderr(&out));
-    assert!(!stderr(&out).contains("panicked"));
+    let out = run_bin(&["--data-dir", &data, "-l", "127.0.0.1:0"], dir.path());
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
+    assert!(stderr_of(&out).contains("hub.db"), "{}", stderr_of(&out));
+    assert!(!stderr_of(&out).contains("panicked"));
 
     let foreign = TempDir::new("foreigndb");
     let conn = rusqlite::Connection::open(foreign.path().join("hub.db")).unwrap();
@@ -235,17 +221,17 @@ fn corrupt_or_foreign_database_is_a_clear_error() {
         .unwrap();
     drop(conn);
     let data = foreign.path().display().to_string();
-    let out = run(&["--data-dir", &data, "-l", "127.0.0.1:0"], foreign.path());
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
-    assert!(!stderr(&out).contains("panicked"));
+    let out = run_bin(&["--data-dir", &data, "-l", "127.0.0.1:0"], foreign.path());
+    assert_eq!(out.status.code(), Some(1), "{}", stderr_of(&out));
+    assert!(!stderr_of(&out).contains("panicked"));
 }
 
 #[test]
 fn mock_worker_parses_its_arguments() {
     let dir = TempDir::new("mockargs");
-    let out = run(&["mock-worker", "--session", "x"], dir.path());
+    let out = run_bin(&["mock-worker", "--session", "x"], dir.path());
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("--config"));
+    assert!(stderr_of(&out).contains("--config"));
 }
 
 #[test]

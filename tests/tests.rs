@@ -39,5 +39,7 @@ mod headless_api;
 mod subagents;
 // The offline model provider: scenarios, bounds, worker configurations.
 mod mock_provider;
+// An existing Node hub's data directory: the one-time import and adoption.
+mod node_import;
 // The Node hub's wire shapes: every frame and response checked against them.
 mod wire_drift;

@@ -6,7 +6,7 @@
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -419,16 +419,32 @@ pub fn integrity_check(data_dir: &Path) -> String {
 pub fn spawn_mock_worker(hub: &TestHub, session: &str, model: &str) -> Child {
     let token = worker_token(&hub.data_dir, session);
     let root = hub.data_dir.join("sessions").join(session);
+    spawn_worker_at(&root, session, &token, hub.addr, hub.tools_addr, model)
+}
+
+/// Starts the built-in worker for `session` with its root (persistence
+/// directory) `root`, pointed at a hub on `addr` (which need not listen
+/// yet: the worker reconnects every 50-500 ms) with `token`: the worker
+/// an earlier hub launched. Its configuration goes to
+/// `<root>/config/config.yaml`.
+pub fn spawn_worker_at(
+    root: &Path,
+    session: &str,
+    token: &str,
+    addr: SocketAddr,
+    tools_addr: Option<SocketAddr>,
+    model: &str,
+) -> Child {
     let config = json!({
         "client": {
-            "endpoint": format!("ws://{}/agent/{session}/events?token={token}", hub.addr),
+            "endpoint": format!("ws://{addr}/agent/{session}/events?token={token}"),
             "transport": {"initial_backoff_ms": 50, "max_backoff_ms": 500},
         },
         "security": {"confirmation": {
-            "endpoint": format!("ws://{}/agent/{session}/confirm?token={token}", hub.addr),
+            "endpoint": format!("ws://{addr}/agent/{session}/confirm?token={token}"),
             "timeout_ms": 60000,
         }},
-        "hub_remote_call": hub.tools_addr.map(|tools| json!({
+        "hub_remote_call": tools_addr.map(|tools| json!({
             "endpoint": format!("ws://{tools}/agent/{session}/tools?token={token}"),
             "timeout_ms": 60000,
         })),
@@ -449,12 +465,42 @@ pub fn spawn_mock_worker(hub: &TestHub, session: &str, model: &str) -> Child {
             "--session",
             session,
         ])
-        .current_dir(&root)
+        .current_dir(root)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("spawn mock worker")
+}
+
+/// Runs the hub binary with `args` (HOME = `home`) to its exit, with its
+/// output captured (for start failures and the other subcommands).
+pub fn run_bin(args: &[&str], home: &Path) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .env("HOME", home)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_exit(&mut child, DEADLINE).expect("command did not finish");
+    child.wait_with_output().unwrap()
+}
+
+/// The captured stderr of `out` as text.
+pub fn stderr_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// A loopback port that was free a moment ago (for a hub that must come
+/// up on an address a worker already knows).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// Waits until the hub has at most `max` threads besides its disk writers;

@@ -76,3 +76,11 @@ pub fn thread_names_of(pid: u32) -> Vec<String> {
     names.sort();
     names
 }
+
+/// `/proc/<pid>/stat` field 22, the start time in clock ticks since boot,
+/// as decimal text (how the Node hub records `pid_start_time`).
+pub fn proc_start_time(pid: u32) -> String {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_name = &stat[stat.rfind(')').unwrap() + 1..];
+    after_name.split_whitespace().nth(19).unwrap().to_string()
+}

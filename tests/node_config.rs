@@ -205,6 +205,14 @@ fn pid_file(hub: &TestHub, session: &str) -> u32 {
 /// pid in its pid file) and that worker is connected; returns the
 /// launcher's pid and the daemon's.
 fn start_daemonized(hub: &TestHub, session: &str) -> (u32, u32) {
+    // A previous start's pid file would name the previous daemon until the
+    // new launcher rewrites it.
+    let _ = std::fs::remove_file(
+        hub.data_dir
+            .join("sessions")
+            .join(session)
+            .join("worker.pid"),
+    );
     let started = action(hub, session, "start").json();
     assert_eq!(started["ok"], true, "{started}");
     let launcher = started["pid"].as_u64().unwrap() as u32;

@@ -350,9 +350,12 @@ fn provider_connections_are_capped() {
     // the hub's own listener is not affected
     assert_eq!(hub.get("/api/meta").status, 200);
     drop(held);
-    wait_for("the provider to serve again", DEADLINE, || {
-        chat(addr, &json!({"model": "mock-text"})).status == 200
+    // Until the threads see their clients gone, a new connection is still
+    // over the cap (answered 503 and reset): wait for them first.
+    wait_for("the held connections' threads to end", DEADLINE, || {
+        hub.threads_named("mock-conn") == 0
     });
+    assert_eq!(chat(addr, &json!({"model": "mock-text"})).status, 200);
 }
 
 #[test]

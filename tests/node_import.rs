@@ -259,8 +259,9 @@ fn a_node_headless_child_is_imported_with_its_family() {
     let child = wait_session(&hub, child_id, |s| s["identity"]["state"] == "live");
     assert_eq!(child["kind"], "headless");
     let sub = &child["subagent"];
-    assert_eq!(sub["parent"]["session_id"], "lead");
-    assert_eq!(sub["parent"]["lifecycle_id"], parent_lifecycle);
+    assert_eq!(sub["parent"], "lead");
+    assert_eq!(sub["parent_ref"]["session_id"], "lead");
+    assert_eq!(sub["parent_ref"]["lifecycle_id"], parent_lifecycle);
     assert_eq!(sub["depth"], 1);
     assert_eq!(sub["policy"], "approve");
     assert_eq!(sub["lifecycle"], "ready", "{child}");

@@ -659,7 +659,7 @@ fn every_frame_and_response_has_the_node_hubs_shape() {
         res.status == 200,
         format!("bodiless restart: {} {restarted}", res.status),
     );
-    wait_session(&hub, "s1", |s| s["identity"]["state"] == "live");
+    let before = wait_session(&hub, "s1", |s| s["identity"]["state"] == "live");
     let restart = a.ask(
         d,
         json!({"type": "worker", "session": "s1", "action": "restart"}),
@@ -669,7 +669,13 @@ fn every_frame_and_response_has_the_node_hubs_shape() {
         restart["type"] == "accepted",
         format!("panel restart: {restart}"),
     );
-    wait_session(&hub, "s1", |s| s["identity"]["state"] == "live");
+    // `accepted` comes before the restart runs: wait for the new worker.
+    let old_pid = before["process"]["pid"].clone();
+    wait_session(&hub, "s1", |s| {
+        s["process"]["pid"] != old_pid
+            && s["process"]["state"] == "running"
+            && s["identity"]["state"] == "live"
+    });
     let res = bare_post(hub.addr, "/api/sessions/s1/stop");
     let stopped = d.response("POST /api/sessions/:id/stop", &res);
     d.expect(

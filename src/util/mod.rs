@@ -17,3 +17,4 @@ pub mod testkit;
 pub mod thread;
 pub mod time;
 pub mod wakes;
+pub mod yaml_edit;

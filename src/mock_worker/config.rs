@@ -1,8 +1,9 @@
 //! The worker configuration file the hub generates
-//! (`sessions/<id>/config/config.yaml`, written as JSON, which is valid
-//! YAML). Only the keys the built-in worker uses are read; unknown keys are
-//! ignored, as the real worker ignores keys it does not own. Pure apart from
-//! [`load`], which reads the file.
+//! (`sessions/<id>/config/config.yaml`: YAML, which the hub first writes as
+//! JSON and an operator may rewrite as block YAML; read with the hub's YAML
+//! reader, `util::yaml_edit::read`). Only the keys the built-in worker uses
+//! are read; unknown keys are ignored, as the real worker ignores keys it
+//! does not own. Pure apart from [`load`], which reads the file.
 //!
 //! Defaults are the real worker's (protocol document, "Connections and
 //! configuration"). Relative paths resolve against the configuration file's
@@ -15,6 +16,7 @@ use serde_json::Value;
 
 use super::error::MockError;
 use super::transport::WsUrl;
+use crate::util::yaml_edit::read;
 
 /// When the saved conversation is restored at startup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,7 +84,7 @@ pub(crate) const DEFAULT_MODEL: &str = "mock-flash";
 /// Reads and parses the configuration file at `path`.
 pub(crate) fn load(path: &Path) -> Result<WorkerConfig, MockError> {
     let text = std::fs::read_to_string(path).map_err(|err| MockError::io(path, "read", err))?;
-    let value: Value = serde_json::from_str(&text).map_err(|source| MockError::Syntax {
+    let value: Value = read::read_json(&text).map_err(|source| MockError::Syntax {
         path: path.to_path_buf(),
         source,
     })?;
@@ -412,7 +414,7 @@ mod tests {
     }
 
     #[test]
-    fn load_reports_missing_files_and_non_json() {
+    fn load_reads_block_yaml_and_json_and_reports_the_rest() {
         let dir = std::env::temp_dir().join(format!("mock-cfg-{}", uuid::Uuid::new_v4()));
         std::fs::create_dir_all(&dir).unwrap();
         assert!(matches!(
@@ -420,8 +422,16 @@ mod tests {
             Err(MockError::Io { .. })
         ));
         let yaml = dir.join("config.yaml");
-        std::fs::write(&yaml, "client:\n  endpoint: ws://h/x\n").unwrap();
+        std::fs::write(&yaml, "client:\n  endpoint: [ws://h/x\n").unwrap();
         assert!(matches!(load(&yaml), Err(MockError::Syntax { .. })));
+        std::fs::write(
+            &yaml,
+            "# by hand\nclient:\n  endpoint: ws://h/x   # the hub's\npersistence: {directory: block}\n",
+        )
+        .unwrap();
+        let cfg = load(&yaml).unwrap();
+        assert_eq!(cfg.persistence.directory, dir.join("block"));
+        assert_eq!(cfg.endpoint, url("ws://h/x", "client.endpoint").unwrap());
         std::fs::write(
             &yaml,
             r#"{"client": {"endpoint": "ws://h/x"}, "persistence": {"directory": "root"}}"#,

@@ -7,6 +7,8 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
+use crate::util::yaml_edit::read::ReadError;
+
 /// Why the built-in worker could not start, or had to stop.
 #[derive(Debug)]
 pub enum MockError {
@@ -17,11 +19,8 @@ pub enum MockError {
         op: &'static str,
         source: io::Error,
     },
-    /// The configuration file is not JSON.
-    Syntax {
-        path: PathBuf,
-        source: serde_json::Error,
-    },
+    /// The configuration file is not one YAML mapping document.
+    Syntax { path: PathBuf, source: ReadError },
     /// A configuration value has the wrong type or an impossible value.
     Config { key: String, reason: String },
     /// `--session` is not 1-128 ASCII letters, digits, `_` or `-`.
@@ -42,11 +41,9 @@ impl fmt::Display for MockError {
             MockError::Io { path, op, source } => {
                 write!(f, "cannot {op} {}: {source}", path.display())
             }
-            MockError::Syntax { path, source } => write!(
-                f,
-                "{} is not a JSON worker configuration: {source}",
-                path.display()
-            ),
+            MockError::Syntax { path, source } => {
+                write!(f, "the worker configuration {} {source}", path.display())
+            }
             MockError::Config { key, reason } => write!(f, "worker configuration {key}: {reason}"),
             MockError::SessionId { value } => write!(
                 f,

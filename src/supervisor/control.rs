@@ -25,7 +25,7 @@ use serde_json::Value;
 use super::daemon::{self, Found};
 use super::process::ProcessInfo;
 use super::sys::{self, Identity, Pinned};
-use super::{capture, launch, render};
+use super::{capture, launch, refresh, render};
 use crate::hub::{Hub, Note};
 use crate::session::{NoStop, Session};
 use crate::store::ProcessRecord;
@@ -213,21 +213,29 @@ fn spawn(
         .unwrap_or_else(|| std::net::SocketAddr::new(addr.ip(), hub.tools_port()));
     let endpoints = render::session_endpoints(config, addr, tools_addr, id, token);
     let config_path = config_dir.join("config.yaml");
-    let mut document = match std::fs::read_to_string(&config_path) {
-        Ok(existing) => render::refresh(&existing, &session_dir, &endpoints)
-            .map_err(|e| format!("cannot prepare session configuration: {e}"))?,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            render::render(config, &spec, &session_dir, &endpoints)
-        }
+    let existing = match std::fs::read_to_string(&config_path) {
+        Ok(existing) => Some(existing),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
         Err(err) => return Err(format!("cannot read {}: {err}", config_path.display())),
     };
-    if let Some(url) = hub.mock_base_url() {
-        render::point_mock_profile(&mut document, &config.mock.profile, url)
-            .map_err(|e| format!("cannot prepare session configuration: {e}"))?;
+    let mock = hub.mock_base_url().map(|base_url| refresh::MockTarget {
+        profile: &config.mock.profile,
+        base_url,
+    });
+    // A file the editor refuses is left as it is and the start fails.
+    let refresh::Prepared { text, document } = refresh::prepare(
+        config,
+        &spec,
+        existing.as_deref(),
+        &session_dir,
+        &endpoints,
+        mock,
+    )
+    .map_err(|e| format!("cannot prepare session configuration: {e}"))?;
+    if existing.as_deref() != Some(text.as_str()) {
+        fsutil::write_private_atomic(&config_path, text.as_bytes())
+            .map_err(|e| format!("cannot write {}: {e}", config_path.display()))?;
     }
-    let text = serde_json::to_string_pretty(&document).map_err(|e| e.to_string())?;
-    fsutil::write_private_atomic(&config_path, text.as_bytes())
-        .map_err(|e| format!("cannot write {}: {e}", config_path.display()))?;
     spec = render::spec_from_document(&spec, &document);
     hub.persist_spec(id, &spec);
     // This incarnation's startup snapshot: what a clean fork of it starts

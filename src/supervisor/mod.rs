@@ -12,6 +12,7 @@ pub mod control;
 pub mod daemon;
 pub mod launch;
 pub mod process;
+pub mod refresh;
 pub mod render;
 pub mod snapshot;
 pub mod sys;

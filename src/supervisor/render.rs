@@ -1,11 +1,12 @@
-//! The worker configuration file, `<session dir>/config/config.yaml`.
+//! The worker configuration file, `<session dir>/config/config.yaml`: its
+//! endpoints, the first render of the whole document, and what the session
+//! spec takes from it.
 //!
-//! The hub writes it as JSON, which is valid YAML, so it can edit the file
-//! again without a YAML library. The first start of a session renders the
-//! whole document from the hub configuration and the session spec; later
-//! starts refresh only the hub-owned fields (endpoints with the token and
-//! ports, the persistence root) and keep every operator edit. Secrets in
-//! provider profiles (`${DEEPSEEK_API_KEY}`) are copied literally, never
+//! The first start of a session renders the whole document from the hub
+//! configuration and the session spec and writes it as JSON (valid YAML).
+//! Later starts edit only the hub-owned fields of the file's text and keep
+//! every operator edit, comments and layout included (`refresh`). Secrets
+//! in provider profiles (`${DEEPSEEK_API_KEY}`) are copied literally, never
 //! expanded, and no error message repeats the file's content.
 //!
 //! Pure: no disk, no clock. The supervisor reads and writes the file.
@@ -19,6 +20,7 @@ use serde_json::{json, Map, Value};
 use crate::config::Config;
 use crate::http::url::percent_encode;
 use crate::session::MODALITY_ASSIST_ENTRY;
+use crate::util::yaml_edit::Refusal;
 
 /// The three WebSocket URLs a worker dials, each carrying the session
 /// token in its query.
@@ -126,13 +128,13 @@ pub fn connect_host(config_connect_host: &str, bound: IpAddr) -> String {
     }
 }
 
-/// Why an existing worker configuration cannot be refreshed. No variant
-/// carries any of the file's text, since it may hold credentials.
+/// Why a worker configuration cannot be prepared. No variant carries any
+/// of the file's text, since it may hold credentials.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RenderError {
-    /// The file is not JSON, e.g. an operator rewrote it as block YAML.
-    /// `line` and `column` are 1-based, as serde_json reports them.
-    NotJson { line: usize, column: usize },
+    /// The YAML editor left the file unchanged (an operator's edit it cannot
+    /// follow or edit safely, or a file that is not one YAML mapping).
+    Edit(Refusal),
     /// A mapping the hub must write into holds something else. `key` is the
     /// dotted path, `(top level)` for the document itself.
     NotAnObject { key: String, found: &'static str },
@@ -144,11 +146,9 @@ pub enum RenderError {
 impl fmt::Display for RenderError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RenderError::NotJson { line, column } => write!(
-                f,
-                "the worker configuration is not valid JSON (line {line}, column {column}); \
-                 the hub writes it as JSON and cannot edit other YAML"
-            ),
+            RenderError::Edit(refusal) => {
+                write!(f, "the worker configuration was left unchanged: {refusal}")
+            }
             RenderError::NotAnObject { key, found } => write!(
                 f,
                 "worker configuration key {key} must be a mapping, found {found}"
@@ -295,61 +295,13 @@ pub fn render(config: &Config, spec: &Value, session_dir: &Path, endpoints: &End
     doc
 }
 
-/// Refreshes an existing worker document (`existing` is the file's text)
-/// for a new start: `persistence.directory` goes back to `session_dir`,
-/// the endpoints get the current ports and token, and
-/// `hub_remote_call.endpoint` is rewritten only when that section exists.
-/// Missing (or `null`) parent mappings are created; everything else keeps
-/// its value and key order.
-pub fn refresh(
-    existing: &str,
-    session_dir: &Path,
-    endpoints: &Endpoints,
-) -> Result<Value, RenderError> {
-    let mut doc: Value = serde_json::from_str(existing).map_err(|err| RenderError::NotJson {
-        line: err.line(),
-        column: err.column(),
-    })?;
-    let root = match &mut doc {
-        Value::Object(map) => map,
-        other => {
-            return Err(RenderError::NotAnObject {
-                key: "(top level)".into(),
-                found: type_name(other),
-            })
-        }
-    };
-
-    let persistence = mapping(root, &["persistence"])?;
-    for key in ["state", "memory"] {
-        if let Some(value) = persistence.get(key).filter(|v| !v.is_null()) {
-            if value.as_str().and_then(relative_path).is_none() {
-                return Err(RenderError::BadRelativePath {
-                    key: if key == "state" {
-                        "persistence.state"
-                    } else {
-                        "persistence.memory"
-                    },
-                });
-            }
-        }
-    }
-    persistence.insert("directory".into(), json!(path_string(session_dir)));
-    mapping(root, &["client"])?.insert("endpoint".into(), json!(endpoints.events));
-    mapping(root, &["security", "confirmation"])?
-        .insert("endpoint".into(), json!(endpoints.confirm));
-    if root.get("hub_remote_call").is_some_and(|v| !v.is_null()) {
-        mapping(root, &["hub_remote_call"])?.insert("endpoint".into(), json!(endpoints.tools));
-    }
-    Ok(doc)
-}
-
 /// Points the offline model provider's profile at the running provider:
 /// when the document's `driver_model` is `profile` (`mock.profile`), its
 /// `providers.<profile>.endpoint.base_url` becomes `base_url`, creating
-/// missing mappings. Applied after [`render`] or [`refresh`] on every
-/// launch while the provider runs, so the URL follows the provider's port
-/// across hub restarts. Returns whether the document was changed.
+/// missing mappings. Applied after [`render`] on a first start; later
+/// starts edit the file's text instead (`refresh::refresh`), so the URL
+/// follows the provider's port across hub restarts. Returns whether the
+/// document was changed.
 pub fn point_mock_profile(
     doc: &mut Value,
     profile: &str,
@@ -366,34 +318,6 @@ pub fn point_mock_profile(
     }
     mapping(root, &["providers", profile, "endpoint"])?.insert("base_url".into(), json!(base_url));
     Ok(true)
-}
-
-/// A clean child's worker document from its parent's startup snapshot
-/// (`startup`, the text of `startup-worker.yaml`): the parent's providers,
-/// prompts, plugins and settings are kept; the persistence root moves to
-/// `child_dir` with `restore: if_present`; confirmations and remote tools
-/// are always on for a child. Endpoints are filled in by [`refresh`] at
-/// launch, so the ones from the parent are cleared here: the child never
-/// holds its parent's token.
-pub fn fork_document(
-    startup: &str,
-    child_dir: &Path,
-    tools_timeout_ms: u64,
-) -> Result<Value, RenderError> {
-    let blank = Endpoints {
-        events: String::new(),
-        confirm: String::new(),
-        tools: String::new(),
-    };
-    let mut doc = refresh(startup, child_dir, &blank)?;
-    let root = doc.as_object_mut().expect("refresh returns an object");
-    mapping(root, &["persistence"])?.insert("restore".into(), json!("if_present"));
-    let remote = mapping(root, &["hub_remote_call"])?;
-    remote.insert("endpoint".into(), json!(""));
-    remote
-        .entry("timeout_ms")
-        .or_insert_with(|| json!(tools_timeout_ms));
-    Ok(doc)
 }
 
 /// The mapping at `path` under `root`, created (empty) where it is missing
@@ -529,7 +453,7 @@ pub fn state_dir(doc: &Value) -> Option<PathBuf> {
 }
 
 /// `text` as a path when it is nonempty, relative and has no `..`.
-fn relative_path(text: &str) -> Option<PathBuf> {
+pub(super) fn relative_path(text: &str) -> Option<PathBuf> {
     let path = PathBuf::from(text);
     let plain = path
         .components()
@@ -554,7 +478,7 @@ fn spec_u64(spec: &Value, key: &str) -> Option<u64> {
     spec.get(key).and_then(Value::as_u64)
 }
 
-fn path_string(path: &Path) -> String {
+pub(super) fn path_string(path: &Path) -> String {
     path.to_string_lossy().into_owned()
 }
 
@@ -831,40 +755,6 @@ mod tests {
         assert_eq!(e.tools, "ws://[fd00::1]:9443/agent/demo/tools?token=t%20k");
     }
 
-    /// A previously rendered document after operator edits: a changed
-    /// directory and exchanges, an unknown key, a literal credential, old
-    /// endpoints.
-    const EDITED: &str = r#"{
-        "zzz_first": {"b": 2, "a": 1},
-        "providers": {"deepseek": {"model": "x", "endpoint": {"auth": {"api_key": "sk-live-123"}}}},
-        "driver_model": "deepseek",
-        "client": {"payload_capacity": 3, "endpoint": "ws://old:1/agent/demo/events?token=old", "extra": true},
-        "security": {"confirmation": {"timeout_ms": 9, "endpoint": "ws://old:1/c"}},
-        "hub_remote_call": {"endpoint": "ws://old:2/t", "timeout_ms": 1},
-        "worker": {"max_exchanges": 3},
-        "persistence": {"directory": "/elsewhere", "state": "st", "memory": "mem/sub", "format": "json"}
-    }"#;
-
-    #[test]
-    fn refresh_rewrites_only_hub_owned_fields() {
-        let doc = refresh(EDITED, Path::new(SESSION), &eps()).unwrap();
-        let mut expected: Value = serde_json::from_str(EDITED).unwrap();
-        expected["client"]["endpoint"] = json!(eps().events);
-        expected["security"]["confirmation"]["endpoint"] = json!(eps().confirm);
-        expected["hub_remote_call"]["endpoint"] = json!(eps().tools);
-        expected["persistence"]["directory"] = json!(SESSION);
-        assert_eq!(doc, expected);
-        // Key order is the file's, at every level.
-        assert_eq!(doc.to_string(), expected.to_string());
-        let keys: Vec<&String> = doc.as_object().unwrap().keys().collect();
-        assert_eq!(keys[0], "zzz_first");
-        assert_eq!(doc["zzz_first"].to_string(), r#"{"b":2,"a":1}"#);
-        assert_eq!(state_dir(&doc).unwrap(), Path::new(SESSION).join("st"));
-        // Refreshing twice changes nothing more.
-        let again = refresh(&doc.to_string(), Path::new(SESSION), &eps()).unwrap();
-        assert_eq!(again.to_string(), doc.to_string());
-    }
-
     #[test]
     fn the_mock_profile_points_at_the_live_provider() {
         let c = test_config("{}");
@@ -882,24 +772,6 @@ mod tests {
         expected["model"] = json!("mock-echo");
         expected["endpoint"]["base_url"] = json!(url);
         assert_eq!(doc["providers"], json!({"mock": expected}));
-
-        // a refreshed document gets the new port, its edits kept
-        let edited = doc.to_string().replace("mock-echo", "mock-text");
-        let mut again = refresh(&edited, Path::new(SESSION), &eps()).unwrap();
-        assert_eq!(again["providers"]["mock"]["endpoint"]["base_url"], url);
-        assert_eq!(
-            point_mock_profile(&mut again, "mock", "http://[::1]:7"),
-            Ok(true)
-        );
-        assert_eq!(
-            again["providers"]["mock"]["endpoint"]["base_url"],
-            "http://[::1]:7"
-        );
-        assert_eq!(again["providers"]["mock"]["model"], "mock-text");
-        assert_eq!(
-            again["providers"]["mock"]["endpoint"]["auth"],
-            json!({"scheme": "none"})
-        );
 
         // missing mappings are created
         let mut bare = json!({"driver_model": "mock"});
@@ -945,117 +817,6 @@ mod tests {
         );
         assert!(!err.to_string().contains("sk-secret"));
         assert!(point_mock_profile(&mut json!([1]), "mock", "u").is_err());
-    }
-
-    #[test]
-    fn fork_documents_keep_the_parent_settings_but_nothing_of_its_identity() {
-        let parent = refresh(EDITED, Path::new(SESSION), &eps()).unwrap();
-        let mut without_tools = parent.clone();
-        without_tools
-            .as_object_mut()
-            .unwrap()
-            .remove("hub_remote_call");
-        for startup in [parent.to_string(), without_tools.to_string()] {
-            let child = fork_document(&startup, Path::new("/data/subagents/c"), 5000).unwrap();
-            // Settings are the parent's.
-            assert_eq!(child["providers"], parent["providers"]);
-            assert_eq!(child["zzz_first"], parent["zzz_first"]);
-            // A fresh root, restored only if present, and no parent token.
-            assert_eq!(child["persistence"]["directory"], "/data/subagents/c");
-            assert_eq!(child["persistence"]["restore"], "if_present");
-            assert!(!child.to_string().contains("tok"), "{child}");
-            // Confirmations and remote tools are always on for a child.
-            assert!(child["security"]["confirmation"].is_object());
-            assert!(child["hub_remote_call"].is_object());
-            // The launch-time refresh fills the child's own endpoints in.
-            let launched = refresh(
-                &child.to_string(),
-                Path::new("/data/subagents/c"),
-                &endpoints("127.0.0.1", 8800, 8801, "c", "child-token"),
-            )
-            .unwrap();
-            assert!(launched["hub_remote_call"]["endpoint"]
-                .as_str()
-                .unwrap()
-                .contains("/agent/c/tools?token=child-token"));
-        }
-    }
-
-    #[test]
-    fn refresh_creates_missing_parents_and_leaves_omitted_sections_out() {
-        let doc = refresh(
-            r#"{"security": null, "keep": 1}"#,
-            Path::new(SESSION),
-            &eps(),
-        )
-        .unwrap();
-        assert_eq!(
-            doc,
-            json!({"security": {"confirmation": {"endpoint": eps().confirm}}, "keep": 1,
-                   "persistence": {"directory": SESSION},
-                   "client": {"endpoint": eps().events}})
-        );
-        assert!(doc.get("hub_remote_call").is_none());
-        let doc = refresh(r#"{"hub_remote_call": null}"#, Path::new(SESSION), &eps()).unwrap();
-        assert!(doc["hub_remote_call"].is_null());
-    }
-
-    #[test]
-    fn refresh_errors_never_echo_the_file() {
-        let session = Path::new(SESSION);
-        for (text, message) in [
-            (
-                r#"{"client": "sk-secret"}"#,
-                "worker configuration key client must be a mapping, found a string",
-            ),
-            (
-                r#"{"security": {"confirmation": ["sk-secret"]}}"#,
-                "worker configuration key security.confirmation must be a mapping, found an array",
-            ),
-            (
-                r#"{"hub_remote_call": "sk-secret"}"#,
-                "worker configuration key hub_remote_call must be a mapping, found a string",
-            ),
-            (
-                r#"{"persistence": 1}"#,
-                "worker configuration key persistence must be a mapping, found a number",
-            ),
-            (
-                r#"["sk-secret"]"#,
-                "worker configuration key (top level) must be a mapping, found an array",
-            ),
-            (
-                "client:\n  endpoint: ws://x\n  api_key: sk-secret\n",
-                "the worker configuration is not valid JSON (line 1, column 1); \
-                 the hub writes it as JSON and cannot edit other YAML",
-            ),
-            (
-                r#"{"persistence": {"state": "../sk-secret"}}"#,
-                "worker configuration key persistence.state must be a nonempty relative path \
-                 without '..'",
-            ),
-        ] {
-            let err = refresh(text, session, &eps()).unwrap_err();
-            assert_eq!(err.to_string(), message, "{text}");
-            assert!(!err.to_string().contains("sk-secret"));
-            assert!(!format!("{err:?}").contains("sk-secret"));
-        }
-        for bad in [
-            json!(""),
-            json!("/abs"),
-            json!("a/../b"),
-            json!(".."),
-            json!(3),
-        ] {
-            let text = json!({"persistence": {"memory": bad}}).to_string();
-            assert_eq!(
-                refresh(&text, session, &eps()).unwrap_err(),
-                RenderError::BadRelativePath {
-                    key: "persistence.memory"
-                },
-                "{text}"
-            );
-        }
     }
 
     #[test]

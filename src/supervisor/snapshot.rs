@@ -8,6 +8,7 @@ use std::path::{Component, Path, PathBuf};
 use serde_json::{json, Value};
 
 use super::render;
+use crate::util::yaml_edit::read;
 
 /// Largest file the snapshot reads.
 pub const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;
@@ -23,7 +24,7 @@ pub fn read(session_id: &str, session_dir: &Path) -> Value {
     let config_path = session_dir.join("config").join("config.yaml");
     let state_dir = std::fs::read_to_string(&config_path)
         .ok()
-        .and_then(|text| serde_json::from_str::<Value>(&text).ok())
+        .and_then(|text| read::read_json(&text).ok())
         .and_then(|doc| render::state_dir(&doc))
         .unwrap_or_else(|| session_dir.join("state"));
     let mut status = Vec::new();

@@ -16,7 +16,7 @@ use crate::hub::{Hub, Note};
 use crate::session::headless::{self as child, Child, Lifecycle, ParentRef};
 use crate::store::{ReceiptRecord, SessionRecord, SubagentRecord};
 use crate::subagents::{Refusal, KIND};
-use crate::supervisor::render;
+use crate::supervisor::refresh;
 use crate::util::{fsutil, time};
 
 pub use crate::supervisor::control::{STARTUP_LAUNCH, STARTUP_WORKER};
@@ -135,9 +135,9 @@ pub fn fork(
     let cleanup_dir = || {
         let _ = crate::hub::remove_session_dir(&dir);
     };
-    let document =
-        match render::fork_document(&startup_worker, &dir, hub.config.tool_requests.timeout_ms) {
-            Ok(doc) => doc,
+    let text =
+        match refresh::fork_document(&startup_worker, &dir, hub.config.tool_requests.timeout_ms) {
+            Ok(text) => text,
             Err(err) => {
                 cleanup_dir();
                 return Err(Refusal::new(
@@ -146,7 +146,6 @@ pub fn fork(
                 ));
             }
         };
-    let text = serde_json::to_string_pretty(&document).unwrap_or_default();
     if let Err(err) = fsutil::write_private_atomic(&config_dir.join("config.yaml"), text.as_bytes())
     {
         cleanup_dir();

@@ -170,7 +170,11 @@ pub fn edit(text: &str, edits: &[Edit]) -> Result<Edited, Refusal> {
         .enumerate()
         .position(|(i, c)| c == b'\r' && text.as_bytes().get(i + 1) != Some(&b'\n'))
     {
-        let line = text.as_bytes()[..at].iter().filter(|&&c| c == b'\n').count() + 1;
+        let line = text.as_bytes()[..at]
+            .iter()
+            .filter(|&&c| c == b'\n')
+            .count()
+            + 1;
         return Err(Refusal::BareCarriageReturn { line });
     }
     let mut current = text.to_owned();
@@ -258,7 +262,11 @@ pub fn set(doc: &mut Yaml, path: &[String], value: &NewValue, when: When) {
             Some(_) if last && when == When::IfAbsent => return,
             Some(at) => at,
             None => {
-                let fresh = if last { Yaml::Null } else { Yaml::Map(Vec::new()) };
+                let fresh = if last {
+                    Yaml::Null
+                } else {
+                    Yaml::Map(Vec::new())
+                };
                 entries.push((Yaml::Str(key.clone()), fresh));
                 entries.len() - 1
             }
@@ -334,13 +342,23 @@ fn plan(text: &str, root: &Root, tree: &Yaml, e: &Edit) -> Result<Option<Vec<Spl
         }
         let mut found = map.entries().iter().filter(|en| &en.key == key);
         let Some(entry) = found.next() else {
-            return Ok(Some(vec![insert_entry(&layout, &map, &e.path[depth..], &e.value)]));
+            return Ok(Some(vec![insert_entry(
+                &layout,
+                &map,
+                &e.path[depth..],
+                &e.value,
+            )]));
         };
         if let Some(again) = found.next() {
             return Err(refuse(e, depth, again.line, "appears twice".into()));
         }
         if entry.props {
-            return Err(refuse(e, depth, entry.line, "has an anchor or a tag".into()));
+            return Err(refuse(
+                e,
+                depth,
+                entry.line,
+                "has an anchor or a tag".into(),
+            ));
         }
         let in_flow = matches!(map, MapRef::Flow(_));
         if depth == last {
@@ -385,15 +403,26 @@ fn plan(text: &str, root: &Root, tree: &Yaml, e: &Edit) -> Result<Option<Vec<Spl
             Node::Block(m) => MapRef::Block(m),
             Node::Flow(m) => MapRef::Flow(m),
             Node::Empty { at } => {
-                return Ok(Some(create_under(&layout, &map, entry, *at..*at, &e.path[depth + 1..], &e.value)));
+                return Ok(Some(create_under(
+                    &layout,
+                    &map,
+                    entry,
+                    *at..*at,
+                    &e.path[depth + 1..],
+                    &e.value,
+                )));
             }
             Node::Scalar { span, .. }
-                if matches!(
-                    tree.lookup(&path_refs(&e.path[..=depth])),
-                    Some(Yaml::Null)
-                ) =>
+                if matches!(tree.lookup(&path_refs(&e.path[..=depth])), Some(Yaml::Null)) =>
             {
-                return Ok(Some(create_under(&layout, &map, entry, span.clone(), &e.path[depth + 1..], &e.value)));
+                return Ok(Some(create_under(
+                    &layout,
+                    &map,
+                    entry,
+                    span.clone(),
+                    &e.path[depth + 1..],
+                    &e.value,
+                )));
             }
             Node::Scalar { .. } => {
                 let found = tree
@@ -514,7 +543,13 @@ fn create_under(
             if entry.end == layout.text.len() && !layout.text.ends_with('\n') {
                 with.push_str(layout.newline);
             }
-            with.push_str(&block_lines(layout, m.indent + layout.step, keys, value, false));
+            with.push_str(&block_lines(
+                layout,
+                m.indent + layout.step,
+                keys,
+                value,
+                false,
+            ));
             let mut splices = vec![Splice {
                 range: entry.end..entry.end,
                 with,
@@ -545,7 +580,13 @@ fn create_under(
 
 /// Block lines `k1:` / `  k2:` / … / `    kn: value`, the first at
 /// `indent`, each ending in a newline.
-fn block_lines(layout: &Layout, indent: usize, keys: &[String], value: &NewValue, quoted: bool) -> String {
+fn block_lines(
+    layout: &Layout,
+    indent: usize,
+    keys: &[String],
+    value: &NewValue,
+    quoted: bool,
+) -> String {
     let mut out = String::new();
     for (i, key) in keys.iter().enumerate() {
         out.push_str(&" ".repeat(indent + i * layout.step));
@@ -617,8 +658,7 @@ fn plain_safe(s: &str) -> bool {
         .is_some_and(|c| c.is_ascii_alphanumeric() || c == '/')
         && s.contains('/')
         && !s.ends_with(':')
-        && s
-            .chars()
+        && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "-._~/:?=&%+@".contains(c))
 }
 

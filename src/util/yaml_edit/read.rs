@@ -383,7 +383,9 @@ pub fn resolve(text: &str) -> Yaml {
     let int = |s: &str, radix: u32| match i128::from_str_radix(s, radix) {
         Ok(i) => Yaml::Int(i),
         // Too large for 128 bits: a float, as most loaders make it.
-        Err(_) => s.parse::<f64>().map_or(Yaml::Str(text.to_owned()), Yaml::Float),
+        Err(_) => s
+            .parse::<f64>()
+            .map_or(Yaml::Str(text.to_owned()), Yaml::Float),
     };
     if let Some(hex) = text.strip_prefix("0x") {
         if digits(hex, 16) {
@@ -488,12 +490,12 @@ mod tests {
     #[test]
     fn refusals_name_the_line_and_never_the_text() {
         let cases: &[(&str, ReadError)] = &[
-            (
-                "a: [sk-secret\n",
-                ReadError::Syntax { line: 2, column: 1 },
-            ),
+            ("a: [sk-secret\n", ReadError::Syntax { line: 2, column: 1 }),
             ("# only a comment\n", ReadError::Empty),
-            ("a: 1\n---\nb: 2\n", ReadError::MultipleDocuments { line: 2 }),
+            (
+                "a: 1\n---\nb: 2\n",
+                ReadError::MultipleDocuments { line: 2 },
+            ),
             (
                 "- sk-secret\n",
                 ReadError::NotAMapping {

@@ -27,9 +27,14 @@ pub enum Node {
     Block(BlockMap),
     Flow(FlowMap),
     /// A one- or multi-line plain or quoted scalar at `span`.
-    Scalar { span: Range<usize>, style: Style },
+    Scalar {
+        span: Range<usize>,
+        style: Style,
+    },
     /// `key:` with nothing after it; `at` is just after the `:`.
-    Empty { at: usize },
+    Empty {
+        at: usize,
+    },
     /// A flow entry with no `:` at all (`{key}`).
     KeyOnly,
     /// Anything else, skipped: "a sequence", "a block scalar", "an alias".
@@ -461,9 +466,7 @@ impl<'a> Scanner<'a> {
         let mut i = first;
         let end = loop {
             match self.at(i) {
-                b'?' if self.is_indicator_at(i) => {
-                    return self.fail(i, "an explicit `?` key")
-                }
+                b'?' if self.is_indicator_at(i) => return self.fail(i, "an explicit `?` key"),
                 b'-' if self.is_item(i) => {
                     return self.fail(i, "a sequence item where a key was expected")
                 }
@@ -711,7 +714,9 @@ impl<'a> Scanner<'a> {
             }
             if is_ws(c) || c == b'\n' {
                 i += 1;
-            } else if c == b'#' && (i == 0 || matches!(self.at(i - 1), b' ' | b'\t' | b'\n' | b'\r')) {
+            } else if c == b'#'
+                && (i == 0 || matches!(self.at(i - 1), b' ' | b'\t' | b'\n' | b'\r'))
+            {
                 i = self.eol(i);
             } else {
                 return i;
@@ -811,7 +816,11 @@ impl<'a> Scanner<'a> {
     /// The end of an anchor, tag or alias token in flow context.
     fn props_token_end(&self, mut i: usize) -> usize {
         i += 1;
-        while !self.eof(i) && !is_ws(self.at(i)) && self.at(i) != b'\n' && !is_flow_indicator(self.at(i)) {
+        while !self.eof(i)
+            && !is_ws(self.at(i))
+            && self.at(i) != b'\n'
+            && !is_flow_indicator(self.at(i))
+        {
             i += 1;
         }
         i
@@ -840,9 +849,7 @@ impl<'a> Scanner<'a> {
             }
             let line = self.line(j);
             let (key, key_style, key_end) = match self.at(j) {
-                b'?' if self.flow_indicator_at(j) => {
-                    return self.fail(j, "an explicit `?` key")
-                }
+                b'?' if self.flow_indicator_at(j) => return self.fail(j, "an explicit `?` key"),
                 b'[' | b'{' => return self.fail(j, "a sequence or mapping used as a key"),
                 b'&' | b'!' | b'*' => return self.fail(j, "an anchor, tag or alias on a key"),
                 b',' | b']' => return self.fail(j, "an empty flow entry"),
@@ -867,11 +874,12 @@ impl<'a> Scanner<'a> {
             }
             let k = self.skip_flow_ws(key_end);
             let json_like = key_style != Style::Plain;
-            let (props, value, end) = if self.at(k) == b':' && (json_like || self.flow_indicator_at(k)) {
-                self.flow_value(k + 1)?
-            } else {
-                (false, Node::KeyOnly, key_end)
-            };
+            let (props, value, end) =
+                if self.at(k) == b':' && (json_like || self.flow_indicator_at(k)) {
+                    self.flow_value(k + 1)?
+                } else {
+                    (false, Node::KeyOnly, key_end)
+                };
             map.entries.push(Entry {
                 key,
                 key_style,

@@ -76,11 +76,12 @@ fn an_equal_value_is_left_byte_for_byte() {
 
 #[test]
 fn quoting_follows_the_old_style_when_it_can_hold_the_value() {
-    let set = |text: &str, value: &str| {
-        apply(text, &[Edit::string(&["a", "b"], value)])
-    };
+    let set = |text: &str, value: &str| apply(text, &[Edit::string(&["a", "b"], value)]);
     // plain stays plain for a URL or path
-    assert_eq!(set("a:\n  b: ws://x\n", "ws://y/z?t=1&u=%20"), "a:\n  b: ws://y/z?t=1&u=%20\n");
+    assert_eq!(
+        set("a:\n  b: ws://x\n", "ws://y/z?t=1&u=%20"),
+        "a:\n  b: ws://y/z?t=1&u=%20\n"
+    );
     // but not for text a loader could take for something else
     for (value, written) in [
         ("true", "\"true\""),
@@ -93,23 +94,42 @@ fn quoting_follows_the_old_style_when_it_can_hold_the_value() {
         ("\u{85}\u{2028}\u{feff}", "\"\\u0085\\u2028\\ufeff\""),
         ("naïve/日本", "\"naïve/日本\""),
     ] {
-        assert_eq!(set("a:\n  b: ws://x\n", value), format!("a:\n  b: {written}\n"), "{value:?}");
+        assert_eq!(
+            set("a:\n  b: ws://x\n", value),
+            format!("a:\n  b: {written}\n"),
+            "{value:?}"
+        );
     }
     // single-quoted stays single-quoted, quotes doubled
     assert_eq!(set("a: {b: 'x'}\n", "it's/ok"), "a: {b: 'it''s/ok'}\n");
-    assert_eq!(set("a:\n  b: 'x'\n", "line\nbreak"), "a:\n  b: \"line\\nbreak\"\n");
+    assert_eq!(
+        set("a:\n  b: 'x'\n", "line\nbreak"),
+        "a:\n  b: \"line\\nbreak\"\n"
+    );
     // a multi-line plain value becomes one line
-    assert_eq!(set("a:\n  b: ws://x\n    /more\nc: 1\n", "ws://q"), "a:\n  b: ws://q\nc: 1\n");
+    assert_eq!(
+        set("a:\n  b: ws://x\n    /more\nc: 1\n", "ws://q"),
+        "a:\n  b: ws://q\nc: 1\n"
+    );
     // a plain value in a flow mapping is written double-quoted
-    assert_eq!(set("a: {b: x, c: 1}\n", "ws://q"), "a: {b: \"ws://q\", c: 1}\n");
+    assert_eq!(
+        set("a: {b: x, c: 1}\n", "ws://q"),
+        "a: {b: \"ws://q\", c: 1}\n"
+    );
     // an empty value gets one
-    assert_eq!(set("a:\n  b:   # later\n", "ws://q"), "a:\n  b: \"ws://q\"   # later\n");
+    assert_eq!(
+        set("a:\n  b:   # later\n", "ws://q"),
+        "a:\n  b: \"ws://q\"   # later\n"
+    );
     // numbers are plain
-    let out = apply("a:\n  b: 5\n", &[Edit {
-        path: vec!["a".into(), "b".into()],
-        value: NewValue::Int(7),
-        when: When::Always,
-    }]);
+    let out = apply(
+        "a:\n  b: 5\n",
+        &[Edit {
+            path: vec!["a".into(), "b".into()],
+            value: NewValue::Int(7),
+            when: When::Always,
+        }],
+    );
     assert_eq!(out, "a:\n  b: 7\n");
 }
 
@@ -152,12 +172,18 @@ security:
     // no final newline, CRLF line endings
     let crlf = "a: 1\r\nclient:\r\n  x: 2";
     let out = apply(crlf, &[Edit::string(&["client", "endpoint"], "ws://e")]);
-    assert_eq!(out, "a: 1\r\nclient:\r\n  x: 2\r\n  endpoint: \"ws://e\"\r\n");
+    assert_eq!(
+        out,
+        "a: 1\r\nclient:\r\n  x: 2\r\n  endpoint: \"ws://e\"\r\n"
+    );
 }
 
 #[test]
 fn empty_and_null_parents_become_mappings() {
-    let e = [Edit::string(&["security", "confirmation", "endpoint"], "ws://c")];
+    let e = [Edit::string(
+        &["security", "confirmation", "endpoint"],
+        "ws://c",
+    )];
     assert_eq!(
         apply("security:   # soon\nz: 1\n", &e),
         "security:   # soon\n  confirmation:\n    endpoint: \"ws://c\"\nz: 1\n"
@@ -193,8 +219,7 @@ fn json_documents_stay_json() {
     let mut expected = doc.clone();
     expected["persistence"]["directory"] = "/data/sessions/demo".into();
     expected["client"]["endpoint"] = "ws://127.0.0.1:8800/agent/demo/events?token=tok".into();
-    expected["security"] =
-        serde_json::json!({"confirmation": {"endpoint": "ws://127.0.0.1:8800/agent/demo/confirm?token=tok"}});
+    expected["security"] = serde_json::json!({"confirmation": {"endpoint": "ws://127.0.0.1:8800/agent/demo/confirm?token=tok"}});
     expected["providers"]["mock"]["endpoint"]["base_url"] = "http://127.0.0.1:4000".into();
     let parsed: serde_json::Value = serde_json::from_str(&out).expect("still JSON");
     assert_eq!(parsed, expected);
@@ -220,9 +245,24 @@ fn if_absent_keeps_any_existing_value() {
         value: NewValue::Int(5000),
         when: When::IfAbsent,
     };
-    assert_eq!(apply("hub_remote_call:\n  timeout_ms: 9\n", &[e.clone()]), "hub_remote_call:\n  timeout_ms: 9\n");
-    assert_eq!(apply("hub_remote_call:\n  timeout_ms: [1]\n", &[e.clone()]), "hub_remote_call:\n  timeout_ms: [1]\n");
-    assert_eq!(apply("x: 1\n", &[e]), "x: 1\nhub_remote_call:\n  timeout_ms: 5000\n");
+    assert_eq!(
+        apply(
+            "hub_remote_call:\n  timeout_ms: 9\n",
+            std::slice::from_ref(&e)
+        ),
+        "hub_remote_call:\n  timeout_ms: 9\n"
+    );
+    assert_eq!(
+        apply(
+            "hub_remote_call:\n  timeout_ms: [1]\n",
+            std::slice::from_ref(&e)
+        ),
+        "hub_remote_call:\n  timeout_ms: [1]\n"
+    );
+    assert_eq!(
+        apply("x: 1\n", &[e]),
+        "x: 1\nhub_remote_call:\n  timeout_ms: 5000\n"
+    );
 }
 
 #[test]
@@ -292,7 +332,10 @@ fn a_refusal_checks_every_edit_before_changing_anything() {
     // gets an error, never a half-edited text).
     let text = "client:\n  endpoint: ws://x\nsecurity: [no]\n";
     let err = edit(text, &refresh_edits("t")).unwrap_err();
-    assert_eq!(err.to_string(), "cannot edit security (line 3): must be a mapping, found a sequence");
+    assert_eq!(
+        err.to_string(),
+        "cannot edit security (line 3): must be a mapping, found a sequence"
+    );
 }
 
 #[test]

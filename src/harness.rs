@@ -50,6 +50,10 @@ pub mod config {
 /// splitting and the worker log ring.
 pub use crate::util::{line_splitter, log_ring};
 
+/// Fuzz `yaml_edit`: the worker configuration's YAML editor and the YAML
+/// reader it checks every edit with (the supervisor's refresh uses both).
+pub use crate::util::yaml_edit;
+
 /// Fuzz `transcript_ops`: the bounded event transcript.
 pub mod transcript {
     pub use crate::transcript::*;

@@ -43,3 +43,5 @@ mod mock_provider;
 mod node_import;
 // The Node hub's wire shapes: every frame and response checked against them.
 mod wire_drift;
+// A hand-edited block-YAML worker configuration across hub restarts.
+mod worker_config_yaml;

@@ -649,7 +649,7 @@ fn render(value: &NewValue, old: Option<Style>, flow: bool) -> String {
 }
 
 /// Safe as a plain scalar in block context, and read as a string by any
-/// YAML loader: nonempty, of letters, digits and `-._~/:?=&%+@`, starting
+/// YAML loader: nonempty, of letters, digits and `-_.~/:?=&%+@`, starting
 /// with a letter, digit or `/`, holding a `/` (no number, boolean or null
 /// does), not ending in `:`.
 fn plain_safe(s: &str) -> bool {
@@ -659,7 +659,7 @@ fn plain_safe(s: &str) -> bool {
         && s.contains('/')
         && !s.ends_with(':')
         && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-._~/:?=&%+@".contains(c))
+            .all(|c| c.is_ascii_alphanumeric() || "-_.~/:?=&%+@".contains(c))
 }
 
 /// Characters a double-quoted scalar escapes: everything outside YAML's

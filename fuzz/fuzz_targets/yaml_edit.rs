@@ -155,7 +155,10 @@ fuzz_target!(|data: &[u8]| {
     assert!(again.changed.is_empty());
 
     if untouched(&before, &edits) {
-        assert!(!out.replaced, "an input without the keys had bytes replaced");
+        assert!(
+            !out.replaced,
+            "an input without the keys had bytes replaced"
+        );
     }
     if !out.replaced {
         let mut stripped = out.text.clone();

@@ -1,7 +1,8 @@
 //! Inputs the fuzz targets in `fuzz/` failed on, kept as plain unit tests so
 //! `cargo test` guards them without cargo-fuzz or a nightly toolchain. Each
-//! test is named `r_7_<target>_<bug>` (issue 7: fuzzing the parsers) and
-//! says what went wrong and where it was fixed.
+//! test is named `r_<issue>_<target>_<bug>` (issue 7: fuzzing the parsers;
+//! issue 15: the worker configuration's YAML editor) and says what went
+//! wrong and where it was fixed.
 
 use serde_json::Value;
 
@@ -36,4 +37,23 @@ fn r_7_envelope_every_float_round_trips() {
         let back: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(back.as_f64(), Some(f), "{text}");
     }
+}
+
+/// `yaml_edit`: a byte-order mark at the start was counted as the first
+/// line's indentation, so a key inserted into the top-level mapping was
+/// indented by 3 and read back as something else (the editor refused it as
+/// `Unverified`). Fixed in `util::yaml_edit::scan` (`Scanner::line_start`).
+#[test]
+fn r_15_yaml_edit_byte_order_mark_is_not_indentation() {
+    use crate::util::yaml_edit::{edit, Edit};
+    let text = "\u{feff}e: &bSSSSSSSS abs://x\n";
+    let e = [Edit::string(
+        &["providers", "mock", "endpoint", "base_url"],
+        "http://h:1",
+    )];
+    let out = edit(text, &e).unwrap();
+    assert_eq!(
+        out.text,
+        "\u{feff}e: &bSSSSSSSS abs://x\nproviders:\n  mock:\n    endpoint:\n      base_url: \"http://h:1\"\n"
+    );
 }

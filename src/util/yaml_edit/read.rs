@@ -17,8 +17,9 @@ use serde_json::{Map, Number, Value};
 
 /// Aliases a document may use (the Node hub's bound).
 pub const MAX_ALIASES: usize = 100;
-/// Nodes a document may hold once its aliases are expanded.
-pub const MAX_NODES: usize = 1 << 20;
+/// Nodes a document may hold once its aliases are expanded (a worker
+/// configuration has a few hundred).
+pub const MAX_NODES: usize = 20_000;
 /// Nesting levels of mappings and sequences.
 pub const MAX_DEPTH: usize = 128;
 

@@ -102,6 +102,9 @@ pub fn scan(text: &str) -> Scan<Root> {
 struct Scanner<'a> {
     b: &'a [u8],
     line_starts: Vec<usize>,
+    /// The length of a byte-order mark at the start: the first line's
+    /// columns count from after it.
+    bom: usize,
     depth: usize,
 }
 
@@ -126,6 +129,7 @@ impl<'a> Scanner<'a> {
         Scanner {
             b,
             line_starts,
+            bom: if text.starts_with('\u{feff}') { 3 } else { 0 },
             depth: 0,
         }
     }
@@ -144,7 +148,7 @@ impl<'a> Scanner<'a> {
     }
 
     fn line_start(&self, i: usize) -> usize {
-        self.line_starts[self.line(i) - 1]
+        self.line_starts[self.line(i) - 1].max(self.bom.min(i))
     }
 
     fn column(&self, i: usize) -> usize {
@@ -247,11 +251,7 @@ impl<'a> Scanner<'a> {
     }
 
     fn document(&mut self) -> Scan<Root> {
-        let mut ls = if self.b.starts_with("\u{feff}".as_bytes()) {
-            3
-        } else {
-            0
-        };
+        let mut ls = self.bom;
         let mut started = false;
         let mut after_marker = false;
         let start = loop {

@@ -57,3 +57,27 @@ fn r_15_yaml_edit_byte_order_mark_is_not_indentation() {
         "\u{feff}e: &bSSSSSSSS abs://x\nproviders:\n  mock:\n    endpoint:\n      base_url: \"http://h:1\"\n"
     );
 }
+
+/// `yaml_edit`: a key appended to a file that ends inside a block scalar
+/// without a final line break changed that scalar (the line break the
+/// insertion adds becomes its content; here the parser also read the
+/// whitespace-only last line differently). Such an append is refused now
+/// (`util::yaml_edit::plan`); with the line break it is made.
+#[test]
+fn r_15_yaml_edit_append_after_an_open_block_scalar() {
+    use crate::util::yaml_edit::{edit, Edit};
+    let e = [Edit::string(&["client", "endpoint"], "ws://e")];
+    for text in ["prompt: |\n  text\r\n ", "prompt: |\n  text"] {
+        let err = edit(text, &e).unwrap_err().to_string();
+        assert!(
+            err.starts_with("cannot edit client.endpoint (line ")
+                && err.contains("block scalar that ends the file without a line break"),
+            "{err}"
+        );
+    }
+    let out = edit("prompt: |\n  text\n", &e).unwrap();
+    assert_eq!(
+        out.text,
+        "prompt: |\n  text\nclient:\n  endpoint: \"ws://e\"\n"
+    );
+}

@@ -35,7 +35,7 @@ use std::fmt;
 use std::ops::Range;
 
 use read::{ReadError, Yaml};
-use scan::{BlockMap, Entry, FlowMap, Node, Root, Style};
+use scan::{BlockMap, Doc, Entry, FlowMap, Node, Root, Style};
 
 /// A value the editor writes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -314,7 +314,32 @@ struct Layout<'t> {
 
 /// The splices for one edit, `None` when nothing needs to change, or the
 /// refusal.
-fn plan(text: &str, root: &Root, tree: &Yaml, e: &Edit) -> Result<Option<Vec<Splice>>, Refusal> {
+fn plan(text: &str, doc: &Doc, tree: &Yaml, e: &Edit) -> Result<Option<Vec<Splice>>, Refusal> {
+    let root = &doc.root;
+    let splices = locate(text, root, tree, e)?;
+    let appends = splices.as_ref().is_some_and(|all| {
+        all.iter()
+            .any(|s| s.range.start == text.len() && !s.with.is_empty())
+    });
+    if appends && doc.open_block_scalar_at_end {
+        let line = text.bytes().filter(|&c| c == b'\n').count() + 1;
+        return Err(refuse(
+            e,
+            e.path.len() - 1,
+            line,
+            "would go after a block scalar that ends the file without a line break, which \
+             would change that scalar; end the file with a line break"
+                .into(),
+        ));
+    }
+    Ok(splices)
+}
+
+/// [`plan`] without the end-of-file check.
+fn locate(text: &str, root: &Root, tree: &Yaml, e: &Edit) -> Result<Option<Vec<Splice>>, Refusal> {
+    if e.path.is_empty() {
+        return Ok(None);
+    }
     let layout = Layout {
         text,
         newline: if text.contains("\r\n") { "\r\n" } else { "\n" },

@@ -85,6 +85,15 @@ pub enum Root {
     Flow(FlowMap),
 }
 
+/// What the scanner found.
+#[derive(Debug)]
+pub struct Doc {
+    pub root: Root,
+    /// A block scalar runs to the end of a text without a final line
+    /// break: text appended there would change that scalar's value.
+    pub open_block_scalar_at_end: bool,
+}
+
 /// Why the layout could not be followed. `line` is 1-based.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Unfollowable {
@@ -95,8 +104,13 @@ pub struct Unfollowable {
 type Scan<T> = Result<T, Unfollowable>;
 
 /// Reads the layout of `text`.
-pub fn scan(text: &str) -> Scan<Root> {
-    Scanner::new(text).document()
+pub fn scan(text: &str) -> Scan<Doc> {
+    let mut scanner = Scanner::new(text);
+    let root = scanner.document()?;
+    Ok(Doc {
+        root,
+        open_block_scalar_at_end: scanner.open_block_scalar_at_end,
+    })
 }
 
 struct Scanner<'a> {
@@ -106,6 +120,7 @@ struct Scanner<'a> {
     /// columns count from after it.
     bom: usize,
     depth: usize,
+    open_block_scalar_at_end: bool,
 }
 
 fn is_ws(c: u8) -> bool {
@@ -131,6 +146,7 @@ impl<'a> Scanner<'a> {
             line_starts,
             bom: if text.starts_with('\u{feff}') { 3 } else { 0 },
             depth: 0,
+            open_block_scalar_at_end: false,
         }
     }
 
@@ -642,7 +658,7 @@ impl<'a> Scanner<'a> {
 
     /// A block scalar whose header is at `i`: the lines after it that are
     /// blank or indented more than `parent`, trailing blank lines included.
-    fn block_scalar(&self, parent: usize, i: usize) -> Scan<usize> {
+    fn block_scalar(&mut self, parent: usize, i: usize) -> Scan<usize> {
         let mut ls = self.next_line(i);
         while !self.eof(ls) {
             let mut j = ls;
@@ -655,6 +671,9 @@ impl<'a> Scanner<'a> {
                 break;
             }
             ls = self.next_line(ls);
+        }
+        if self.eof(ls) && !self.b.ends_with(b"\n") {
+            self.open_block_scalar_at_end = true;
         }
         Ok(ls)
     }

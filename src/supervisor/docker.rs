@@ -258,6 +258,10 @@ pub fn recognise(program: &str, args: &[String]) -> Recognised {
     if Path::new(program).file_name().and_then(|n| n.to_str()) != Some(DOCKER) {
         return Recognised::NotDocker;
     }
+    // (Such a command line cannot be run at all.)
+    if program.contains('\0') || args.iter().any(|a| a.contains('\0')) {
+        return Recognised::NotDocker;
+    }
     let mut i = 0;
     while i < args.len() && is_option(&args[i]) {
         match read_option(&GLOBAL, args, i) {
@@ -827,6 +831,7 @@ mod tests {
             ("docker", &["-v", "run", "--name", "w1"]),
             ("docker", &["run", "--help", "--name", "w1"]),
             ("docker", &[]),
+            ("docker", &["--context", "a\0b", "run", "--name", "w1"]),
         ] {
             assert_eq!(
                 recognise(program, &argv(words)),

@@ -70,6 +70,10 @@ pub mod session {
 /// Fuzz `subagent_args`: the `subagent/*` argument grammar.
 pub use crate::subagents::args;
 
+/// Fuzz `docker_launch`: recognising a Docker launch, reading `docker
+/// inspect`'s output and a kept management context.
+pub use crate::supervisor::docker;
+
 /// Fuzz `panel_message`: panel message parsing, frame budgets and codes.
 pub use crate::panel::protocol;
 

@@ -15,6 +15,8 @@ mod worker_side;
 mod worker_runs;
 // Launching, stopping, adopting and capturing real worker processes.
 mod supervisor;
+// Docker launches: stopped by container, judged by inspect, after restarts and for children.
+mod docker;
 // A Node hub's configuration: its first-run file, spec fields, pid files, advertised endpoints.
 mod node_config;
 // The panel WebSocket protocol.

@@ -31,6 +31,7 @@ use crate::util::fsutil;
 pub use error::{ConfigError, UnknownKey, Violation};
 pub use jsonc::strip_jsonc;
 pub use schema::{Feature, BUILT_FEATURES};
+pub(crate) use validate::is_env_name;
 
 /// File names looked up in the data directory when no `--config` is given,
 /// in order. The first run writes the first one.
@@ -142,8 +143,9 @@ pub struct Launcher {
     /// Empty, or an absolute path template (placeholders as in `command`):
     /// the launcher daemonizes and writes the worker's pid there.
     pub pid_file: String,
-    /// Extra environment variable names a Docker-aware stop would keep.
-    /// Validated and carried; nothing reads it yet.
+    /// Extra environment variable names the management commands of a
+    /// Docker launch keep (`supervisor::docker`), beyond the built-in
+    /// allow-list.
     pub docker_management_env: Vec<String>,
 }
 

@@ -668,7 +668,8 @@ fn is_allowed_host(host: &str) -> bool {
 }
 
 /// An environment variable name as a shell would take it.
-fn is_env_name(name: &str) -> bool {
+/// Whether `name` is an environment variable name (`[A-Za-z_][A-Za-z0-9_]*`).
+pub(crate) fn is_env_name(name: &str) -> bool {
     let mut bytes = name.bytes();
     matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
         && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')

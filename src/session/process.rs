@@ -1,7 +1,7 @@
 //! The worker process record's transitions, as one state machine:
 //! reserve a start, record the spawned (or adopted) process or the failed
-//! start, begin a stop, give a stop back that could not begin, record the
-//! end. The supervisor does the process work around them; these only
+//! start, follow a daemon or a container the launcher leaves running,
+//! begin a stop, give a stop back that could not begin, record the end. The supervisor does the process work around them; these only
 //! change the record, so a start and a stop can never both own it. Pure:
 //! times are given, nothing is signalled here.
 
@@ -18,15 +18,17 @@ pub enum NoStop {
     NotStarted,
     /// The worker had already ended.
     AlreadyExited,
-    /// The worker runs, but the hub holds no verified identity to signal.
+    /// The worker runs, but the hub holds no verified identity to signal
+    /// (neither a pinned process nor a container).
     Unpinned,
 }
 
-/// A stop that began: the pinned incarnation to signal, and whether a
-/// worker is connected (the ladder asks it to shut down first).
+/// A stop that began: the pinned incarnation to signal (`None` when only
+/// its container is left: a Docker launch whose CLI has exited), and
+/// whether a worker is connected (the ladder asks it to shut down first).
 #[derive(Debug, Clone)]
 pub struct StopBegun {
-    pub pinned: Arc<Pinned>,
+    pub pinned: Option<Arc<Pinned>>,
     pub connected: bool,
 }
 
@@ -118,16 +120,49 @@ impl Session {
         true
     }
 
-    /// Begins a stop (`stopping`): only a running, pinned worker can be
-    /// stopped; a second stop while one runs begins again on the same
-    /// incarnation.
+    /// The Docker CLI of `lifecycle_id` exited but its container runs on
+    /// (or its state cannot be read): the container alone is the worker
+    /// from now on. The pin on the CLI is dropped; the state stays what it
+    /// was (a stop in progress goes on against the container). False when
+    /// the record is not this start's, has ended, or is no Docker launch.
+    pub fn record_container_followed(&mut self, lifecycle_id: &str) -> bool {
+        let Some(p) = self.current_process(lifecycle_id) else {
+            return false;
+        };
+        if !p.state.is_active() || p.docker.is_none() {
+            return false;
+        }
+        p.pinned = None;
+        true
+    }
+
+    /// `docker inspect` reported the id of `lifecycle_id`'s container:
+    /// kept from the first report on (later commands name it). True when
+    /// it was new to the record.
+    pub fn note_container_id(&mut self, lifecycle_id: &str, id: &str) -> bool {
+        let Some(p) = self.current_process(lifecycle_id) else {
+            return false;
+        };
+        if !p.state.is_active() || p.docker.is_none() || p.container_id.is_some() {
+            return false;
+        }
+        p.container_id = Some(id.to_string());
+        true
+    }
+
+    /// Begins a stop (`stopping`): only a running worker with a verified
+    /// identity (a pinned process, or a container) can be stopped; a second
+    /// stop while one runs begins again on the same incarnation.
     pub fn begin_stop(&mut self) -> Result<StopBegun, NoStop> {
         let connected = self.connected();
         let p = self.process.as_mut().ok_or(NoStop::NotStarted)?;
         if !p.state.is_active() {
             return Err(NoStop::AlreadyExited);
         }
-        let pinned = p.pinned.clone().ok_or(NoStop::Unpinned)?;
+        let pinned = p.pinned.clone();
+        if pinned.is_none() && p.docker.is_none() {
+            return Err(NoStop::Unpinned);
+        }
         p.stop_requested = true;
         p.state = ProcState::Stopping;
         Ok(StopBegun { pinned, connected })
@@ -278,6 +313,63 @@ mod tests {
         s.record_ended("l1", Some(0), None, "t");
         assert!(!s.record_daemonized("l1", pin()));
         assert_eq!(s.process().unwrap().state, ProcState::Exited);
+    }
+
+    fn docker_launch(lifecycle_id: &str) -> ProcessInfo {
+        use crate::supervisor::docker::{Management, Target};
+        let mut info = spawned(lifecycle_id);
+        info.docker = Some(Arc::new(Management {
+            executable: "/usr/bin/docker".into(),
+            cwd: "/".into(),
+            env: vec![],
+            pass_through: vec![],
+            target: Target {
+                name: "w1".into(),
+                global_args: vec![],
+                auto_remove: true,
+            },
+        }));
+        info
+    }
+
+    #[test]
+    fn a_container_outlives_its_cli_in_the_record() {
+        let me = std::process::id();
+        let start = crate::supervisor::sys::proc_start_time(me).unwrap();
+        let mut s = session();
+        s.reserve_start("l1", "t").unwrap();
+        // An ordinary process has no container to follow.
+        s.record_started(spawned("l1"));
+        assert!(!s.record_container_followed("l1"));
+        assert!(!s.note_container_id("l1", "abc"));
+        s.record_ended("l1", Some(0), None, "t");
+
+        s.reserve_start("l2", "t").unwrap();
+        let mut info = docker_launch("l2");
+        info.pinned = Some(Arc::new(Pinned::open(me, start).unwrap()));
+        s.record_started(info);
+        assert!(!s.record_container_followed("l1"), "an older start");
+        assert!(s.note_container_id("l2", "abc"));
+        assert!(!s.note_container_id("l2", "def"), "the first id stays");
+        assert_eq!(s.process().unwrap().container_id.as_deref(), Some("abc"));
+        assert!(s.record_container_followed("l2"));
+        let p = s.process().unwrap();
+        assert!(p.pinned.is_none());
+        assert_eq!(p.state, ProcState::Running);
+        // Only the container is left, and it can still be stopped.
+        let begun = s.begin_stop().unwrap();
+        assert!(begun.pinned.is_none());
+        assert_eq!(s.process().unwrap().state, ProcState::Stopping);
+        assert!(s.record_container_followed("l2"), "a stop goes on");
+        assert_eq!(s.process().unwrap().state, ProcState::Stopping);
+        assert_eq!(
+            s.record_ended("l2", Some(0), None, "t"),
+            Some(ProcState::Exited)
+        );
+        // An ended record is never revived.
+        assert!(!s.record_container_followed("l2"));
+        assert!(!s.note_container_id("l2", "x"));
+        assert_eq!(s.begin_stop().unwrap_err(), NoStop::AlreadyExited);
     }
 
     #[test]

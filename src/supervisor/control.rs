@@ -13,6 +13,11 @@
 //! file (`daemon`), pins it, makes it the session's process (store record
 //! included, so a restarted hub adopts it) and waits on its pidfd instead.
 //! A stop that runs meanwhile follows the record to the new process.
+//!
+//! A foreground `docker run` of a named container (`docker`, `container`)
+//! is the container: the waiter follows the container once the CLI has
+//! exited, and a stop climbs the same ladder with `docker kill` on the
+//! container, judging the end by `docker inspect`.
 
 use std::fmt;
 use std::path::Path;
@@ -25,7 +30,7 @@ use serde_json::Value;
 use super::daemon::{self, Found};
 use super::process::ProcessInfo;
 use super::sys::{self, Identity, Pinned};
-use super::{capture, launch, refresh, render};
+use super::{capture, container, launch, refresh, render};
 use crate::hub::{Hub, Note};
 use crate::session::{NoStop, Session};
 use crate::store::ProcessRecord;
@@ -131,6 +136,22 @@ static WAITED: Mutex<Vec<u32>> = Mutex::new(Vec::new());
 
 fn waited() -> std::sync::MutexGuard<'static, Vec<u32>> {
     WAITED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Spawns a short-lived helper child (a Docker management command) that
+/// the caller waits on itself: listed under the spawn lock like a worker,
+/// so the orphan reaper leaves it alone. The caller calls [`untrack`]
+/// once it has reaped it.
+pub(super) fn spawn_tracked(command: &mut Command) -> std::io::Result<std::process::Child> {
+    let mut waited = waited();
+    let child = command.spawn()?;
+    waited.push(child.id());
+    Ok(child)
+}
+
+/// Forgets a child of [`spawn_tracked`] after its exit was collected.
+pub(super) fn untrack(pid: u32) {
+    waited().retain(|&p| p != pid);
 }
 
 /// Starts the worker of session `id`. `spec` (optional) overrides launch
@@ -271,7 +292,14 @@ fn spawn(
     let log_path = logs_dir.join("worker.log");
     capture::rotate(&log_path, config.limits.log_bytes, config.limits.log_files);
 
-    let mut command = Command::new(&invocation.program);
+    // A foreground `docker run` of a named container: its context is kept
+    // before the spawn, and the CLI runs as the executable resolved for it.
+    let docker = container::prepare(hub, id, lifecycle_id, &invocation)?;
+    let program: &std::ffi::OsStr = match &docker {
+        Some(m) => m.executable.as_os_str(),
+        None => invocation.program.as_ref(),
+    };
+    let mut command = Command::new(program);
     command
         .args(&invocation.args)
         .current_dir(&invocation.cwd)
@@ -282,9 +310,14 @@ fn spawn(
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
     let mut child = {
         let mut waited = waited();
-        let child = command
-            .spawn()
-            .map_err(|e| format!("cannot spawn {}: {e}", invocation.program))?;
+        let child = match command.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                drop(waited);
+                container::forget(hub, id, lifecycle_id);
+                return Err(format!("cannot spawn {}: {e}", invocation.program));
+            }
+        };
         waited.push(child.id());
         child
     };
@@ -335,6 +368,7 @@ fn spawn(
         info.started_at = Some(started_at.clone());
         info.log_path = Some(log_path.display().to_string());
         info.pinned = pinned.clone();
+        info.docker = docker.clone();
         s.record_started(info);
         s.reset_logs(writer.clone());
         s.describe_process()
@@ -390,6 +424,11 @@ fn spawn(
         // The daemon may have held the pipes until now.
         exited.set();
         let (code, signal) = followed.unwrap_or((code, signal));
+        // A Docker launch ends with its container, not its CLI.
+        let (code, signal) = match &docker {
+            Some(m) => container::follow(&hub2, &sid, &lid, m, code, signal),
+            None => (code, signal),
+        };
         process_ended(&hub2, &sid, &lid, code, signal);
         for reader in readers {
             let _ = reader.join();
@@ -404,6 +443,7 @@ fn spawn(
         let _ = child.wait();
         waited().retain(|&p| p != pid);
         let _ = hub.store_clear_process(id);
+        container::forget(hub, id, lifecycle_id);
         return Err(format!("cannot start the waiter thread: {err}"));
     }
     Ok(Started {
@@ -511,8 +551,20 @@ pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopR
     let begun = hub.with_session(id, |s| match s.begin_stop() {
         Ok(begun) => {
             let lifecycle = s.process().map(|p| p.lifecycle_id.clone());
-            let first = Target {
-                pinned: begun.pinned,
+            // A Docker launch is stopped by its container (its CLI may be
+            // gone); anything else through the pinned process.
+            let first = match (s.process().and_then(|p| p.docker.clone()), begun.pinned) {
+                (Some(m), cli) => First::Container(m, cli),
+                (None, Some(pinned)) => First::Process(Target { pinned }),
+                (None, None) => {
+                    // (begin_stop refuses such a record; never signal blind.)
+                    s.abandon_stop();
+                    return Err(Err(StopFailed {
+                        how: StopHow::NotStarted,
+                        forced: false,
+                        reason: "the worker has no verified process identity".into(),
+                    }));
+                }
             };
             Ok((
                 lifecycle.unwrap_or_default(),
@@ -551,14 +603,21 @@ pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopR
         Stack::Small,
         input,
         move |(hub, id, done)| {
-            let watch = Watch {
-                hub: &hub,
-                id: &id,
-                lifecycle: &lifecycle,
-                follows: follows_pid_file(&hub),
-                first,
+            let result = match first {
+                First::Container(m, cli) => {
+                    container::ladder(&hub, &id, &lifecycle, &m, cli, connected, mode)
+                }
+                First::Process(first) => {
+                    let watch = Watch {
+                        hub: &hub,
+                        id: &id,
+                        lifecycle: &lifecycle,
+                        follows: follows_pid_file(&hub),
+                        first,
+                    };
+                    ladder(&watch, connected, mode)
+                }
             };
-            let result = ladder(&watch, connected, mode);
             if let Err(failed) = &result {
                 log::warn!(
                     "session {id}: stop did not end the worker ({})",
@@ -612,6 +671,15 @@ struct Watch<'a> {
 /// One pinned process of the record.
 struct Target {
     pinned: Arc<Pinned>,
+}
+
+/// What a stop acts on, as it began.
+enum First {
+    /// A Docker launch: its management context and the CLI's pin, if the
+    /// CLI is still pinned.
+    Container(Arc<super::docker::Management>, Option<Arc<Pinned>>),
+    /// Any other worker: its pinned process.
+    Process(Target),
 }
 
 impl Watch<'_> {
@@ -727,8 +795,11 @@ pub fn wait_recorded_exit(hub: &Hub, id: &str) {
 }
 
 /// After a hub restart: adopts every recorded worker whose pid and start
-/// time still match (pinned through a pidfd), forgets the others.
+/// time still match (pinned through a pidfd), and every recorded Docker
+/// launch whose container may still run (its kept context is read back;
+/// its CLI may be gone); forgets the others.
 pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
+    let mut containers = Vec::new();
     for rec in records {
         let id = rec.session_id.clone();
         let pinned = match rec.start_time {
@@ -737,15 +808,25 @@ pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
                 Identity::Gone | Identity::Unknown => None,
             },
             None => None,
+        }
+        .map(Arc::new);
+        let docker = container::load(hub, &rec);
+        // A Docker CLI that already exited (a zombie nobody reaped yet) is
+        // no part of it: only its container may be left.
+        let pinned = pinned.filter(|p| docker.is_none() || p.is_alive());
+        let alive = match (&pinned, &docker) {
+            (Some(_), _) => true,
+            (None, Some(m)) => container::may_still_run(&rec, m),
+            (None, None) => false,
         };
-        let Some(pinned) = pinned.map(Arc::new) else {
+        if !alive {
             log::info!(
                 "session {id}: recorded worker pid {} is gone; not adopted",
                 rec.pid
             );
             let _ = hub.store_clear_process(&id);
             continue;
-        };
+        }
         let lifecycle_id = rec.lifecycle_id.clone();
         let adopted = hub.with_session(&id, |s| {
             let mut info = ProcessInfo::starting(
@@ -758,16 +839,32 @@ pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
             info.start_time = rec.start_time;
             info.started_at = Some(rec.started_at.clone());
             info.log_path = rec.log_path.clone();
-            info.pinned = Some(pinned.clone());
+            info.pinned = pinned.clone();
+            info.docker = docker.clone();
             s.record_adopted(info);
         });
         if adopted.is_none() {
             continue;
         }
-        log::info!("session {id}: adopted running worker pid {}", rec.pid);
+        match (&pinned, &docker) {
+            (Some(_), None) => log::info!("session {id}: adopted running worker pid {}", rec.pid),
+            (Some(_), Some(m)) => log::info!(
+                "session {id}: adopted running worker pid {} (the docker CLI of container {})",
+                rec.pid,
+                m.target.name
+            ),
+            (None, _) => log::info!(
+                "session {id}: adopted container {} (its docker CLI, pid {}, is gone)",
+                docker.as_ref().map_or("", |m| m.target.name.as_str()),
+                rec.pid
+            ),
+        }
+        if docker.is_some() {
+            containers.push(id.clone());
+        }
         // Had the launcher not daemonized yet, its pid file is read once
         // when it exits (it has had every chance to write it by then).
-        let pid_file = if follows_pid_file(hub) {
+        let pid_file = if follows_pid_file(hub) && docker.is_none() {
             let session_dir = hub.session_dir(&id);
             launch::pid_file(&hub.config, &id, &session_dir, &hub.config.data_dir).unwrap_or_else(
                 |err| {
@@ -780,27 +877,36 @@ pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
         };
         let hub2 = hub.clone();
         let watched = thread::spawn("worker-watch", Stack::Small, move || {
-            while !pinned.wait_exit(Duration::from_secs(3600)) {}
-            let followed = pid_file.as_deref().and_then(|file| {
-                let launched = Launched {
-                    pid_file: file,
-                    pid: pinned.pid(),
-                    start_time: pinned.start_time(),
-                    wait: Duration::ZERO,
-                };
-                follow_daemon(&hub2, &id, &lifecycle_id, launched, &rec)
-            });
+            let mut followed = None;
+            if let Some(pinned) = &pinned {
+                while !pinned.wait_exit(Duration::from_secs(3600)) {}
+                followed = pid_file.as_deref().and_then(|file| {
+                    let launched = Launched {
+                        pid_file: file,
+                        pid: pinned.pid(),
+                        start_time: pinned.start_time(),
+                        wait: Duration::ZERO,
+                    };
+                    follow_daemon(&hub2, &id, &lifecycle_id, launched, &rec)
+                });
+            }
             // Not our child: no exit status is available.
             let (code, signal) = followed.unwrap_or((None, None));
+            let (code, signal) = match &docker {
+                Some(m) => container::follow(&hub2, &id, &lifecycle_id, m, code, signal),
+                None => (code, signal),
+            };
             process_ended(&hub2, &id, &lifecycle_id, code, signal);
             hub2.hooks().process_gone(&hub2, &id);
         });
         if let Err(err) = watched {
-            // The worker runs on and stays stoppable through its pidfd;
-            // only its own exit would go unnoticed.
+            // The worker runs on and stays stoppable through its pidfd (or
+            // its container); only its own exit would go unnoticed.
             log::error!("cannot watch an adopted worker: {err}");
         }
     }
+    // Contexts of launches that were not adopted are of no use any more.
+    container::sweep(hub, &containers);
 }
 
 /// Stops every running worker (protocol first) and waits for all ladders.

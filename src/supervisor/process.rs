@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use super::docker::Management;
 use super::sys::Pinned;
 
 /// Where a worker process is in its life.
@@ -57,8 +58,18 @@ pub struct ProcessInfo {
     pub log_path: Option<String>,
     /// Adopted from an earlier hub run: no pipes, no exit status.
     pub adopted: bool,
-    /// The pinned incarnation; signals go only through it.
+    /// The pinned incarnation; signals go only through it. For a Docker
+    /// launch this is the `docker` CLI, and it is dropped when the CLI
+    /// exits while its container runs on.
     pub pinned: Option<Arc<Pinned>>,
+    /// A foreground `docker run` of a named container: the container is
+    /// the worker, stopped with `docker kill` and judged by `docker
+    /// inspect` through this context (`supervisor::container`).
+    pub docker: Option<Arc<Management>>,
+    /// The container's id, once `docker inspect` reported it; later
+    /// commands name the container by it, so a container that took the
+    /// name afterwards is never mistaken for this one.
+    pub container_id: Option<String>,
     /// Lifecycle id of the start that created this record.
     pub lifecycle_id: String,
 }
@@ -83,6 +94,8 @@ impl ProcessInfo {
             log_path: None,
             adopted: false,
             pinned: None,
+            docker: None,
+            container_id: None,
             lifecycle_id,
         }
     }

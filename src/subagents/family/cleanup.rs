@@ -1,5 +1,8 @@
 //! Cleanup and retries: removing a stopped child's whole directory and
-//! records once its process is confirmed gone, recording failures as
+//! records once its process is confirmed gone (for a Docker launch: once
+//! its container is over, since the process record stays active while the
+//! container runs on after its CLI, `supervisor::container`), recording
+//! failures as
 //! `cleanup-pending` with bounded automatic retries on a ticker thread,
 //! and the bounded cleanup of every child at hub shutdown.
 

@@ -19,6 +19,12 @@ use crate::wire;
 /// Whether this hub build accepts `toolRequests.port` (cleared on refusal).
 static TOOLS_KEY: AtomicBool = AtomicBool::new(true);
 
+/// Whether this hub build has the `built-in` launcher kind (cleared on
+/// refusal: older builds ran the built-in worker without naming it, and a
+/// configuration file without `launcher.kind` now means Node's
+/// `simplex-worker`).
+static BUILTIN_KIND: AtomicBool = AtomicBool::new(true);
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
     Hub,
@@ -152,6 +158,9 @@ impl Server {
                 if TOOLS_KEY.load(Ordering::Relaxed) {
                     cfg["toolRequests"] = serde_json::json!({"port": 0});
                 }
+                if BUILTIN_KIND.load(Ordering::Relaxed) && cfg.get("launcher").is_none() {
+                    cfg["launcher"] = serde_json::json!({"kind": "built-in"});
+                }
                 let path = data_dir.join("bench.config.json");
                 std::fs::write(&path, cfg.to_string()).unwrap();
                 c.arg("-c").arg(path);
@@ -212,6 +221,11 @@ impl Server {
                     .any(|l| l.contains("toolRequests") && l.contains("not supported"));
                 if kind == Kind::Hub && refused && TOOLS_KEY.swap(false, Ordering::Relaxed) {
                     // A build without the remote-tools listener.
+                    return Server::start(env, kind, opts);
+                }
+                let no_builtin = lines.iter().any(|l| l.contains("launcher.kind"));
+                if kind == Kind::Hub && no_builtin && BUILTIN_KIND.swap(false, Ordering::Relaxed) {
+                    // A build from before the `built-in` launcher kind.
                     return Server::start(env, kind, opts);
                 }
                 panic!("{kind:?} did not become ready: {lines:#?}");

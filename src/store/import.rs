@@ -22,7 +22,9 @@ use rusqlite::{params, TransactionBehavior};
 use serde_json::json;
 
 use super::node::{self, Batch, Context, NodeChild, Refusal, HUB_JSON, METADATA, OPERATIONS, PLAN};
-use super::{sql, Store, StoreError};
+use super::{
+    insert_session_in, insert_subagent_in, put_plan_in, put_process_in, sql, Store, StoreError,
+};
 use crate::session::headless::is_child_id;
 use crate::session::is_valid_id;
 
@@ -297,55 +299,16 @@ impl Store {
             .map(|(s, p)| (s, p))
             .chain(batch.children.iter().map(|(s, p, _)| (s, p)));
         for (s, process) in sessions {
-            tx.execute(
-                "INSERT INTO sessions (id, created_at, spec, token, lifecycle_id, kind)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                params![
-                    s.id,
-                    s.created_at,
-                    s.spec.to_string(),
-                    s.token,
-                    s.lifecycle_id,
-                    s.kind
-                ],
-            )
-            .map_err(sql(OP))?;
+            insert_session_in(&tx, s).map_err(sql(OP))?;
             if let Some(p) = process {
-                let args = serde_json::to_string(&p.args).unwrap_or_else(|_| "[]".to_owned());
-                tx.execute(
-                    "INSERT INTO processes (session_id, pid, start_time, started_at, command,
-                                            args, cwd, log_path, state, lifecycle_id)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
-                    params![
-                        p.session_id,
-                        p.pid,
-                        p.start_time,
-                        p.started_at,
-                        p.command,
-                        args,
-                        p.cwd,
-                        p.log_path,
-                        p.state,
-                        p.lifecycle_id
-                    ],
-                )
-                .map_err(sql(OP))?;
+                put_process_in(&tx, p).map_err(sql(OP))?;
             }
         }
         for (_, _, child) in &batch.children {
-            tx.execute(
-                "INSERT INTO subagents (id, meta, outcomes) VALUES (?1, ?2, ?3)",
-                params![child.id, child.meta.to_string(), child.outcomes.to_string()],
-            )
-            .map_err(sql(OP))?;
+            insert_subagent_in(&tx, child).map_err(sql(OP))?;
         }
         for (id, plan) in &batch.plans {
-            tx.execute(
-                "INSERT INTO plans (session_id, markdown, revision, updated_at)
-                 VALUES (?1, ?2, ?3, ?4)",
-                params![id, plan.markdown, plan.revision, plan.updated_at],
-            )
-            .map_err(sql(OP))?;
+            put_plan_in(&tx, id, plan).map_err(sql(OP))?;
         }
         tx.execute(
             "INSERT INTO hub_meta (key, value) VALUES (?1, ?2)",

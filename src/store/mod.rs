@@ -137,21 +137,7 @@ impl Store {
     /// Stores a new session; `SessionExists` if the id is taken.
     pub fn insert_session(&self, rec: &SessionRecord) -> Result<(), StoreError> {
         const OP: &str = "insert session";
-        let mut stmt = self
-            .conn
-            .prepare_cached(
-                "INSERT INTO sessions (id, created_at, spec, token, lifecycle_id, kind)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )
-            .map_err(sql(OP))?;
-        match stmt.execute(params![
-            rec.id,
-            rec.created_at,
-            rec.spec.to_string(),
-            rec.token,
-            rec.lifecycle_id,
-            rec.kind
-        ]) {
+        match insert_session_in(&self.conn, rec) {
             Ok(_) => Ok(()),
             Err(rusqlite::Error::SqliteFailure(e, _))
                 if e.extended_code == ffi::SQLITE_CONSTRAINT_PRIMARYKEY =>
@@ -233,38 +219,7 @@ impl Store {
     /// Inserts or replaces the process row of `rec.session_id`. The session
     /// must exist (foreign key).
     pub fn put_process(&self, rec: &ProcessRecord) -> Result<(), StoreError> {
-        let args = serde_json::to_string(&rec.args).unwrap_or_else(|_| "[]".to_owned());
-        self.conn
-            .prepare_cached(
-                "INSERT INTO processes (session_id, pid, start_time, started_at, command,
-                                        args, cwd, log_path, state, lifecycle_id)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
-                 ON CONFLICT (session_id) DO UPDATE SET
-                     pid = excluded.pid,
-                     start_time = excluded.start_time,
-                     started_at = excluded.started_at,
-                     command = excluded.command,
-                     args = excluded.args,
-                     cwd = excluded.cwd,
-                     log_path = excluded.log_path,
-                     state = excluded.state,
-                     lifecycle_id = excluded.lifecycle_id",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    rec.session_id,
-                    rec.pid,
-                    rec.start_time,
-                    rec.started_at,
-                    rec.command,
-                    args,
-                    rec.cwd,
-                    rec.log_path,
-                    rec.state,
-                    rec.lifecycle_id
-                ])
-            })
-            .map_err(sql("put process"))?;
+        put_process_in(&self.conn, rec).map_err(sql("put process"))?;
         Ok(())
     }
 
@@ -345,24 +300,7 @@ impl Store {
     /// Inserts or replaces a session's plan as given (the caller decides the
     /// revision). The session must exist (foreign key).
     pub fn put_plan(&self, session_id: &str, plan: &PlanRecord) -> Result<(), StoreError> {
-        self.conn
-            .prepare_cached(
-                "INSERT INTO plans (session_id, markdown, revision, updated_at)
-                 VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (session_id) DO UPDATE SET
-                     markdown = excluded.markdown,
-                     revision = excluded.revision,
-                     updated_at = excluded.updated_at",
-            )
-            .and_then(|mut s| {
-                s.execute(params![
-                    session_id,
-                    plan.markdown,
-                    plan.revision,
-                    plan.updated_at
-                ])
-            })
-            .map_err(sql("put plan"))?;
+        put_plan_in(&self.conn, session_id, plan).map_err(sql("put plan"))?;
         Ok(())
     }
 
@@ -376,24 +314,8 @@ impl Store {
     ) -> Result<(), StoreError> {
         const OP: &str = "insert subagent";
         let tx = self.conn.transaction().map_err(sql(OP))?;
-        tx.execute(
-            "INSERT INTO sessions (id, created_at, spec, token, lifecycle_id, kind)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            params![
-                session.id,
-                session.created_at,
-                session.spec.to_string(),
-                session.token,
-                session.lifecycle_id,
-                session.kind
-            ],
-        )
-        .map_err(sql(OP))?;
-        tx.execute(
-            "INSERT INTO subagents (id, meta, outcomes) VALUES (?1, ?2, ?3)",
-            params![child.id, child.meta.to_string(), child.outcomes.to_string()],
-        )
-        .map_err(sql(OP))?;
+        insert_session_in(&tx, session).map_err(sql(OP))?;
+        insert_subagent_in(&tx, child).map_err(sql(OP))?;
         if let Some(receipt) = receipt {
             put_receipt_in(&tx, receipt).map_err(sql(OP))?;
         }
@@ -502,6 +424,90 @@ impl Store {
     pub fn integrity_check(&self) -> Result<String, StoreError> {
         check(&self.conn, "integrity_check").map_err(classify(&self.path, "integrity_check"))
     }
+}
+
+/// The one `sessions` insert, for a plain store call or inside a
+/// transaction (fork, Node import).
+pub(super) fn insert_session_in(conn: &Connection, rec: &SessionRecord) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "INSERT INTO sessions (id, created_at, spec, token, lifecycle_id, kind)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![
+        rec.id,
+        rec.created_at,
+        rec.spec.to_string(),
+        rec.token,
+        rec.lifecycle_id,
+        rec.kind
+    ])
+}
+
+/// The one `processes` upsert.
+pub(super) fn put_process_in(conn: &Connection, rec: &ProcessRecord) -> rusqlite::Result<usize> {
+    let args = serde_json::to_string(&rec.args).unwrap_or_else(|_| "[]".to_owned());
+    conn.prepare_cached(
+        "INSERT INTO processes (session_id, pid, start_time, started_at, command,
+                                args, cwd, log_path, state, lifecycle_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+         ON CONFLICT (session_id) DO UPDATE SET
+             pid = excluded.pid,
+             start_time = excluded.start_time,
+             started_at = excluded.started_at,
+             command = excluded.command,
+             args = excluded.args,
+             cwd = excluded.cwd,
+             log_path = excluded.log_path,
+             state = excluded.state,
+             lifecycle_id = excluded.lifecycle_id",
+    )?
+    .execute(params![
+        rec.session_id,
+        rec.pid,
+        rec.start_time,
+        rec.started_at,
+        rec.command,
+        args,
+        rec.cwd,
+        rec.log_path,
+        rec.state,
+        rec.lifecycle_id
+    ])
+}
+
+/// The one `plans` upsert.
+pub(super) fn put_plan_in(
+    conn: &Connection,
+    session_id: &str,
+    plan: &PlanRecord,
+) -> rusqlite::Result<usize> {
+    conn.prepare_cached(
+        "INSERT INTO plans (session_id, markdown, revision, updated_at)
+         VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (session_id) DO UPDATE SET
+             markdown = excluded.markdown,
+             revision = excluded.revision,
+             updated_at = excluded.updated_at",
+    )?
+    .execute(params![
+        session_id,
+        plan.markdown,
+        plan.revision,
+        plan.updated_at
+    ])
+}
+
+/// The one `subagents` insert.
+pub(super) fn insert_subagent_in(
+    conn: &Connection,
+    child: &SubagentRecord,
+) -> rusqlite::Result<usize> {
+    conn.prepare_cached("INSERT INTO subagents (id, meta, outcomes) VALUES (?1, ?2, ?3)")?
+        .execute(params![
+            child.id,
+            child.meta.to_string(),
+            child.outcomes.to_string()
+        ])
 }
 
 fn put_receipt_in(conn: &Connection, receipt: &ReceiptRecord) -> rusqlite::Result<usize> {

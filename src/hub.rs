@@ -318,7 +318,11 @@ impl Hub {
         }
         let mut store = Store::open(&data_dir.join("hub.db")).map_err(StartError::Store)?;
         // An existing Node hub's sessions come along, once (docs/store.md).
-        crate::store::import::run(&mut store, &data_dir).map_err(StartError::Store)?;
+        let pass_through = &config.launcher.docker_management_env;
+        crate::store::import::run(&mut store, &data_dir, &mut |batch| {
+            crate::supervisor::container::import_node(&data_dir, pass_through, batch)
+        })
+        .map_err(StartError::Store)?;
         let records = store.load_sessions().map_err(StartError::Store)?;
         let hub = Hub {
             config,

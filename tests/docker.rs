@@ -501,6 +501,133 @@ fn a_restarted_hub_adopts_docker_workers_through_their_kept_context() {
         .is_none());
 }
 
+/// A Node hub's data directory whose one session runs a Docker worker:
+/// the import keeps the Node hub's `docker_management` as this hub's
+/// context, so the container is adopted, followed once its CLI is gone,
+/// and stopped by `docker kill`, never reaching the secret the Node hub
+/// had kept with it.
+#[test]
+fn a_node_hubs_docker_worker_is_imported_with_its_management_context() {
+    let dir = TempDir::new("docker-node");
+    let standin = StandIn::new(&dir);
+    // The worker as the Node hub left it: started (here by this hub, whose
+    // store is then replaced by the Node hub's hub.json), still running.
+    let mut first = docker_hub(&dir, &standin, WORKER, &[]);
+    let cli = start(&first, &standin, "n1", "mock-flash");
+    wait_session(&first, "n1", |s| s["identity"]["state"] == "live");
+    let worker = standin.container_pid("sx-n1");
+    first.kill9();
+    let data = first.data_dir.clone();
+    let (token, spec, lifecycle, command, args, cwd): (
+        String,
+        String,
+        String,
+        String,
+        String,
+        String,
+    ) = {
+        let conn = rusqlite::Connection::open(data.join("hub.db")).unwrap();
+        conn.query_row(
+            "SELECT s.token, s.spec, s.lifecycle_id, p.command, p.args, p.cwd
+               FROM sessions s JOIN processes p ON p.session_id = s.id WHERE s.id = 'n1'",
+            [],
+            |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    r.get(4)?,
+                    r.get(5)?,
+                ))
+            },
+        )
+        .unwrap()
+    };
+    for name in ["hub.db", "hub.db-wal", "hub.db-shm"] {
+        let _ = std::fs::remove_file(data.join(name));
+    }
+    std::fs::remove_dir_all(data.join("docker")).unwrap();
+    let args: Value = serde_json::from_str(&args).unwrap();
+    let node = json!({"version": 1, "saved_at": "2026-05-01T10:00:00.000Z", "sessions": [{
+        "id": "n1",
+        "token": token,
+        "spec": serde_json::from_str::<Value>(&spec).unwrap(),
+        "created_at": "2026-05-01T09:00:00.000Z",
+        "lifecycle_id": lifecycle,
+        "process": {
+            "pid": cli,
+            "pid_start_time": proc_start_time(cli),
+            "started_at": "2026-05-01T09:00:01.000Z",
+            "command": command,
+            "args": args,
+            "cwd": cwd,
+            "pid_file": null,
+            "log_path": null,
+            "state": "running",
+            // The Node hub kept its whole startup environment here.
+            "docker_management": {
+                "executable": standin.exe,
+                "cwd": cwd,
+                "env": {
+                    "PATH": std::env::var("PATH").unwrap(),
+                    "STANDIN_STATE": standin.state,
+                    "MODEL_API_KEY": "for-the-container-only",
+                },
+                "name": "sx-n1",
+            },
+        },
+    }]});
+    std::fs::write(
+        data.join("hub.json"),
+        serde_json::to_vec_pretty(&node).unwrap(),
+    )
+    .unwrap();
+
+    let listen = first.addr.to_string();
+    let tools = first.tools_addr.unwrap().port().to_string();
+    let second = docker_hub(
+        &dir,
+        &standin,
+        WORKER,
+        &["--listen", &listen, "--tools-port", &tools],
+    );
+    let s = wait_session(&second, "n1", |s| {
+        s["process"]["adopted"] == true && s["identity"]["state"] == "live"
+    });
+    assert_eq!(s["process"]["state"], "running", "{s}");
+    let log = second.log_text();
+    assert!(
+        log.contains("node import: session n1: container sx-n1 is managed"),
+        "{log}"
+    );
+    let kept_path = context_file(&second, "n1");
+    assert_eq!(mode(&kept_path), 0o600);
+    let kept: Value = serde_json::from_slice(&std::fs::read(&kept_path).unwrap()).unwrap();
+    assert!(kept["env"].get("MODEL_API_KEY").is_none(), "{kept}");
+    assert_eq!(kept["lifecycle_id"], json!(lifecycle));
+
+    signal(cli, libc::SIGKILL);
+    wait_for("the hub to follow n1's container", DEADLINE, || {
+        second.log_text().contains("container sx-n1 runs on")
+    });
+    let stopped = action(&second, "n1", "stop").json();
+    assert_eq!(stopped["ok"], true, "{stopped}");
+    wait_session(&second, "n1", |s| s["process"]["state"] == "exited");
+    assert!(!pid_alive(worker));
+    assert!(!standin.container_exists("sx-n1"));
+    // Every management command ran with the kept environment only.
+    let calls = standin.calls();
+    assert!(calls.len() > 1, "{calls:?}");
+    assert!(
+        calls
+            .iter()
+            .filter(|c| !c.starts_with("run "))
+            .all(|c| c.ends_with("secret=")),
+        "{calls:?}"
+    );
+}
+
 #[test]
 fn a_headless_child_is_removed_only_once_its_container_is_gone() {
     let dir = TempDir::new("docker-headless");

@@ -190,6 +190,7 @@ fn main() {
         match s.as_str() {
             "fanout" => fanout(&env, &args, &mut rep, None),
             "fanout10" => fanout(&env, &args, &mut rep, Some(10)),
+            "fanout100" => fanout(&env, &args, &mut rep, Some(100)),
             "latency" => latency(&env, &args, &mut rep),
             "slow" => slow(&env, &args, &mut rep),
             "memory" => memory(&env, &args, &mut rep),

@@ -49,8 +49,15 @@ pub struct Summary {
 }
 
 /// Imports the Node hub's data in `data_dir` into `store` when the rule
-/// above says so; `None` when there was nothing to do.
-pub fn run(store: &mut Store, data_dir: &Path) -> Result<Option<Summary>, StoreError> {
+/// above says so; `None` when there was nothing to do. `before_write`
+/// sees the batch before anything is written (the supervisor keeps the
+/// Node hub's Docker contexts there); its notes are logged with the
+/// import's, and its error stops the import with nothing written.
+pub fn run(
+    store: &mut Store,
+    data_dir: &Path,
+    before_write: &mut dyn FnMut(&Batch) -> Result<Vec<String>, String>,
+) -> Result<Option<Summary>, StoreError> {
     let hub_json = data_dir.join(HUB_JSON);
     match fs::symlink_metadata(&hub_json) {
         Ok(_) => {}
@@ -74,7 +81,12 @@ pub fn run(store: &mut Store, data_dir: &Path) -> Result<Option<Summary>, StoreE
         return Ok(None);
     }
     let now = crate::util::time::now_rfc3339();
-    let batch = read(data_dir, &now)?;
+    let mut batch = read(data_dir, &now)?;
+    let notes = before_write(&batch).map_err(|detail| StoreError::NodeImport {
+        path: data_dir.to_path_buf(),
+        detail,
+    })?;
+    batch.notes.extend(notes);
     let summary = Summary {
         sessions: batch.sessions.len(),
         processes: batch.processes(),

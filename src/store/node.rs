@@ -84,6 +84,8 @@ pub struct Context<'a> {
 pub struct NodeSession {
     pub session: SessionRecord,
     pub process: Option<ProcessRecord>,
+    /// The process record's `docker_management`, as stored.
+    pub docker: Option<Value>,
     /// What the import cannot carry over (logged as warnings).
     pub notes: Vec<String>,
     /// Its index in `sessions`, for messages.
@@ -95,6 +97,8 @@ pub struct NodeSession {
 pub struct NodeChild {
     pub session: SessionRecord,
     pub process: Option<ProcessRecord>,
+    /// The process record's `docker_management`, as stored.
+    pub docker: Option<Value>,
     pub parent_session: String,
     pub parent_lifecycle: String,
     pub parent_worker: String,
@@ -120,11 +124,25 @@ pub struct Batch {
     pub children: Vec<(SessionRecord, Option<ProcessRecord>, SubagentRecord)>,
     /// Plans by session id (only those with a revision).
     pub plans: Vec<(String, PlanRecord)>,
+    /// The Node hub's Docker management contexts (`docker_management` of
+    /// a process record), by session id, as stored: the supervisor turns
+    /// them into its own before the batch is written.
+    pub docker: Vec<(String, Value)>,
     /// What could not be carried over, one line each.
     pub notes: Vec<String>,
 }
 
 impl Batch {
+    /// The process record of session `id` in the batch.
+    pub fn process(&self, id: &str) -> Option<&ProcessRecord> {
+        let sessions = self.sessions.iter().map(|(s, p)| (s, p));
+        let children = self.children.iter().map(|(s, p, _)| (s, p));
+        sessions
+            .chain(children)
+            .find(|(s, _)| s.id == id)
+            .and_then(|(_, p)| p.as_ref())
+    }
+
     /// Process records in the batch.
     pub fn processes(&self) -> usize {
         let sessions = self.sessions.iter().filter(|(_, p)| p.is_some()).count();
@@ -288,7 +306,7 @@ fn parse_session(
     kind: &str,
     ctx: &mut Context<'_>,
     notes: &mut Vec<String>,
-) -> Result<(SessionRecord, Option<ProcessRecord>), Refusal> {
+) -> Result<(SessionRecord, Option<ProcessRecord>, Option<Value>), Refusal> {
     let id = o.req_str("id")?;
     if !is_valid_id(id) {
         return Err(o.refuse(
@@ -316,6 +334,10 @@ fn parse_session(
         .opt_obj("process")?
         .map(|p| parse_process(&p, id, &lifecycle_id, ctx.now, notes))
         .transpose()?;
+    let (process, docker) = match process {
+        Some((process, docker)) => (Some(process), docker),
+        None => (None, None),
+    };
     let session = SessionRecord {
         id: id.to_owned(),
         created_at,
@@ -324,7 +346,7 @@ fn parse_session(
         lifecycle_id,
         kind: kind.to_owned(),
     };
-    Ok((session, process))
+    Ok((session, process, docker))
 }
 
 /// A Node process record. Its `pid_start_time` is `/proc/<pid>/stat`
@@ -336,7 +358,7 @@ fn parse_process(
     lifecycle_id: &str,
     now: &str,
     notes: &mut Vec<String>,
-) -> Result<ProcessRecord, Refusal> {
+) -> Result<(ProcessRecord, Option<Value>), Refusal> {
     let pid = match p.get("pid") {
         None => return Err(p.refuse("pid", "is missing")),
         Some(v) => v
@@ -402,13 +424,10 @@ fn parse_process(
              adopted"
         ));
     }
-    if p.get("docker_management").is_some() {
-        notes.push(format!(
-            "session {session_id}: Docker management is not carried over; only a worker \
-             process with pid {pid} on this host can be adopted"
-        ));
-    }
-    Ok(ProcessRecord {
+    // Its validity is the supervisor's to judge (an unusable one leaves
+    // the container unmanaged, with a note, as on the Node hub).
+    let docker = p.get("docker_management").filter(|v| !v.is_null()).cloned();
+    let record = ProcessRecord {
         session_id: session_id.to_owned(),
         pid,
         start_time,
@@ -419,7 +438,8 @@ fn parse_process(
         log_path: p.opt_text("log_path")?.map(str::to_owned),
         state: state.to_owned(),
         lifecycle_id: lifecycle_id.to_owned(),
-    })
+    };
+    Ok((record, docker))
 }
 
 /// `hub.json`: the ordinary sessions. Refuses a file that is not JSON, not
@@ -470,7 +490,7 @@ pub fn parse_hub_json(bytes: &[u8], ctx: &mut Context<'_>) -> Result<Vec<NodeSes
     for (index, entry) in entries.iter().enumerate() {
         let o = Obj::new(entry, format!("sessions[{index}]"), file)?;
         let mut notes = Vec::new();
-        let (session, process) = parse_session(&o, "ordinary", ctx, &mut notes)?;
+        let (session, process, docker) = parse_session(&o, "ordinary", ctx, &mut notes)?;
         if let Some(first) = seen.insert(session.id.clone(), index) {
             return Err(o.refuse(
                 "id",
@@ -480,6 +500,7 @@ pub fn parse_hub_json(bytes: &[u8], ctx: &mut Context<'_>) -> Result<Vec<NodeSes
         out.push(NodeSession {
             session,
             process,
+            docker,
             notes,
             index,
         });
@@ -522,7 +543,7 @@ pub fn parse_metadata(
         }
     }
     let mut notes = Vec::new();
-    let (session, process) = parse_session(&o, KIND, ctx, &mut notes)?;
+    let (session, process, docker) = parse_session(&o, KIND, ctx, &mut notes)?;
     if session.id != dir {
         return Err(o.refuse(
             "id",
@@ -574,6 +595,7 @@ pub fn parse_metadata(
         outcomes: Value::Array(Vec::new()),
         session,
         process,
+        docker,
         notes,
     })
 }
@@ -680,6 +702,9 @@ pub fn assemble(
             });
         }
         batch.notes.extend(s.notes);
+        if let Some(docker) = s.docker {
+            batch.docker.push((s.session.id.clone(), docker));
+        }
         batch.sessions.push((s.session, s.process));
     }
     let parents: HashMap<&str, &str> = children
@@ -731,6 +756,9 @@ pub fn assemble(
             "termination_confirmed": c.termination_confirmed,
         });
         batch.notes.extend(c.notes);
+        if let Some(docker) = c.docker {
+            batch.docker.push((c.session.id.clone(), docker));
+        }
         let subagent = SubagentRecord {
             id: c.session.id.clone(),
             meta,

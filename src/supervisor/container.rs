@@ -24,6 +24,7 @@ use super::launch::Invocation;
 use super::sys::Pinned;
 use crate::hub::Hub;
 use crate::session::Session;
+use crate::store::node::Batch;
 use crate::store::ProcessRecord;
 use crate::util::fsutil;
 
@@ -53,14 +54,72 @@ const STOPPING_POLL: Duration = Duration::from_millis(100);
 const LADDER_POLL: Duration = Duration::from_millis(100);
 const CLI_SLICE: Duration = Duration::from_millis(250);
 
-/// Where the management contexts are kept.
+/// Where the management contexts of the data directory `data_dir` are kept.
+fn dir_in(data_dir: &Path) -> PathBuf {
+    data_dir.join("docker")
+}
+
 fn dir(hub: &Hub) -> PathBuf {
-    hub.config.data_dir.join("docker")
+    dir_in(&hub.config.data_dir)
 }
 
 /// The context file of session `id`.
 fn file(hub: &Hub, id: &str) -> PathBuf {
     dir(hub).join(format!("{id}.json"))
+}
+
+/// Keeps `stored` as its session's context (0600, in a 0700 directory).
+fn write(data_dir: &Path, stored: &Stored) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(&docker::to_json(stored)).map_err(|e| e.to_string())?;
+    let dir = dir_in(data_dir);
+    fsutil::create_private_dir(&dir)
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let path = dir.join(format!("{}.json", stored.session));
+    fsutil::write_private_atomic(&path, text.as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// At the import of a Node hub's data directory, before anything is
+/// written to the store: each Node Docker context of the batch becomes
+/// this hub's for the same start (`docker::from_node`), so a container
+/// the Node hub ran is adopted, stopped and judged by its container. A
+/// context that cannot be used is left out with a note (the container
+/// is then not managed, as on the Node hub); one that cannot be written
+/// fails the import.
+pub fn import_node(
+    data_dir: &Path,
+    pass_through: &[String],
+    batch: &Batch,
+) -> Result<Vec<String>, String> {
+    let mut notes = Vec::new();
+    for (id, context) in &batch.docker {
+        let Some(rec) = batch.process(id) else {
+            continue;
+        };
+        match docker::from_node(
+            id,
+            &rec.lifecycle_id,
+            &rec.command,
+            &rec.args,
+            context,
+            pass_through,
+        ) {
+            Ok(stored) => {
+                write(data_dir, &stored)?;
+                log::info!(
+                    "node import: session {id}: container {} is managed through {}",
+                    stored.management.target.name,
+                    stored.management.executable.display()
+                );
+            }
+            Err(why) => notes.push(format!(
+                "session {id}: its Docker management context is not usable ({why}); only a \
+                 worker process with pid {} on this host can be adopted",
+                rec.pid
+            )),
+        }
+    }
+    Ok(notes)
 }
 
 /// The hub's environment, as text (a variable that is not UTF-8 is left
@@ -139,14 +198,7 @@ pub fn prepare(
         lifecycle_id: lifecycle_id.to_string(),
         management,
     };
-    let text =
-        serde_json::to_string_pretty(&docker::to_json(&stored)).map_err(|e| e.to_string())?;
-    let dir = dir(hub);
-    fsutil::create_private_dir(&dir)
-        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let path = file(hub, id);
-    fsutil::write_private_atomic(&path, text.as_bytes())
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    write(&hub.config.data_dir, &stored)?;
     let m = stored.management;
     log::info!(
         "session {id}: container {} is the worker: stopped with docker kill and judged by docker \

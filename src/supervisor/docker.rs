@@ -670,6 +670,79 @@ pub fn from_json(value: &Value) -> Result<Stored, String> {
     })
 }
 
+/// A Node hub's `docker_management` (its private startup snapshot in a
+/// `hub.json` process record: `{executable, cwd, env, name}`) as this
+/// hub's context for the same start. The record's own command line
+/// (`program`, `args`) must be a managed foreground run of that very
+/// container (its global options are taken from there); the paths must be
+/// absolute, the environment text without `=` or NUL in a name. The
+/// environment is cut down to the allow-list and `pass_through` (this
+/// hub's `launcher.dockerManagementEnv`): the Node hub kept its whole
+/// startup environment there. Anything else is refused with the reason,
+/// and the container is then not managed (as the Node hub treats a
+/// context it cannot restore).
+pub fn from_node(
+    session: &str,
+    lifecycle_id: &str,
+    program: &str,
+    args: &[String],
+    value: &Value,
+    pass_through: &[String],
+) -> Result<Stored, String> {
+    let obj = value.as_object().ok_or("it is not an object")?;
+    let absolute = |key: &str| -> Result<PathBuf, String> {
+        match obj.get(key).and_then(Value::as_str) {
+            Some(text) if !text.contains('\0') && Path::new(text).is_absolute() => {
+                Ok(PathBuf::from(text))
+            }
+            _ => Err(format!("{key} is not an absolute path")),
+        }
+    };
+    let executable = absolute("executable")?;
+    let cwd = absolute("cwd")?;
+    let name = obj
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or("name is not text")?;
+    let target = match recognise(program, args) {
+        Recognised::Container(target) if target.name == name => target,
+        Recognised::Container(target) => {
+            return Err(format!(
+                "it names container {name}, the command line runs {}",
+                target.name
+            ))
+        }
+        Recognised::Unmanaged(why) => return Err(why),
+        Recognised::NotDocker => return Err("the command line is not a docker run".into()),
+    };
+    let mut env = Vec::new();
+    for (key, item) in obj
+        .get("env")
+        .and_then(Value::as_object)
+        .ok_or("env is not an object")?
+    {
+        let Some(item) = item.as_str().filter(|s| !s.contains('\0')) else {
+            return Err(format!("env {key} is not text"));
+        };
+        if key.is_empty() || key.contains('=') || key.contains('\0') {
+            return Err("env holds a bad name".into());
+        }
+        env.push((key.clone(), item.to_owned()));
+    }
+    let pass_through: Vec<String> = pass_through.to_vec();
+    Ok(Stored {
+        session: session.to_owned(),
+        lifecycle_id: lifecycle_id.to_owned(),
+        management: Management {
+            executable,
+            cwd,
+            env: management_env(env, &pass_through),
+            pass_through,
+            target,
+        },
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1132,5 +1205,87 @@ mod tests {
         })
         .unwrap();
         assert_eq!(read.management.env, env(&[("PATH", "/usr/bin")]));
+    }
+
+    #[test]
+    fn a_node_hubs_context_becomes_ours_for_the_same_container() {
+        let args = argv(&[
+            "--context",
+            "remote",
+            "run",
+            "--rm",
+            "--name",
+            "w-s1",
+            "img",
+            "w",
+        ]);
+        let node = json!({
+            "executable": "/usr/bin/docker",
+            "cwd": "/data/sessions/s1",
+            "env": {"PATH": "/usr/bin", "CUSTOM_TOKEN": "t", "MODEL_API_KEY": "secret"},
+            "name": "w-s1",
+        });
+        let pass = vec!["CUSTOM_TOKEN".to_string()];
+        let got = from_node("s1", "l1", "docker", &args, &node, &pass).unwrap();
+        assert_eq!(
+            got,
+            stored(),
+            "the secret outside the allow-list is dropped"
+        );
+        // What it is written as reads back the same.
+        assert_eq!(from_json(&to_json(&got)).unwrap(), got);
+
+        let refused = |edit: &dyn Fn(&mut Value), args: &[String]| {
+            let mut v = node.clone();
+            edit(&mut v);
+            from_node("s1", "l1", "/usr/bin/docker", args, &v, &pass)
+        };
+        let same = &|_: &mut Value| {};
+        for (edit, args, why) in [
+            (
+                &(|v: &mut Value| v["name"] = json!("w-s2")) as &dyn Fn(&mut Value),
+                args.clone(),
+                "names container w-s2",
+            ),
+            (
+                &|v: &mut Value| v["executable"] = json!("docker"),
+                args.clone(),
+                "executable",
+            ),
+            (
+                &|v: &mut Value| v["cwd"] = json!("/a\0b"),
+                args.clone(),
+                "cwd",
+            ),
+            (
+                &|v: &mut Value| v["env"] = json!({"A=B": "x"}),
+                args.clone(),
+                "bad name",
+            ),
+            (
+                &|v: &mut Value| v["env"] = json!({"A": 1}),
+                args.clone(),
+                "env A",
+            ),
+            (
+                &|v: &mut Value| v["env"] = json!("PATH=/bin"),
+                args.clone(),
+                "env is not",
+            ),
+            (
+                &|v: &mut Value| *v = json!(null),
+                args.clone(),
+                "not an object",
+            ),
+            (
+                same,
+                argv(&["run", "-d", "--name", "w-s1", "img"]),
+                "detached",
+            ),
+            (same, argv(&["ps"]), "not a docker run"),
+        ] {
+            let err = refused(edit, &args).unwrap_err();
+            assert!(err.contains(why), "{why}: {err}");
+        }
     }
 }

@@ -80,12 +80,45 @@ fn open(dir: &TempDir) -> Store {
     Store::open(&dir.join("hub.db")).unwrap()
 }
 
+/// The import with nothing to do before the write.
+fn import(store: &mut Store, data_dir: &Path) -> Result<Option<Summary>, StoreError> {
+    run(store, data_dir, &mut |_| Ok(Vec::new()))
+}
+
+#[test]
+fn the_docker_contexts_are_seen_before_the_write_and_its_error_writes_nothing() {
+    let dir = node_dir("imp-docker");
+    let hub_json = dir.join("hub.json");
+    let mut doc: Value = serde_json::from_slice(&fs::read(&hub_json).unwrap()).unwrap();
+    let context = json!({"executable": "/usr/bin/docker", "cwd": "/", "env": {}, "name": "w"});
+    doc["sessions"][0]["process"]["docker_management"] = context.clone();
+    write(&hub_json, &doc);
+    let mut store = open(&dir);
+    let mut seen = Vec::new();
+    let err = run(&mut store, dir.path(), &mut |batch| {
+        seen = batch.docker.clone();
+        assert_eq!(batch.process("alpha").map(|p| p.pid), Some(4242));
+        Err("cannot write the context".into())
+    })
+    .unwrap_err();
+    assert_eq!(seen, vec![("alpha".to_string(), context)]);
+    assert!(
+        err.to_string().contains("cannot write the context"),
+        "{err}"
+    );
+    assert!(!store.has_sessions().unwrap());
+    assert_eq!(store.marker().unwrap(), None);
+    // Its notes are the import's; the import then happens.
+    let summary = run(&mut store, dir.path(), &mut |_| Ok(vec!["a note".into()])).unwrap();
+    assert_eq!(summary.map(|s| s.sessions), Some(2));
+}
+
 #[test]
 fn everything_is_imported_once_and_the_node_files_stay_unchanged() {
     let dir = node_dir("imp-all");
     let before = snapshot(dir.path());
     let mut store = open(&dir);
-    let summary = run(&mut store, dir.path()).unwrap().expect("imported");
+    let summary = import(&mut store, dir.path()).unwrap().expect("imported");
     assert_eq!(
         summary,
         Summary {
@@ -125,10 +158,10 @@ fn everything_is_imported_once_and_the_node_files_stay_unchanged() {
     assert_eq!(marker["subagents"], 1);
 
     // Again, and after a reopen: nothing more.
-    assert_eq!(run(&mut store, dir.path()).unwrap(), None);
+    assert_eq!(import(&mut store, dir.path()).unwrap(), None);
     drop(store);
     let mut store = open(&dir);
-    assert_eq!(run(&mut store, dir.path()).unwrap(), None);
+    assert_eq!(import(&mut store, dir.path()).unwrap(), None);
     assert_eq!(store.load_sessions().unwrap().len(), 3);
     assert_eq!(snapshot(dir.path()), before, "a Node file changed");
 }
@@ -141,7 +174,7 @@ fn a_refused_file_leaves_nothing_and_a_fixed_one_imports() {
     fs::write(&child_meta, br#"{"kind": "headless", "id": 5}"#).unwrap();
     let before = snapshot(dir.path());
     let mut store = open(&dir);
-    let err = run(&mut store, dir.path()).unwrap_err();
+    let err = import(&mut store, dir.path()).unwrap_err();
     let text = err.to_string();
     assert!(
         matches!(&err, StoreError::NodeImport { path, .. } if *path == child_meta),
@@ -157,7 +190,7 @@ fn a_refused_file_leaves_nothing_and_a_fixed_one_imports() {
     assert_eq!(snapshot(dir.path()), before);
 
     fs::write(&child_meta, good).unwrap();
-    assert!(run(&mut store, dir.path()).unwrap().is_some());
+    assert!(import(&mut store, dir.path()).unwrap().is_some());
 }
 
 #[test]
@@ -172,21 +205,21 @@ fn a_failed_write_rolls_everything_back() {
              BEGIN SELECT RAISE(ABORT, 'disk gave up'); END;",
         )
         .unwrap();
-    let err = run(&mut store, dir.path()).unwrap_err();
+    let err = import(&mut store, dir.path()).unwrap_err();
     assert!(err.to_string().contains("disk gave up"), "{err}");
     assert!(store.load_sessions().unwrap().is_empty());
     assert!(store.load_processes().unwrap().is_empty());
     assert!(store.load_subagents().unwrap().is_empty());
     assert_eq!(store.marker().unwrap(), None);
     store.conn.execute_batch("DROP TRIGGER refuse").unwrap();
-    assert!(run(&mut store, dir.path()).unwrap().is_some());
+    assert!(import(&mut store, dir.path()).unwrap().is_some());
 }
 
 #[test]
 fn nothing_is_imported_without_hub_json_or_into_a_used_store() {
     let empty = TempDir::new("imp-none");
     let mut store = open(&empty);
-    assert_eq!(run(&mut store, empty.path()).unwrap(), None);
+    assert_eq!(import(&mut store, empty.path()).unwrap(), None);
     assert_eq!(store.marker().unwrap(), None);
 
     let dir = node_dir("imp-used");
@@ -201,7 +234,7 @@ fn nothing_is_imported_without_hub_json_or_into_a_used_store() {
             kind: "ordinary".into(),
         })
         .unwrap();
-    assert_eq!(run(&mut store, dir.path()).unwrap(), None);
+    assert_eq!(import(&mut store, dir.path()).unwrap(), None);
     let ids: Vec<String> = store
         .load_sessions()
         .unwrap()
@@ -220,12 +253,12 @@ fn links_and_oversized_files_are_refused() {
     fs::rename(&meta, &elsewhere).unwrap();
     symlink(&elsewhere, &meta).unwrap();
     let mut store = open(&dir);
-    let err = run(&mut store, dir.path()).unwrap_err();
+    let err = import(&mut store, dir.path()).unwrap_err();
     assert!(err.to_string().contains("symbolic link"), "{err}");
 
     fs::remove_file(&meta).unwrap();
     fs::write(&meta, vec![b' '; MAX_SMALL_FILE as usize + 1]).unwrap();
-    let err = run(&mut store, dir.path()).unwrap_err();
+    let err = import(&mut store, dir.path()).unwrap_err();
     assert!(err.to_string().contains("larger than"), "{err}");
     assert!(store.load_sessions().unwrap().is_empty());
 }
@@ -236,7 +269,7 @@ fn a_child_directory_without_metadata_is_left_alone() {
     fs::remove_file(dir.join(format!("subagents/{CHILD}/metadata.json"))).unwrap();
     fs::create_dir_all(dir.join("subagents/not-a-child")).unwrap();
     let mut store = open(&dir);
-    let summary = run(&mut store, dir.path()).unwrap().unwrap();
+    let summary = import(&mut store, dir.path()).unwrap().unwrap();
     assert_eq!((summary.sessions, summary.subagents), (2, 0));
     assert!(dir
         .join(format!("subagents/{CHILD}/operations.json"))

@@ -29,6 +29,7 @@ impl Running {
     /// provider closes it) and the start fails naming the listener.
     pub fn start(config: Config, options: RunOptions) -> Result<Running, StartError> {
         let hub = Arc::new(Hub::open(config, options)?);
+        report_fd_limit(&hub);
         let panels = Panels::new();
         hub.subscribe(panels.clone());
         if let Err(err) = crate::supervisor::sys::set_child_subreaper() {
@@ -112,6 +113,40 @@ fn provider_settings(config: &Config) -> MockProviderConfig {
         tool_command: mock.tool_command.clone(),
         advertise_host: config.worker.connect_host.clone(),
         ..MockProviderConfig::default()
+    }
+}
+
+/// Raises the descriptor limit to its hard limit (every idle HTTP
+/// connection holds one) and says what the front door may hold.
+fn report_fd_limit(hub: &Hub) {
+    use crate::util::fdlimit;
+    let limit = match fdlimit::raise() {
+        Ok((before, now)) if before < now => {
+            log::info!("file descriptors: limit raised from {before} to {now}");
+            now
+        }
+        Ok((_, now)) => now,
+        Err(err) => {
+            log::warn!("cannot raise the file-descriptor limit: {err}");
+            match fdlimit::current() {
+                Ok(now) => now,
+                Err(_) => return,
+            }
+        }
+    };
+    let configured = hub.config.http.max_connections;
+    let cap = fdlimit::connection_cap(limit);
+    if configured > cap {
+        log::warn!(
+            "http.maxConnections {configured} is above what {limit} file descriptors allow; \
+             each listener holds at most {cap} connections"
+        );
+    } else {
+        log::info!(
+            "front door: at most {configured} connections and {} handler threads per listener \
+             ({limit} file descriptors)",
+            hub.config.http.max_handler_threads
+        );
     }
 }
 

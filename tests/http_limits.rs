@@ -30,6 +30,9 @@ fn serial() -> MutexGuard<'static, ()> {
 fn limits() -> ServerLimits {
     ServerLimits {
         max_connections: 8,
+        max_handlers: 8,
+        head_timeout: Duration::from_secs(10),
+        min_head_rate: 0,
         max_header_bytes: 16 * 1024,
         max_headers: 100,
         idle_timeout: Duration::from_secs(10),
@@ -265,7 +268,7 @@ fn too_many_headers_gets_431() {
 }
 
 #[test]
-fn connection_limit_answers_503_then_recovers() {
+fn at_the_connection_limit_the_oldest_idle_one_makes_room_else_503() {
     let _serial = serial();
     let server = start(
         ServerLimits {
@@ -275,19 +278,44 @@ fn connection_limit_answers_503_then_recovers() {
         ok_handler,
     );
 
-    let idle: Vec<TcpStream> = (0..2).map(|_| connect(&server)).collect();
-    wait_for("2 active connections", IO_TIMEOUT, || {
+    // Two idle connections fill the limit; a third closes the older one
+    // and is served.
+    let mut oldest = connect(&server);
+    wait_for("1 open connection", IO_TIMEOUT, || {
+        server.active_connections() == 1
+    });
+    let mut second = connect(&server);
+    wait_for("2 open connections", IO_TIMEOUT, || {
         server.active_connections() == 2
     });
-
     let mut third = connect(&server);
-    let (head, _) = read_response(&mut third).unwrap();
-    assert!(head.starts_with("HTTP/1.1 503 "), "got {head:?}");
-    read_until_closed(&mut third, IO_TIMEOUT);
+    let (head, body) = get(&mut third, "/");
+    assert!(head.starts_with("HTTP/1.1 200 "), "got {head:?}");
+    assert_eq!(body, b"ok");
+    assert!(read_until_closed(&mut oldest, IO_TIMEOUT).is_empty());
+    let (head, _) = get(&mut second, "/");
+    assert!(head.starts_with("HTTP/1.1 200 "), "got {head:?}");
+
+    // Both now in the middle of a head: nothing is idle, so a new
+    // connection is refused.
+    second.write_all(b"GET / HTTP/1.1\r\n").unwrap();
+    third.write_all(b"GET / HTTP/1.1\r\n").unwrap();
+    let mut refused = None;
+    wait_for("a 503 for a fourth connection", IO_TIMEOUT, || {
+        let mut fourth = connect(&server);
+        match read_response(&mut fourth) {
+            Ok((head, _)) if head.starts_with("HTTP/1.1 503 ") => {
+                refused = Some(head);
+                true
+            }
+            _ => false,
+        }
+    });
+    assert!(refused.is_some());
     assert_eq!(server.active_connections(), 2);
 
-    drop(idle);
-    wait_for("idle connections to end", IO_TIMEOUT, || {
+    drop((second, third));
+    wait_for("the connections to end", IO_TIMEOUT, || {
         server.active_connections() == 0
     });
     let mut client = connect(&server);
@@ -521,7 +549,7 @@ fn upgrade_raw_outside_serve_with_limits_is_unsupported() {
 }
 
 #[test]
-fn shutdown_is_prompt_and_threads_return_to_baseline() {
+fn idle_connections_hold_no_thread_and_shutdown_closes_them() {
     let _serial = serial();
     // server threads left by earlier tests end once their clients are gone
     wait_for("earlier server threads to end", IO_TIMEOUT, || {
@@ -536,7 +564,14 @@ fn shutdown_is_prompt_and_threads_return_to_baseline() {
         assert!(head.starts_with("HTTP/1.1 200 "), "got {head:?}");
     }
     assert_eq!(server.active_connections(), 5);
-    assert_eq!(server_thread_count(), 6); // accept + 5 connections
+    // Between requests the five wait in the front door: the handler
+    // threads end once they have had nothing to do for a second.
+    wait_for("only the front door thread", IO_TIMEOUT, || {
+        server_thread_count() == 1
+    });
+    // A kept-alive connection is served again.
+    let (head, _) = get(&mut clients[0], "/");
+    assert!(head.starts_with("HTTP/1.1 200 "), "got {head:?}");
     let addr = server.server_addr();
 
     let started = Instant::now();
@@ -547,14 +582,11 @@ fn shutdown_is_prompt_and_threads_return_to_baseline() {
         started.elapsed()
     );
     assert!(TcpStream::connect(addr).is_err(), "still accepting");
-    assert_eq!(server_thread_count(), 5, "accept thread still running");
-
-    // connections accepted before the shutdown are still served
-    let (head, _) = get(&mut clients[0], "/");
-    assert!(head.starts_with("HTTP/1.1 200 "), "got {head:?}");
-
-    drop(clients);
-    wait_for("connection threads to end", IO_TIMEOUT, || {
+    // The connections waiting for their next request are closed.
+    for client in &mut clients[1..] {
+        assert!(read_until_closed(client, IO_TIMEOUT).is_empty());
+    }
+    wait_for("connections to end", IO_TIMEOUT, || {
         server.active_connections() == 0
     });
     wait_for("server threads to end", IO_TIMEOUT, || {
@@ -566,4 +598,146 @@ fn shutdown_is_prompt_and_threads_return_to_baseline() {
         thread_count() <= baseline + 2
     });
     drop(server); // second shutdown is a no-op
+}
+
+#[test]
+fn a_crowd_of_half_heads_and_idle_sockets_holds_no_threads() {
+    let _serial = serial();
+    wait_for("earlier server threads to end", IO_TIMEOUT, || {
+        server_thread_count() == 0
+    });
+    let server = start(
+        ServerLimits {
+            max_connections: 2048,
+            ..limits()
+        },
+        ok_handler,
+    );
+    let rss_before = rss_kib();
+    // 300 sockets that never send a byte and 300 that stop half-way
+    // through their head: all of them wait in the front door.
+    let mut crowd: Vec<TcpStream> = (0..600).map(|_| connect(&server)).collect();
+    for half in &mut crowd[300..] {
+        half.write_all(b"GET /slow HTTP/1.1\r\nHost: te").unwrap();
+    }
+    wait_for("600 open connections", IO_TIMEOUT, || {
+        server.active_connections() == 600
+    });
+    assert_eq!(server_thread_count(), 1, "only the front door thread");
+    let grown = rss_kib().saturating_sub(rss_before);
+    assert!(grown < 600 * 16, "RSS grew {grown} KiB for 600 connections");
+
+    // An ordinary request is answered at once.
+    let started = Instant::now();
+    let mut client = connect(&server);
+    let (head, body) = get(&mut client, "/");
+    assert!(head.starts_with("HTTP/1.1 200 "), "got {head:?}");
+    assert_eq!(body, b"ok");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    drop(crowd);
+    wait_for("the crowd to be gone", IO_TIMEOUT, || {
+        server.active_connections() == 1
+    });
+}
+
+#[test]
+fn complete_heads_beyond_the_handler_bound_wait_their_turn() {
+    let _serial = serial();
+    wait_for("earlier server threads to end", IO_TIMEOUT, || {
+        server_thread_count() == 0
+    });
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let release_rx = Mutex::new(release_rx);
+    let server = start(
+        ServerLimits {
+            max_handlers: 2,
+            ..limits()
+        },
+        move |rq: Request| {
+            if rq.url() == "/hold" {
+                let _ = release_rx.lock().unwrap().recv();
+            }
+            let _ = rq.respond(Response::from_string("ok"));
+        },
+    );
+    let mut held: Vec<TcpStream> = (0..5).map(|_| connect(&server)).collect();
+    for client in &mut held {
+        client
+            .write_all(b"GET /hold HTTP/1.1\r\nHost: t\r\n\r\n")
+            .unwrap();
+    }
+    wait_for("5 open connections", IO_TIMEOUT, || {
+        server.active_connections() == 5
+    });
+    // Two handler threads, whatever waits.
+    wait_for("the door and two handlers", IO_TIMEOUT, || {
+        server_thread_count() == 3
+    });
+    thread::sleep(Duration::from_millis(100));
+    assert_eq!(server_thread_count(), 3);
+    for _ in 0..5 {
+        release_tx.send(()).unwrap();
+    }
+    for client in &mut held {
+        let (head, _) = read_response(client).unwrap();
+        assert!(head.starts_with("HTTP/1.1 200 "), "got {head:?}");
+    }
+}
+
+#[test]
+fn a_head_trickling_below_the_least_rate_is_cut() {
+    let _serial = serial();
+    let server = start(
+        ServerLimits {
+            min_head_rate: 50,
+            head_timeout: Duration::from_secs(8),
+            request_timeout: Duration::from_secs(8),
+            ..limits()
+        },
+        ok_handler,
+    );
+    let mut client = connect(&server);
+    // 10 bytes per second: cut once the 2 s grace is over, long before the
+    // 8 s head deadline.
+    let (elapsed, received) = drip_until_closed(
+        &mut client,
+        b"G",
+        Duration::from_millis(100),
+        Duration::from_secs(7),
+    );
+    assert!(elapsed >= Duration::from_millis(1900), "{elapsed:?}");
+    let text = String::from_utf8_lossy(&received);
+    assert!(text.starts_with("HTTP/1.1 408 "), "got {text:?}");
+    // A head sent at once is well above any rate.
+    let mut client = connect(&server);
+    let (head, _) = get(&mut client, "/");
+    assert!(head.starts_with("HTTP/1.1 200 "), "got {head:?}");
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order() {
+    let _serial = serial();
+    let server = start(limits(), |rq: Request| {
+        let url = rq.url().to_string();
+        let _ = rq.respond(Response::from_string(url));
+    });
+    let mut client = connect(&server);
+    client
+        .write_all(
+            b"GET /one HTTP/1.1\r\nHost: t\r\n\r\nGET /two HTTP/1.1\r\nHost: t\r\n\r\nGET /thr",
+        )
+        .unwrap();
+    for expected in ["/one", "/two"] {
+        let (head, body) = read_response(&mut client).unwrap();
+        assert!(head.starts_with("HTTP/1.1 200 "), "got {head:?}");
+        assert_eq!(body, expected.as_bytes());
+    }
+    // The third head, cut in two, completes later.
+    client.write_all(b"ee HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let (_, body) = read_response(&mut client).unwrap();
+    assert_eq!(body, b"/three");
 }

@@ -9,6 +9,8 @@ mod api;
 mod cli;
 // The tiny_http fork's connection, header and deadline bounds.
 mod http_limits;
+// The front door against crowds of slow clients and a hub out of descriptors.
+mod front_door;
 // Worker event sockets, requests, transcript and the events file.
 mod worker_side;
 // Complete runs and confirmations with the built-in worker.

@@ -221,7 +221,15 @@ pub struct Environment {
 /// `http.*`: bounds on the HTTP front door.
 #[derive(Debug, Clone)]
 pub struct Http {
+    /// Connections open at once (the front door's; see `http::server_limits`
+    /// for the descriptor-limit clamp).
     pub max_connections: usize,
+    /// Handler threads at once.
+    pub max_handler_threads: usize,
+    /// From a request head's first byte to its end.
+    pub head_timeout_ms: u64,
+    /// Least average rate of a head, bytes per second (0: not judged).
+    pub min_head_bytes_per_second: u32,
     pub idle_timeout_ms: u64,
     pub request_timeout_ms: u64,
     pub max_header_bytes: usize,

@@ -114,6 +114,9 @@ pub(super) const KEYS: &[(&str, Feature)] = &[
     ("worker.environment.platform", Feature::Supervisor),
     ("worker.environment.software", Feature::Supervisor),
     ("http.maxConnections", Feature::Core),
+    ("http.maxHandlerThreads", Feature::Core),
+    ("http.headTimeoutMs", Feature::Core),
+    ("http.minHeadBytesPerSecond", Feature::Core),
     ("http.idleTimeoutMs", Feature::Core),
     ("http.requestTimeoutMs", Feature::Core),
     ("http.maxHeaderBytes", Feature::Core),
@@ -223,7 +226,10 @@ pub(super) fn defaults() -> Value {
             "environment": { "workspace": "", "platform": "", "software": [] }
         },
         "http": {
-            "maxConnections": 256,
+            "maxConnections": 16384,
+            "maxHandlerThreads": 256,
+            "headTimeoutMs": 10000,
+            "minHeadBytesPerSecond": 128,
             "idleTimeoutMs": 30000,
             "requestTimeoutMs": 30000,
             "maxHeaderBytes": 16384,

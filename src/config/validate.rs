@@ -101,7 +101,10 @@ pub(super) fn build(merged: &Value, features: &[Feature]) -> Result<Config, Conf
         },
     };
     let http = Http {
-        max_connections: c.usize("http.maxConnections", 1, 65_536),
+        max_connections: c.usize("http.maxConnections", 1, 1_048_576),
+        max_handler_threads: c.usize("http.maxHandlerThreads", 1, 65_536),
+        head_timeout_ms: c.int("http.headTimeoutMs", 1, I32_MAX),
+        min_head_bytes_per_second: c.int("http.minHeadBytesPerSecond", 0, 1_048_576) as u32,
         idle_timeout_ms: c.int("http.idleTimeoutMs", 1, I32_MAX),
         request_timeout_ms: c.int("http.requestTimeoutMs", 1, I32_MAX),
         max_header_bytes: c.usize("http.maxHeaderBytes", 1024, 1_048_576),
@@ -870,10 +873,20 @@ mod tests {
         assert_refused(json!({"worker": {"threads": 1.0}}), "worker.threads");
         assert_refused(json!({"worker": {"threads": 0}}), "worker.threads");
         assert_refused(
-            json!({"http": {"maxConnections": 65537}}),
+            json!({"http": {"maxConnections": 1_048_577}}),
             "http.maxConnections",
         );
-        assert_ok(json!({"http": {"maxConnections": 65536}}));
+        assert_ok(json!({"http": {"maxConnections": 1_048_576}}));
+        assert_refused(
+            json!({"http": {"maxHandlerThreads": 0}}),
+            "http.maxHandlerThreads",
+        );
+        assert_refused(json!({"http": {"headTimeoutMs": 0}}), "http.headTimeoutMs");
+        assert_ok(json!({"http": {"minHeadBytesPerSecond": 0}}));
+        assert_refused(
+            json!({"http": {"minHeadBytesPerSecond": -1}}),
+            "http.minHeadBytesPerSecond",
+        );
         assert_refused(
             json!({"http": {"maxHeaderBytes": 1023}}),
             "http.maxHeaderBytes",

@@ -44,11 +44,19 @@ pub fn start(
     tiny_http::Server::serve_with_limits(listener, limits, handler)
 }
 
-/// The connection bounds of both listeners, from `http.*`.
+/// The connection bounds of both listeners, from `http.*`; the number of
+/// open connections is also kept within the descriptor limit
+/// (`util::fdlimit::connection_cap`).
 pub(crate) fn server_limits(hub: &Hub) -> ServerLimits {
     let http = &hub.config.http;
+    let cap = crate::util::fdlimit::current()
+        .map(crate::util::fdlimit::connection_cap)
+        .unwrap_or(usize::MAX);
     ServerLimits {
-        max_connections: http.max_connections,
+        max_connections: http.max_connections.min(cap),
+        max_handlers: http.max_handler_threads,
+        head_timeout: Duration::from_millis(http.head_timeout_ms),
+        min_head_rate: http.min_head_bytes_per_second,
         max_header_bytes: http.max_header_bytes,
         max_headers: http.max_headers,
         idle_timeout: Duration::from_millis(http.idle_timeout_ms),

@@ -75,7 +75,12 @@ impl MockProvider {
             stop: stop.clone(),
         });
         let limits = ServerLimits {
-            max_connections: config.max_connections,
+            // Idle keep-alive connections wait in the front door; requests
+            // are served by at most `max_connections` threads.
+            max_connections: config.max_connections * 4,
+            max_handlers: config.max_connections,
+            head_timeout: config.request_timeout.min(Duration::from_secs(10)),
+            min_head_rate: 128,
             max_header_bytes: MAX_HEADER_BYTES,
             max_headers: MAX_HEADERS,
             idle_timeout: config.idle_timeout,

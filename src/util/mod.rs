@@ -5,6 +5,7 @@
 //! any thread.
 
 pub mod bounded_writer;
+pub mod fdlimit;
 pub mod fsutil;
 #[cfg(test)]
 mod fuzz_regressions;

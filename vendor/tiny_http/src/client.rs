@@ -108,6 +108,22 @@ impl ClientConnection {
         self.secure
     }
 
+    /// Fork: whether another request may follow on this connection (the
+    /// last one did not close it).
+    pub(crate) fn may_continue(&self) -> bool {
+        !self.no_more_requests
+    }
+
+    /// Fork: the bytes read from the socket but not consumed yet (the start
+    /// of the next request), copied; `None` while the last request's body
+    /// reader is still alive somewhere.
+    pub(crate) fn take_unread(&mut self) -> Option<Vec<u8>> {
+        let reader = self.next_header_source.try_inner()?;
+        let mut rest = reader.buffer().to_vec();
+        rest.extend_from_slice(reader.get_ref().unread_prefix());
+        Some(rest)
+    }
+
     /// Reads the next line from self.next_header_source.
     ///
     /// Reads until `CRLF` is reached. The next read will start
@@ -343,7 +359,9 @@ impl Iterator for ClientConnection {
                 response
                     .raw_print(writer, HTTPVersion(1, 1), &[], false, None)
                     .ok();
-                continue;
+                // Fork: close rather than wait for another request on this
+                // thread (the front door waits for heads).
+                return None;
             }
 
             // updating the status of the connection

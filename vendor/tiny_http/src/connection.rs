@@ -5,6 +5,7 @@ use std::os::unix::net as unix_net;
 use std::{
     net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs},
     path::PathBuf,
+    sync::Arc,
 };
 
 /// Unified listener. Either a [`TcpListener`] or [`std::os::unix::net::UnixListener`]
@@ -48,6 +49,9 @@ impl From<unix_net::UnixListener> for Listener {
 #[derive(Debug)]
 pub(crate) enum Connection {
     Tcp(TcpStream),
+    /// Fork: one socket shared by the halves of a connection served by
+    /// `serve_with_limits` (no descriptor per half; `try_clone` shares it).
+    Shared(Arc<TcpStream>),
     #[cfg(unix)]
     Unix(unix_net::UnixStream),
 }
@@ -55,6 +59,7 @@ impl std::io::Read for Connection {
     fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
         match self {
             Self::Tcp(s) => s.read(buf),
+            Self::Shared(s) => (&**s).read(buf),
             #[cfg(unix)]
             Self::Unix(s) => s.read(buf),
         }
@@ -64,6 +69,7 @@ impl std::io::Write for Connection {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match self {
             Self::Tcp(s) => s.write(buf),
+            Self::Shared(s) => (&**s).write(buf),
             #[cfg(unix)]
             Self::Unix(s) => s.write(buf),
         }
@@ -72,6 +78,7 @@ impl std::io::Write for Connection {
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
             Self::Tcp(s) => s.flush(),
+            Self::Shared(s) => (&**s).flush(),
             #[cfg(unix)]
             Self::Unix(s) => s.flush(),
         }
@@ -82,6 +89,7 @@ impl Connection {
     pub(crate) fn peer_addr(&mut self) -> std::io::Result<Option<SocketAddr>> {
         match self {
             Self::Tcp(s) => s.peer_addr().map(Some),
+            Self::Shared(s) => s.peer_addr().map(Some),
             #[cfg(unix)]
             Self::Unix(_) => Ok(None),
         }
@@ -90,6 +98,7 @@ impl Connection {
     pub(crate) fn shutdown(&self, how: Shutdown) -> std::io::Result<()> {
         match self {
             Self::Tcp(s) => s.shutdown(how),
+            Self::Shared(s) => s.shutdown(how),
             #[cfg(unix)]
             Self::Unix(s) => s.shutdown(how),
         }
@@ -98,6 +107,7 @@ impl Connection {
     pub(crate) fn try_clone(&self) -> std::io::Result<Self> {
         match self {
             Self::Tcp(s) => s.try_clone().map(Self::from),
+            Self::Shared(s) => Ok(Self::Shared(s.clone())),
             #[cfg(unix)]
             Self::Unix(s) => s.try_clone().map(Self::from),
         }

@@ -1,48 +1,66 @@
-//! Fork addition: bounded thread-per-connection serving.
+//! Fork addition: bounded serving.
 //!
-//! [`Server::serve_with_limits`](crate::Server::serve_with_limits) runs each
-//! accepted connection on its own thread (at most `max_connections` at a
-//! time), bounds the request head, applies socket timeouts and a
-//! whole-request deadline, and calls the handler on the connection thread.
+//! [`Server::serve_with_limits`](crate::Server::serve_with_limits) waits for
+//! request heads in one front-door thread (`door`), hands each complete
+//! head to a handler thread (at most `max_handlers` at a time), bounds the
+//! request head, applies socket timeouts and a whole-request deadline, and
+//! calls the handler on the handler thread; a keep-alive connection goes
+//! back to the door between requests.
 
 use std::fmt;
 use std::io::{self, ErrorKind, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::thread::{self, JoinHandle};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::client::ClientConnection;
 use crate::connection::Connection;
+use crate::door::{self, Ready, Shared};
 use crate::util::RefinedTcpStream;
 use crate::Request;
 
 /// Resource bounds for [`Server::serve_with_limits`](crate::Server::serve_with_limits).
 #[derive(Debug, Clone)]
 pub struct ServerLimits {
-    /// Concurrent HTTP connections (threads) not yet upgraded. Connections
-    /// accepted beyond it get a `503` and are closed.
+    /// HTTP connections open at once (waiting in the front door or on a
+    /// handler thread; upgraded sockets do not count). At the limit the
+    /// oldest idle connection is closed for a new one; with none idle the
+    /// new one gets a `503` and is closed.
     pub max_connections: usize,
+    /// Handler threads at once. Complete request heads beyond it wait in
+    /// the front door, in arrival order.
+    pub max_handlers: usize,
+    /// From the first byte of a request head to its end; then `408`.
+    pub head_timeout: Duration,
+    /// Least average rate of a head arriving, in bytes per second, judged
+    /// after its first 2 s (`0`: not judged); slower ones get `408`.
+    pub min_head_rate: u32,
     /// Request line plus all header lines, in bytes (CRLFs included).
     /// Exceeding it answers `431` and closes the connection.
     pub max_header_bytes: usize,
     /// Number of header lines. Exceeding it answers `431` and closes.
     pub max_headers: usize,
-    /// Socket read and write timeout; also how long an idle keep-alive
-    /// connection waits for its next request. Must be non-zero.
+    /// Socket read and write timeout while a request is served; also how
+    /// long an idle keep-alive connection waits for its next request.
+    /// Must be non-zero.
     pub idle_timeout: Duration,
     /// Deadline for reading one request (head and body), counted from the
     /// first byte of its request line. Must be non-zero.
     pub request_timeout: Duration,
-    /// Stack size of each connection thread (the handler runs on it).
+    /// Stack size of each handler thread (the handler runs on it) and of
+    /// the front door's.
     pub thread_stack_size: usize,
 }
 
 impl Default for ServerLimits {
     fn default() -> Self {
         ServerLimits {
-            max_connections: 128,
+            max_connections: 1024,
+            max_handlers: 128,
+            head_timeout: Duration::from_secs(10),
+            min_head_rate: 0,
             max_header_bytes: 16 * 1024,
             max_headers: 100,
             idle_timeout: Duration::from_secs(30),
@@ -57,8 +75,7 @@ impl Default for ServerLimits {
 /// Dropping it calls [`shutdown`](ServerHandle::shutdown).
 pub struct ServerHandle {
     addr: SocketAddr,
-    close: Arc<AtomicBool>,
-    active: Arc<AtomicUsize>,
+    shared: Arc<Shared>,
     accept_thread: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -77,14 +94,15 @@ impl ServerHandle {
         self.addr
     }
 
-    /// Number of live (not upgraded) connection threads.
+    /// Connections open (not upgraded): waiting in the front door, queued
+    /// or on a handler thread.
     pub fn active_connections(&self) -> usize {
-        self.active.load(SeqCst)
+        self.shared.open.load(SeqCst)
     }
 
-    /// Stops accepting: sets the close flag, connects to the listener to wake
-    /// the accept thread and joins it (the listener is closed when it ends).
-    /// Connections already accepted finish on their own, bounded by the
+    /// Stops accepting: sets the close flag, wakes the front door and joins
+    /// it (the listener and every connection waiting there are closed when
+    /// it ends). Requests being handled finish on their own, bounded by the
     /// timeouts. Idempotent.
     pub fn shutdown(&self) {
         let handle = match self
@@ -96,28 +114,8 @@ impl ServerHandle {
             Some(handle) => handle,
             None => return,
         };
-        self.close.store(true, SeqCst);
-
-        let mut wake_addr = self.addr;
-        if wake_addr.ip().is_unspecified() {
-            wake_addr.set_ip(match wake_addr.ip() {
-                IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::LOCALHOST),
-                IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::LOCALHOST),
-            });
-        }
-        // Retry the wake-up connection (it can fail transiently, e.g. EMFILE);
-        // once one connects, accept() returns and the loop sees the flag.
-        let give_up = Instant::now() + Duration::from_secs(5);
-        while !handle.is_finished() {
-            match TcpStream::connect_timeout(&wake_addr, Duration::from_millis(500)) {
-                Ok(_) => break,
-                Err(e) if Instant::now() >= give_up => {
-                    log::error!("cannot wake the accept thread ({}); leaving it detached", e);
-                    return;
-                }
-                Err(_) => thread::sleep(Duration::from_millis(50)),
-            }
-        }
+        self.shared.close.store(true, SeqCst);
+        self.shared.wake();
         let _ = handle.join();
     }
 }
@@ -153,102 +151,32 @@ pub(crate) fn serve(
     names: ThreadNames,
     handler: Handler,
 ) -> io::Result<ServerHandle> {
-    if limits.idle_timeout.is_zero() || limits.request_timeout.is_zero() {
+    if limits.idle_timeout.is_zero()
+        || limits.request_timeout.is_zero()
+        || limits.head_timeout.is_zero()
+    {
         return Err(io::Error::new(
             ErrorKind::InvalidInput,
-            "idle_timeout and request_timeout must be non-zero",
+            "idle_timeout, request_timeout and head_timeout must be non-zero",
+        ));
+    }
+    if limits.max_connections == 0 || limits.max_handlers == 0 {
+        return Err(io::Error::new(
+            ErrorKind::InvalidInput,
+            "max_connections and max_handlers must be non-zero",
         ));
     }
     let addr = listener.local_addr()?;
-    let close = Arc::new(AtomicBool::new(false));
-    let active = Arc::new(AtomicUsize::new(0));
-
-    let accept_thread = {
-        let close = close.clone();
-        let active = active.clone();
-        thread::Builder::new()
-            .name(names.accept.to_owned())
-            .stack_size(limits.thread_stack_size)
-            .spawn(move || accept_loop(listener, limits, names, handler, close, active))?
-    };
-
+    let (shared, thread) = door::start(listener, limits, names, handler)?;
     Ok(ServerHandle {
         addr,
-        close,
-        active,
-        accept_thread: Mutex::new(Some(accept_thread)),
+        shared,
+        accept_thread: Mutex::new(Some(thread)),
     })
 }
 
-/// Decrements the active-connection count when the connection thread ends
-/// (or when its closure is dropped because the thread could not be spawned).
-struct ActiveGuard(Arc<AtomicUsize>);
-
-impl Drop for ActiveGuard {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, SeqCst);
-    }
-}
-
-fn accept_loop(
-    listener: TcpListener,
-    limits: ServerLimits,
-    names: ThreadNames,
-    handler: Handler,
-    close: Arc<AtomicBool>,
-    active: Arc<AtomicUsize>,
-) {
-    log::debug!("accept thread running");
-    while !close.load(SeqCst) {
-        let sock = match listener.accept() {
-            Ok((sock, _)) => sock,
-            Err(e) => {
-                if !close.load(SeqCst) && e.kind() != ErrorKind::Interrupted {
-                    // e.g. EMFILE/ENFILE/ENOBUFS: back off instead of dying
-                    log::warn!("accept failed: {}", e);
-                    thread::sleep(Duration::from_millis(100));
-                }
-                continue;
-            }
-        };
-        if close.load(SeqCst) {
-            break;
-        }
-        let configured = sock
-            .set_read_timeout(Some(limits.idle_timeout))
-            .and_then(|_| sock.set_write_timeout(Some(limits.idle_timeout)))
-            .and_then(|_| sock.set_nodelay(true));
-        if let Err(e) = configured {
-            log::debug!("dropping connection: cannot configure socket: {}", e);
-            continue;
-        }
-        if active.load(SeqCst) >= limits.max_connections {
-            reject_busy(sock);
-            continue;
-        }
-
-        // Only this thread increments, so the count never exceeds the limit.
-        active.fetch_add(1, SeqCst);
-        let guard = ActiveGuard(active.clone());
-        let handler = handler.clone();
-        let conn_limits = limits.clone();
-        let spawned = thread::Builder::new()
-            .name(names.connection.to_owned())
-            .stack_size(limits.thread_stack_size)
-            .spawn(move || {
-                let _guard = guard;
-                serve_connection(sock, &conn_limits, &*handler);
-            });
-        if let Err(e) = spawned {
-            // the closure (socket and guard) was dropped with the error
-            log::error!("cannot spawn a connection thread: {}", e);
-        }
-    }
-    log::debug!("accept thread stopped");
-}
-
 /// Best-effort 503 on a fresh socket; never blocks.
-fn reject_busy(mut sock: TcpStream) {
+pub(crate) fn reject_busy(mut sock: TcpStream) {
     log::debug!("connection limit reached; answering 503");
     let _ = sock.set_nonblocking(true);
     let _ = sock.write(
@@ -256,34 +184,62 @@ fn reject_busy(mut sock: TcpStream) {
     );
 }
 
-fn serve_connection(sock: TcpStream, limits: &ServerLimits, handler: &(dyn Fn(Request) + Sync)) {
-    let clones = sock.try_clone().and_then(|c| Ok((c, sock.try_clone()?)));
-    let (control_sock, read_sock) = match clones {
-        Ok(clones) => clones,
-        Err(e) => {
-            log::warn!("dropping connection: cannot clone socket: {}", e);
-            return;
-        }
-    };
+/// One turn of a connection on a handler thread: the request whose head
+/// the front door read (`ready.head`, perhaps followed by body bytes), then
+/// any request pipelined behind it that is already complete. Returns the
+/// socket and the bytes read past the last request when the connection
+/// stays open for another request (it goes back to the front door), or
+/// `None` when it closed or was upgraded.
+pub(crate) fn serve_turn(
+    ready: Ready,
+    limits: &ServerLimits,
+    handler: &(dyn Fn(Request) + Sync),
+) -> Option<(TcpStream, Vec<u8>)> {
+    let configured = ready
+        .sock
+        .set_read_timeout(Some(limits.idle_timeout))
+        .and_then(|_| ready.sock.set_write_timeout(Some(limits.idle_timeout)));
+    if let Err(e) = configured {
+        log::debug!("dropping connection: cannot configure socket: {}", e);
+        return None;
+    }
+    // The halves and the control share the one socket (no descriptor is
+    // taken for them, so a turn works as long as the socket was accepted).
+    let sock = Arc::new(ready.sock);
     let control = Arc::new(ConnControl::new(
-        control_sock,
+        sock.clone(),
         limits.idle_timeout,
         limits.request_timeout,
     ));
+    control.first_byte_at(ready.started);
     let (read, write) = RefinedTcpStream::from_halves(
-        Connection::from(read_sock),
-        Connection::from(sock),
+        Connection::Shared(sock.clone()),
+        Connection::Shared(sock.clone()),
         Some(control.clone()),
     );
-    let client = ClientConnection::with_limits(
+    let mut client = ClientConnection::with_limits(
         write,
-        read,
+        read.with_prefix(ready.head),
         limits.max_header_bytes,
         limits.max_headers,
-        Some(control),
+        Some(control.clone()),
     );
-    for request in client {
+    loop {
+        let request = client.next()?;
         handler(request);
+        if control.must_stop() || !client.may_continue() {
+            return None;
+        }
+        // A request already complete behind this one is served here; the
+        // connection goes back to the door for anything else.
+        let rest = client.take_unread()?;
+        if door::scan_head(&rest, 0, limits.max_header_bytes) != door::Scan::Complete {
+            control.park();
+            drop(client);
+            drop(control);
+            // Nothing else holds the socket once its request is gone.
+            return Arc::try_unwrap(sock).ok().map(|sock| (sock, rest));
+        }
     }
 }
 
@@ -292,18 +248,23 @@ fn serve_connection(sock: TcpStream, limits: &ServerLimits, handler: &(dyn Fn(Re
 pub(crate) struct ConnControl {
     // a clone of the socket: read timeouts are set on it and `upgrade_raw`
     // hands out a clone of it
-    stream: TcpStream,
+    stream: Arc<TcpStream>,
     idle_timeout: Duration,
     request_timeout: Duration,
     state: Mutex<DeadlineState>,
     // the socket was handed over by `upgrade_raw`
     upgraded: AtomicBool,
+    // the socket goes back to the front door for its next request
+    parked: AtomicBool,
     // a read timed out or the deadline passed: no further request
     expired: AtomicBool,
 }
 
 struct DeadlineState {
     deadline: Option<Instant>,
+    // when the next request's first byte arrived, if that was before it is
+    // read here (the front door read its head)
+    origin: Option<Instant>,
     // read timeout currently set on the socket (saves a syscall per read)
     applied: Option<Duration>,
 }
@@ -313,17 +274,19 @@ fn timed_out() -> io::Error {
 }
 
 impl ConnControl {
-    fn new(stream: TcpStream, idle_timeout: Duration, request_timeout: Duration) -> Self {
+    fn new(stream: Arc<TcpStream>, idle_timeout: Duration, request_timeout: Duration) -> Self {
         ConnControl {
             stream,
             idle_timeout,
             request_timeout,
             state: Mutex::new(DeadlineState {
                 deadline: None,
+                origin: None,
                 // set by the accept loop
                 applied: Some(idle_timeout),
             }),
             upgraded: AtomicBool::new(false),
+            parked: AtomicBool::new(false),
             expired: AtomicBool::new(false),
         }
     }
@@ -334,7 +297,15 @@ impl ConnControl {
 
     /// The first byte of a request line arrived: start the request deadline.
     pub(crate) fn start_request(&self) {
-        self.state().deadline = Some(Instant::now() + self.request_timeout);
+        let mut state = self.state();
+        let origin = state.origin.take().unwrap_or_else(Instant::now);
+        state.deadline = Some(origin + self.request_timeout);
+    }
+
+    /// The next request's first byte arrived at `at` (its head was read by
+    /// the front door): its deadline counts from then.
+    pub(crate) fn first_byte_at(&self, at: Instant) {
+        self.state().origin = Some(at);
     }
 
     /// Before waiting for the next request (only `idle_timeout` applies).
@@ -382,6 +353,17 @@ impl ConnControl {
 
     pub(crate) fn is_upgraded(&self) -> bool {
         self.upgraded.load(SeqCst)
+    }
+
+    /// The socket outlives this turn: its halves are closed, not shut down.
+    pub(crate) fn park(&self) {
+        self.parked.store(true, SeqCst);
+    }
+
+    /// Whether the socket belongs to someone else now (the caller of
+    /// `upgrade_raw`, or the front door).
+    pub(crate) fn is_handed_over(&self) -> bool {
+        self.is_upgraded() || self.parked.load(SeqCst)
     }
 
     /// No further request may be read from this connection.

@@ -71,8 +71,13 @@ pub struct RefinedTcpStream {
     close_write: bool,
     // Fork: set for connections served by `Server::serve_with_limits`. Reads
     // go through it (read timeout / request deadline), and the drop-time
-    // shutdown is skipped once the socket was handed over by `upgrade_raw`.
+    // shutdown is skipped once the socket was handed over by `upgrade_raw`
+    // or goes back to the front door.
     control: Option<Arc<ConnControl>>,
+    // Fork: bytes already read from the socket (by the front door), read
+    // before the socket itself; `prefix_at` is how many were read.
+    prefix: Vec<u8>,
+    prefix_at: usize,
 }
 
 impl RefinedTcpStream {
@@ -101,6 +106,8 @@ impl RefinedTcpStream {
             close_read: true,
             close_write: false,
             control: control.clone(),
+            prefix: Vec::new(),
+            prefix_at: 0,
         };
 
         let write = RefinedTcpStream {
@@ -108,9 +115,23 @@ impl RefinedTcpStream {
             close_read: false,
             close_write: true,
             control,
+            prefix: Vec::new(),
+            prefix_at: 0,
         };
 
         (read, write)
+    }
+
+    /// Fork: `prefix` is read before the socket.
+    pub(crate) fn with_prefix(mut self, prefix: Vec<u8>) -> Self {
+        self.prefix = prefix;
+        self.prefix_at = 0;
+        self
+    }
+
+    /// Fork: the part of the prefix not read yet.
+    pub(crate) fn unread_prefix(&self) -> &[u8] {
+        &self.prefix[self.prefix_at..]
     }
 
     /// Returns true if this struct wraps around a secure connection.
@@ -127,8 +148,9 @@ impl RefinedTcpStream {
 impl Drop for RefinedTcpStream {
     fn drop(&mut self) {
         if let Some(control) = &self.control {
-            if control.is_upgraded() {
-                // the socket now belongs to the caller of `upgrade_raw`
+            if control.is_handed_over() {
+                // the socket now belongs to the caller of `upgrade_raw`, or
+                // goes back to the front door
                 return;
             }
         }
@@ -145,6 +167,17 @@ impl Drop for RefinedTcpStream {
 
 impl Read for RefinedTcpStream {
     fn read(&mut self, buf: &mut [u8]) -> IoResult<usize> {
+        if self.prefix_at < self.prefix.len() {
+            let rest = &self.prefix[self.prefix_at..];
+            let n = rest.len().min(buf.len());
+            buf[..n].copy_from_slice(&rest[..n]);
+            self.prefix_at += n;
+            if self.prefix_at == self.prefix.len() {
+                self.prefix = Vec::new();
+                self.prefix_at = 0;
+            }
+            return Ok(n);
+        }
         match &self.control {
             None => self.stream.read(buf),
             Some(control) => {

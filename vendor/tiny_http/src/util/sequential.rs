@@ -95,6 +95,21 @@ impl<R: Read + Send> Iterator for SequentialReaderBuilder<R> {
     }
 }
 
+impl<R: Read + Send> SequentialReader<R> {
+    /// Fork: the reader, once the readers before this one are done with it
+    /// (`None` while one of them still holds it).
+    pub fn try_inner(&mut self) -> Option<&mut R> {
+        if let SequentialReaderInner::Waiting(ref recv) = self.inner {
+            let reader = recv.try_recv().ok()?;
+            self.inner = SequentialReaderInner::MyTurn(reader);
+        }
+        match self.inner {
+            SequentialReaderInner::MyTurn(ref mut reader) => Some(reader),
+            _ => None,
+        }
+    }
+}
+
 impl<W: Write + Send> Iterator for SequentialWriterBuilder<W> {
     type Item = SequentialWriter<W>;
     fn next(&mut self) -> Option<SequentialWriter<W>> {

@@ -67,6 +67,11 @@ options:
       --force-kill-process-group
                                escalate SIGKILL to the worker's process group
       --static-dir DIR         serve the panel from DIR instead of the embedded copy (development)
+      --public-host HOST:PORT  Shard remote mode: the pinned public host (shard.publicHost)
+      --allowed-origin ORIGIN  Shard: an allowed browser origin, repeatable (shard.allowedOrigins)
+      --trust-proxy loopback|IP
+                               Shard: honour X-Forwarded-Proto/-Host from this peer (shard.trustProxy)
+      --allow-insecure-remote  Shard: allow remote clients over plain HTTP (shard.allowInsecureRemote)
   -v, --verbose                log level debug
       --log-level LEVEL        trace|debug|info|warn|error|silent (default info)
   -h, --help                   print this help
@@ -122,6 +127,15 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
             "--no-mock" => out.overrides.mock = Some(it.no_value(&arg, false)?),
             "--force-kill-process-group" => {
                 out.overrides.force_kill_process_group = it.no_value(&arg, true)?
+            }
+            "--public-host" => out.overrides.public_host = Some(non_empty(&arg, it.value(&arg)?)?),
+            "--allowed-origin" => out
+                .overrides
+                .allowed_origins
+                .push(non_empty(&arg, it.value(&arg)?)?),
+            "--trust-proxy" => out.overrides.trust_proxy = Some(non_empty(&arg, it.value(&arg)?)?),
+            "--allow-insecure-remote" => {
+                out.overrides.allow_insecure_remote = it.no_value(&arg, true)?
             }
             "--static-dir" => {
                 out.static_dir = Some(PathBuf::from(non_empty(&arg, it.value(&arg)?)?))
@@ -307,6 +321,38 @@ mod tests {
                 "--threads",
                 "0",
             ],
+        ] {
+            assert!(parse(&args(bad)).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn shard_flags_set_their_overrides() {
+        let Ok(Command::Serve(s)) = parse(&args(&[
+            "--public-host",
+            "hub.example.com:443",
+            "--allowed-origin",
+            "https://hub.example.com",
+            "--allowed-origin=https://app.example.com",
+            "--trust-proxy=loopback",
+            "--allow-insecure-remote",
+        ])) else {
+            panic!()
+        };
+        let o = &s.overrides;
+        assert_eq!(o.public_host.as_deref(), Some("hub.example.com:443"));
+        assert_eq!(
+            o.allowed_origins,
+            ["https://hub.example.com", "https://app.example.com"]
+        );
+        assert_eq!(o.trust_proxy.as_deref(), Some("loopback"));
+        assert!(o.allow_insecure_remote);
+        for bad in [
+            &["--public-host"][..],
+            &["--public-host", ""],
+            &["--allowed-origin="],
+            &["--trust-proxy"],
+            &["--allow-insecure-remote=yes"],
         ] {
             assert!(parse(&args(bad)).is_err(), "{bad:?}");
         }

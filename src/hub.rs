@@ -300,6 +300,8 @@ pub struct Hub {
     pub queries: crate::worker::query::Queries,
     /// The headless subagent service's worker hooks.
     hooks: Arc<dyn WorkerHooks>,
+    /// Who may reach the Shard endpoints, and the ticket book.
+    pub shard: crate::shard::gate::Gate,
 }
 
 impl Hub {
@@ -325,6 +327,7 @@ impl Hub {
         .map_err(StartError::Store)?;
         let records = store.load_sessions().map_err(StartError::Store)?;
         let hub = Hub {
+            shard: crate::shard::gate::Gate::new(&config),
             config,
             static_dir: options.static_dir,
             epoch: uuid::Uuid::new_v4().to_string(),

@@ -19,6 +19,7 @@ pub(crate) mod ops;
 pub(crate) mod panel;
 pub(crate) mod run;
 pub(crate) mod session;
+pub(crate) mod shard;
 pub(crate) mod store;
 pub(crate) mod subagents;
 pub(crate) mod supervisor;

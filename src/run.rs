@@ -76,6 +76,7 @@ impl Running {
         if let Some(addr) = hub.tools_addr() {
             log::info!("tools: ws://{}", crate::http::display_addr(&addr));
         }
+        crate::shard::gate::announce(&hub);
         Ok(Running {
             hub,
             server,

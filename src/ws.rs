@@ -387,8 +387,26 @@ pub fn accept_with(
     max_message: usize,
     read_buffer: usize,
 ) -> io::Result<Accepted> {
+    accept_selecting(rq, accept_key, max_message, read_buffer, None)
+}
+
+/// [`accept_with`] whose 101 selects `protocol` in
+/// `Sec-WebSocket-Protocol` (the caller checked that the client offered
+/// it; `None` sends no such header).
+pub fn accept_selecting(
+    rq: Request,
+    accept_key: &str,
+    max_message: usize,
+    read_buffer: usize,
+    protocol: Option<&str>,
+) -> io::Result<Accepted> {
     let mut response = Response::empty(101);
     if let Ok(h) = Header::from_bytes(&b"Sec-WebSocket-Accept"[..], accept_key.as_bytes()) {
+        response.add_header(h);
+    }
+    if let Some(protocol) = protocol {
+        let h = Header::from_bytes(&b"Sec-WebSocket-Protocol"[..], protocol.as_bytes())
+            .map_err(|()| io::Error::new(io::ErrorKind::InvalidInput, "bad subprotocol"))?;
         response.add_header(h);
     }
     let stream = rq.upgrade_raw("websocket", response)?;
@@ -459,6 +477,60 @@ mod tests {
         assert_eq!(flags & libc::O_NONBLOCK, 0);
         drop(client);
         assert_eq!(read_when_ready(&mut split), b"");
+    }
+
+    /// The 101 of a real upgrade through the tiny_http fork: `101` with
+    /// the accept key, and `Sec-WebSocket-Protocol` only when selected.
+    fn handshake(protocol: Option<&'static str>) -> String {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let tx = Mutex::new(tx);
+        let handler: Arc<dyn Fn(Request) + Send + Sync> = Arc::new(move |rq| {
+            let key = check_upgrade(&rq).unwrap();
+            let accepted = accept_selecting(rq, &key, 1024, SMALL_READ_BUFFER, protocol);
+            let _ = tx.lock().unwrap().send(accepted.map(|a| a.writer));
+        });
+        let server =
+            tiny_http::Server::serve_with_limits(listener, Default::default(), handler).unwrap();
+        let mut client = TcpStream::connect(addr).unwrap();
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        client
+            .write_all(
+                b"GET /x HTTP/1.1\r\nHost: h\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                  Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+                  Sec-WebSocket-Protocol: shard.v0, other\r\n\r\n",
+            )
+            .unwrap();
+        let writer = rx.recv_timeout(Duration::from_secs(10)).unwrap().unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            assert_eq!(client.read(&mut byte).unwrap(), 1, "{head:?}");
+            head.push(byte[0]);
+        }
+        writer.terminate();
+        server.shutdown();
+        String::from_utf8(head).unwrap().to_ascii_lowercase()
+    }
+
+    #[test]
+    fn the_101_selects_the_subprotocol_when_asked() {
+        let selected = handshake(Some("shard.v0"));
+        assert!(selected.starts_with("http/1.1 101 "), "{selected}");
+        assert!(
+            selected.contains("\r\nsec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo=\r\n"),
+            "{selected}"
+        );
+        assert!(
+            selected.contains("\r\nsec-websocket-protocol: shard.v0\r\n"),
+            "{selected}"
+        );
+        let plain = handshake(None);
+        assert!(plain.starts_with("http/1.1 101 "), "{plain}");
+        assert!(!plain.contains("sec-websocket-protocol"), "{plain}");
     }
 
     #[test]

@@ -23,6 +23,8 @@ mod docker;
 mod node_config;
 // The panel WebSocket protocol.
 mod panel;
+// Who may reach the Shard endpoints: Host, Origin, forwarded headers, tickets, remote mode.
+mod shard_access;
 // The remote-tools listener: exchange close codes, limits and session plans.
 mod tools;
 // Hostile HTTP input: malformed heads, escapes, methods, traversal, CSRF, host names.

@@ -57,6 +57,8 @@ pub struct Config {
     pub limits: Limits,
     pub tool_requests: ToolRequests,
     pub subagents: Subagents,
+    /// `shard.*`: who may reach the Shard endpoints (`shard::access`).
+    pub shard: crate::shard::access::Settings,
 }
 
 /// `listen.*`: the main listener (panel, API, worker event sockets).
@@ -334,6 +336,15 @@ pub struct Overrides {
     pub force_kill_process_group: bool,
     /// `--tools-port PORT`: `toolRequests.port` (0 lets the system pick).
     pub tools_port: Option<u16>,
+    /// `--public-host HOST:PORT`: `shard.publicHost`.
+    pub public_host: Option<String>,
+    /// Every `--allowed-origin ORIGIN`, in order: `shard.allowedOrigins`
+    /// (replacing the file's list when any is given).
+    pub allowed_origins: Vec<String>,
+    /// `--trust-proxy loopback|IP`: `shard.trustProxy`.
+    pub trust_proxy: Option<String>,
+    /// `--allow-insecure-remote`; `false` leaves the file's value.
+    pub allow_insecure_remote: bool,
 }
 
 impl Overrides {
@@ -365,6 +376,25 @@ impl Overrides {
         }
         if let Some(port) = self.tools_port {
             layer.insert("toolRequests".into(), serde_json::json!({ "port": port }));
+        }
+        let mut shard = Map::new();
+        if let Some(host) = &self.public_host {
+            shard.insert("publicHost".into(), Value::from(host.as_str()));
+        }
+        if !self.allowed_origins.is_empty() {
+            shard.insert(
+                "allowedOrigins".into(),
+                Value::from(self.allowed_origins.clone()),
+            );
+        }
+        if let Some(upstream) = &self.trust_proxy {
+            shard.insert("trustProxy".into(), Value::from(upstream.as_str()));
+        }
+        if self.allow_insecure_remote {
+            shard.insert("allowInsecureRemote".into(), Value::Bool(true));
+        }
+        if !shard.is_empty() {
+            layer.insert("shard".into(), Value::Object(shard));
         }
         Ok(Value::Object(layer))
     }
@@ -762,7 +792,8 @@ mod tests {
                 "http",
                 "limits",
                 "toolRequests",
-                "subagents"
+                "subagents",
+                "shard"
             ]
         );
         let core = resolve(

@@ -142,6 +142,11 @@ pub(super) const KEYS: &[(&str, Feature)] = &[
     ("subagents.maxReceipts", Feature::Subagents),
     ("subagents.receiptTtlMs", Feature::Subagents),
     ("subagents.conversationBytes", Feature::Subagents),
+    // Who may reach the Shard endpoints (`shard::access`).
+    ("shard.publicHost", Feature::Core),
+    ("shard.allowedOrigins", Feature::Core),
+    ("shard.trustProxy", Feature::Core),
+    ("shard.allowInsecureRemote", Feature::Core),
 ];
 
 /// Keys older hubs had and this one refuses with an explanation rather than
@@ -256,6 +261,12 @@ pub(super) fn defaults() -> Value {
             "maxReceipts": 200,
             "receiptTtlMs": 3600000,
             "conversationBytes": 1048576
+        },
+        "shard": {
+            "publicHost": "",
+            "allowedOrigins": [],
+            "trustProxy": "",
+            "allowInsecureRemote": false
         }
     })
 }

@@ -138,6 +138,13 @@ pub(super) fn build(merged: &Value, features: &[Feature]) -> Result<Config, Conf
         conversation_bytes: c.usize("subagents.conversationBytes", 4096, SAFE_MAX),
     };
 
+    let shard = crate::shard::access::Settings {
+        public_host: c.public_host("shard.publicHost"),
+        allowed_origins: c.allowed_origins("shard.allowedOrigins"),
+        trust_proxy: c.trust_proxy("shard.trustProxy"),
+        allow_insecure_remote: c.boolean("shard.allowInsecureRemote"),
+    };
+
     let config = Config {
         listen,
         data_dir,
@@ -152,6 +159,7 @@ pub(super) fn build(merged: &Value, features: &[Feature]) -> Result<Config, Conf
         limits,
         tool_requests,
         subagents,
+        shard,
     };
     cross_rules(&mut c, &config, features);
 
@@ -254,6 +262,38 @@ fn cross_rules(c: &mut Check<'_>, config: &Config, features: &[Feature]) {
                 config.worker.initial_backoff_ms
             ),
         );
+    }
+    let shard_keys = [
+        "listen.host",
+        "panel.token",
+        "shard.publicHost",
+        "shard.allowedOrigins",
+        "shard.trustProxy",
+        "shard.allowInsecureRemote",
+    ];
+    if built(Feature::Core) && shard_keys.iter().all(|key| c.ok(key)) {
+        let refused = crate::shard::access::mode(
+            is_loopback_host(&config.listen.host),
+            !config.panel.token.is_empty(),
+            &config.shard,
+        );
+        for missing in refused.err().unwrap_or_default() {
+            let value = if missing.key == "panel.token" {
+                placeholder(&Value::from(""))
+            } else {
+                c.get(missing.key).cloned().unwrap_or(Value::Null)
+            };
+            let must = if value.is_boolean() {
+                "must be true"
+            } else {
+                "must be set"
+            };
+            c.fail(
+                missing.key,
+                value,
+                format!("{must} ({}) {}", missing.flag, missing.because),
+            );
+        }
     }
     let (listen_port, tools_port) = (config.listen.port, config.tool_requests.port);
     if built(Feature::ToolRequests)
@@ -541,6 +581,65 @@ impl<'a> Check<'a> {
             return String::new();
         }
         file
+    }
+
+    // Who may reach the Shard endpoints (`shard::access`).
+
+    fn public_host(&mut self, path: &str) -> Option<crate::shard::access::PublicHost> {
+        let text = self.string(path, false);
+        if text.is_empty() {
+            return None;
+        }
+        match crate::shard::access::parse_public_host(&text) {
+            Ok(host) => Some(host),
+            Err(reason) => {
+                self.fail(
+                    path,
+                    Value::from(text),
+                    format!(
+                        "must be empty or host:port with an explicit port (IPv6 in brackets): {reason}"
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn allowed_origins(&mut self, path: &str) -> Vec<String> {
+        let texts = self.strings(path);
+        let mut origins = Vec::with_capacity(texts.len());
+        for (i, text) in texts.iter().enumerate() {
+            match crate::shard::access::parse_origin(text) {
+                Ok(origin) => origins.push(origin),
+                Err(reason) => self.fail_at(
+                    path,
+                    format!("{path}[{i}]"),
+                    Value::from(text.as_str()),
+                    format!(
+                        "must be an origin, http:// or https:// then host[:port], nothing after: {reason}"
+                    ),
+                ),
+            }
+        }
+        origins
+    }
+
+    fn trust_proxy(&mut self, path: &str) -> Option<crate::shard::access::Upstream> {
+        let text = self.string(path, false);
+        if text.is_empty() {
+            return None;
+        }
+        match crate::shard::access::parse_upstream(&text) {
+            Ok(upstream) => Some(upstream),
+            Err(reason) => {
+                self.fail(
+                    path,
+                    Value::from(text),
+                    format!("must be empty, \"loopback\" or an IP address: {reason}"),
+                );
+                None
+            }
+        }
     }
 
     // The offline model provider's keys (`mock_provider`).
@@ -942,6 +1041,101 @@ mod tests {
         assert_refused(json!({"listen": {"host": "0.0.0.0"}}), "listen.host");
         assert_ok(json!({"listen": {"host": "0.0.0.0"}, "panel": {"token": "s3cret"}}));
         assert_refused(json!({"listen": {"host": ""}}), "listen.host");
+    }
+
+    #[test]
+    fn shard_keys_are_parsed_and_normalized() {
+        let config = build(&schema::defaults(), Feature::ALL).unwrap();
+        assert_eq!(config.shard, crate::shard::access::Settings::default());
+        let config = build(
+            &defaults_with(json!({"shard": {
+                "publicHost": "Hub.Example.com:443",
+                "allowedOrigins": ["HTTPS://hub.example.com:443", "http://[::1]:8800"],
+                "trustProxy": "loopback",
+                "allowInsecureRemote": true
+            }, "panel": {"token": "t"}})),
+            Feature::ALL,
+        )
+        .unwrap();
+        let s = &config.shard;
+        assert_eq!(
+            s.public_host.as_ref().unwrap().to_string(),
+            "hub.example.com:443"
+        );
+        assert_eq!(
+            s.allowed_origins,
+            ["https://hub.example.com", "http://[::1]:8800"]
+        );
+        assert_eq!(
+            s.trust_proxy,
+            Some(crate::shard::access::Upstream::Loopback)
+        );
+        for (overlay, key) in [
+            (json!({"publicHost": "hub.example.com"}), "shard.publicHost"),
+            (json!({"publicHost": 443}), "shard.publicHost"),
+            (
+                json!({"allowedOrigins": "https://a.example"}),
+                "shard.allowedOrigins",
+            ),
+            (
+                json!({"allowedOrigins": ["https://a.example/"]}),
+                "shard.allowedOrigins[0]",
+            ),
+            (json!({"trustProxy": "10.0.0.0/8"}), "shard.trustProxy"),
+            (
+                json!({"allowInsecureRemote": "yes"}),
+                "shard.allowInsecureRemote",
+            ),
+        ] {
+            assert_refused(json!({"shard": overlay}), key);
+        }
+    }
+
+    /// The start-up refusals of remote mode, each naming the key and its
+    /// flag; the drop-in case (a token and no `shard.*` key) still starts.
+    #[test]
+    fn shard_remote_mode_refusals_name_what_is_missing() {
+        let remote = json!({"listen": {"host": "0.0.0.0"}, "panel": {"token": "t"}});
+        assert_ok(remote.clone());
+        let with = |shard: Value| {
+            let mut overlay = remote.clone();
+            overlay["shard"] = shard;
+            violations(overlay)
+        };
+        let found = with(json!({"allowInsecureRemote": true}));
+        let keys: Vec<&str> = found.iter().map(|v| v.key.as_str()).collect();
+        assert_eq!(keys, ["shard.publicHost", "shard.allowedOrigins"]);
+        assert_eq!(
+            found[0].to_string(),
+            "shard.publicHost = \"\": must be set (--public-host HOST:PORT) because listen.host \
+             is not a loopback address"
+        );
+        let found = with(
+            json!({"publicHost": "192.0.2.2:8800", "allowedOrigins": ["http://192.0.2.2:8800"]}),
+        );
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].key, "shard.allowInsecureRemote");
+        assert!(found[0].to_string().starts_with(
+            "shard.allowInsecureRemote = false: must be true (--allow-insecure-remote)"
+        ));
+        assert!(with(
+            json!({"publicHost": "192.0.2.2:8800", "allowedOrigins": ["http://192.0.2.2:8800"],
+                            "allowInsecureRemote": true})
+        )
+        .is_empty());
+        // A proxy in front of loopback needs the panel token, never echoed.
+        let found = violations(
+            json!({"shard": {"trustProxy": "loopback", "publicHost": "h.example:443",
+                                                 "allowedOrigins": ["https://h.example"]}}),
+        );
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].key, "panel.token");
+        assert_eq!(found[0].value, json!("<redacted string>"));
+        // A key that broke its own rule is reported once, without the
+        // combination rule piling on.
+        let found = with(json!({"publicHost": "nope"}));
+        let keys: Vec<&str> = found.iter().map(|v| v.key.as_str()).collect();
+        assert_eq!(keys, ["shard.publicHost"]);
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! [`tools`]). Each accepted connection runs on its own
 //! thread (bounded by `http.maxConnections`, see the tiny_http fork); this
 //! module checks the `Host` header, splits API, WebSocket and static
-//! requests, and writes responses with the security headers.
+//! requests, and writes responses with the security headers. `/shard`
+//! paths go to `shard::gate`, which checks `Host` by its own exact rule.
 //!
 //! Handlers never hold a hub lock while reading a body or writing a
 //! response.
@@ -123,8 +124,12 @@ fn handle(hub: &Arc<Hub>, panels: &Arc<Panels>, mut rq: Request) {
     };
     log::debug!("{} {}", method, path);
     let port = hub.local_addr().port();
-    if let Err(err) = check_host(hub, header(&rq, "Host"), port, hub.config.is_loopback()) {
-        return respond_error(rq, &err);
+    // The Shard endpoints check Host themselves, exactly (`shard::access`).
+    let shard = crate::shard::gate::is_shard_path(path);
+    if !shard {
+        if let Err(err) = check_host(hub, header(&rq, "Host"), port, hub.config.is_loopback()) {
+            return respond_error(rq, &err);
+        }
     }
     if header(&rq, "Transfer-Encoding").is_some() {
         // Chunked bodies are decoded by a crate whose chunk-size line buffer
@@ -147,6 +152,9 @@ fn handle(hub: &Arc<Hub>, panels: &Arc<Panels>, mut rq: Request) {
     if path == "/api" || path.starts_with("/api/") {
         let response = api::handle(hub, &mut rq, &method, path, query);
         return respond(rq, response);
+    }
+    if shard {
+        return crate::shard::gate::route(hub, rq, &method, path, query, is_upgrade);
     }
     if path == "/panel/ws" && is_upgrade {
         return crate::panel::service::handle(hub, panels, rq, query);
@@ -196,7 +204,7 @@ pub(crate) fn check_host(
     } else {
         Err(ApiError::new(
             403,
-            "forbidden_host",
+            code::FORBIDDEN_HOST,
             "the Host header does not name this hub",
         ))
     }
@@ -317,7 +325,7 @@ pub(crate) fn respond_error(rq: Request, err: &ApiError) {
 
 /// Writes `reply` with the security headers every response carries, or
 /// hands the request to the reply's deferred work.
-fn respond(rq: Request, mut reply: Reply) {
+pub(crate) fn respond(rq: Request, mut reply: Reply) {
     if let Some(work) = reply.later.take() {
         return work(Box::new(move |reply| respond(rq, reply)));
     }

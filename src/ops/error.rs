@@ -27,6 +27,14 @@ pub mod code {
     pub const METHOD_NOT_ALLOWED: &str = "method_not_allowed";
     pub const LENGTH_REQUIRED: &str = "length_required";
     pub const FORBIDDEN_ORIGIN: &str = "forbidden_origin";
+    pub const FORBIDDEN_HOST: &str = "forbidden_host";
+    // The Shard endpoints' front door (`shard::gate`).
+    pub const SHARD_OFF: &str = "shard_off";
+    pub const ORIGIN_NOT_ALLOWED: &str = "origin_not_allowed";
+    pub const ORIGIN_REQUIRED: &str = "origin_required";
+    pub const FORWARDED_HOST_MISMATCH: &str = "forwarded_host_mismatch";
+    pub const INVALID_TICKET: &str = "invalid_ticket";
+    pub const TOO_MANY_TICKETS: &str = "too_many_tickets";
     pub const UNKNOWN_SESSION: &str = "unknown_session";
     pub const INVALID_SESSION: &str = "invalid_session";
     pub const SESSION_EXISTS: &str = "session_exists";

@@ -49,7 +49,7 @@ fn parse_args() -> Args {
             "--json" => a.json = it.next(),
             "-h" | "--help" => {
                 println!(
-                    "usage: bench <fanout|latency|slow|memory|sessions|startup|size|splitter|replay|sqlite|all>... \
+                    "usage: bench <fanout|fanout10|fanout100|latency|slow|memory|http|sessions|startup|size|splitter|replay|sqlite|all>... \
                      [--reps N] [--quick] [--json FILE]"
                 );
                 std::process::exit(0);
@@ -194,6 +194,11 @@ fn main() {
             "latency" => latency(&env, &args, &mut rep),
             "slow" => slow(&env, &args, &mut rep),
             "memory" => memory(&env, &args, &mut rep),
+            "http" => {
+                let n = if args.quick { 200 } else { 1000 };
+                http_connections(&env, &args, &mut rep, n);
+                flush_notes(&mut rep);
+            }
             "sessions" => sessions(&env, &args, &mut rep),
             "startup" => startup(&env, &args, &mut rep),
             "size" => size(&env, &mut rep),
@@ -711,7 +716,119 @@ fn memory(env: &Env, args: &Args, rep: &mut Report) {
         target("0", |h, _| h <= 0.0),
         "",
     );
+    http_connections(env, args, rep, n);
     flush_notes(rep);
+}
+
+/// Idle HTTP connections (RSS and threads with `n` open) and an operator's
+/// requests while `n` slow connections (half idle, half trickling a head)
+/// are open.
+fn http_connections(env: &Env, args: &Args, rep: &mut Report, n: usize) {
+    progress(&format!("memory: {n} idle HTTP connections"));
+    let (a, b) = ab(args.reps, |kind, _| {
+        let r = sys::http_idle(env, kind, n);
+        if r.opened < n {
+            rep_note_later(format!(
+                "idle HTTP {kind:?}: only {} of {n} connections were served",
+                r.opened
+            ));
+        }
+        r
+    });
+    let per = |v: &[sys::HttpIdleResult]| {
+        v.iter()
+            .map(|r| (r.during.rss_kib as f64 - r.before.rss_kib as f64) / r.opened.max(1) as f64)
+            .collect::<Vec<_>>()
+    };
+    let thr = |v: &[sys::HttpIdleResult]| {
+        v.iter()
+            .map(|r| r.during.threads as f64 - r.before.threads as f64)
+            .collect::<Vec<_>>()
+    };
+    let g = format!("{n} idle HTTP connections");
+    rep.add(
+        &g,
+        "RSS per connection",
+        "KiB",
+        per(&a),
+        per(&b),
+        Better::Lower,
+        None,
+        "",
+    );
+    rep.add(
+        &g,
+        "threads with them open − before",
+        "",
+        thr(&a),
+        thr(&b),
+        Better::Lower,
+        target("≤ 1", |h, _| h <= 1.0),
+        "",
+    );
+    progress(&format!("slowloris: {n} slow connections"));
+    let (a, b) = ab(args.reps, |kind, _| sys::slowloris(env, kind, n));
+    let q = |v: &[sys::SlowlorisResult], p: f64| {
+        v.iter()
+            .map(|r| {
+                let mut s: Vec<u32> = r.samples_us.iter().map(|&us| us as u32).collect();
+                s.sort_unstable();
+                load::quantile(&s, p)
+            })
+            .collect::<Vec<_>>()
+    };
+    let refused =
+        |v: &[sys::SlowlorisResult]| v.iter().map(|r| r.refused as f64).collect::<Vec<_>>();
+    let thr = |v: &[sys::SlowlorisResult]| {
+        v.iter()
+            .map(|r| r.threads as f64 - r.baseline_threads as f64)
+            .collect::<Vec<_>>()
+    };
+    let g = format!(
+        "slowloris: {} idle + {} trickling connections",
+        n / 2,
+        n / 2
+    );
+    rep.add(
+        &g,
+        "operator GET p50",
+        "µs",
+        q(&a, 0.5),
+        q(&b, 0.5),
+        Better::Lower,
+        None,
+        "",
+    );
+    rep.add(
+        &g,
+        "operator GET max",
+        "µs",
+        q(&a, 1.0),
+        q(&b, 1.0),
+        Better::Lower,
+        target("< 1 s", |h, _| h < 1e6),
+        "",
+    );
+    rep.add(
+        &g,
+        "operator GETs refused or unanswered",
+        "",
+        refused(&a),
+        refused(&b),
+        Better::Lower,
+        target("0", |h, _| h <= 0.0),
+        "",
+    );
+    rep.add(
+        &g,
+        "threads over idle (max)",
+        "",
+        thr(&a),
+        thr(&b),
+        Better::Lower,
+        None,
+        "",
+    );
 }
 
 fn sessions(env: &Env, args: &Args, rep: &mut Report) {

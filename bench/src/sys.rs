@@ -1,6 +1,8 @@
 //! Process-level figures: resident memory idle, with 100 supervised
-//! sessions and with 1000 panel sockets (plus thread and descriptor counts
-//! before, during and after), startup to listening, binary size, `--help`.
+//! sessions, with 1000 panel sockets and with 1000 idle HTTP connections
+//! (plus thread and descriptor counts before, during and after), an
+//! operator's requests under a slowloris crowd, startup to listening,
+//! binary size, `--help`.
 
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
@@ -87,6 +89,126 @@ pub fn panels(env: &Env, kind: Kind, n: usize) -> PanelsResult {
     }
     std::thread::sleep(Duration::from_secs(1));
     r.after = counts(&s);
+    s.stop();
+    r
+}
+
+#[derive(Debug, Default)]
+pub struct HttpIdleResult {
+    pub before: Counts,
+    pub during: Counts,
+    pub opened: usize,
+}
+
+/// Opens `n` HTTP connections, each serving one keep-alive `GET
+/// /api/sessions/:id`
+/// and then left open and idle, and measures the server with them open.
+pub fn http_idle(env: &Env, kind: Kind, n: usize) -> HttpIdleResult {
+    use std::io::{Read, Write};
+    let s = Server::start(env, kind, &Opts::default());
+    s.create_session(load::SESSION);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut r = HttpIdleResult {
+        before: counts(&s),
+        ..HttpIdleResult::default()
+    };
+    let request = format!(
+        "GET /api/sessions/{} HTTP/1.1\r\nHost: {}\r\n\r\n",
+        load::SESSION,
+        s.addr
+    );
+    let mut open = Vec::with_capacity(n);
+    let mut buf = [0u8; 4096];
+    for _ in 0..n {
+        let Ok(mut c) = std::net::TcpStream::connect(s.addr) else {
+            continue;
+        };
+        let _ = c.set_read_timeout(Some(Duration::from_secs(5)));
+        if c.write_all(request.as_bytes()).is_err() {
+            continue;
+        }
+        // The answer's head and its small body arrive together.
+        let mut got = Vec::new();
+        while wire::find(&got, b"\r\n\r\n").is_none() {
+            match c.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(k) => got.extend_from_slice(&buf[..k]),
+            }
+        }
+        if got.starts_with(b"HTTP/1.1 200") {
+            open.push(c);
+        }
+    }
+    r.opened = open.len();
+    std::thread::sleep(Duration::from_secs(2));
+    r.during = counts(&s);
+    drop(open);
+    s.stop();
+    r
+}
+
+#[derive(Debug, Default)]
+pub struct SlowlorisResult {
+    /// `GET /api/sessions/:id` round trips on fresh connections while the crowd
+    /// is open, in µs.
+    pub samples_us: Vec<f64>,
+    pub refused: usize,
+    pub threads: u64,
+    pub baseline_threads: u64,
+}
+
+/// `n` connections, half idle and half trickling a head (one byte each
+/// per 500 ms, replaced when the server cuts them), for 5 s; meanwhile a
+/// client asks `GET /api/sessions/:id` every 100 ms on a fresh connection.
+pub fn slowloris(env: &Env, kind: Kind, n: usize) -> SlowlorisResult {
+    use std::io::{Read, Write};
+    let s = Server::start(env, kind, &Opts::default());
+    s.create_session(load::SESSION);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut r = SlowlorisResult {
+        baseline_threads: s.threads(),
+        ..SlowlorisResult::default()
+    };
+    let head = b"GET /api/sessions/x HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ";
+    let connect = || std::net::TcpStream::connect(s.addr).ok();
+    let idle: Vec<_> = (0..n / 2).filter_map(|_| connect()).collect();
+    let mut trickling: Vec<std::net::TcpStream> = Vec::new();
+    let ask = format!(
+        "GET /api/sessions/{} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        load::SESSION,
+        s.addr
+    );
+    let started = Instant::now();
+    let mut last_drip = Instant::now() - Duration::from_secs(1);
+    while started.elapsed() < Duration::from_secs(5) {
+        if last_drip.elapsed() >= Duration::from_millis(500) {
+            trickling.retain_mut(|c| c.write_all(b"a").is_ok());
+            while trickling.len() < n / 2 {
+                let Some(mut c) = connect() else { break };
+                if c.write_all(head).is_err() {
+                    break;
+                }
+                trickling.push(c);
+            }
+            last_drip = Instant::now();
+        }
+        r.threads = r.threads.max(s.threads());
+        let t = Instant::now();
+        let answered = connect().and_then(|mut c| {
+            c.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+            c.write_all(ask.as_bytes()).ok()?;
+            let mut reply = Vec::new();
+            let _ = c.read_to_end(&mut reply);
+            Some(reply.starts_with(b"HTTP/1.1 200"))
+        });
+        match answered {
+            Some(true) => r.samples_us.push(t.elapsed().as_secs_f64() * 1e6),
+            _ => r.refused += 1,
+        }
+        // the probing client's pace
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop((idle, trickling));
     s.stop();
     r
 }

@@ -300,8 +300,6 @@ pub struct Hub {
     pub queries: crate::worker::query::Queries,
     /// The headless subagent service's worker hooks.
     hooks: Arc<dyn WorkerHooks>,
-    /// Who may reach the Shard endpoints, and the ticket book.
-    pub shard: crate::shard::gate::Gate,
 }
 
 impl Hub {
@@ -322,12 +320,11 @@ impl Hub {
         // An existing Node hub's sessions come along, once (docs/store.md).
         let pass_through = &config.launcher.docker_management_env;
         crate::store::import::run(&mut store, &data_dir, &mut |batch| {
-            crate::supervisor::container::import_node(&data_dir, pass_through, batch)
+            crate::supervisor::context::import_node(&data_dir, pass_through, batch)
         })
         .map_err(StartError::Store)?;
         let records = store.load_sessions().map_err(StartError::Store)?;
         let hub = Hub {
-            shard: crate::shard::gate::Gate::new(&config),
             config,
             static_dir: options.static_dir,
             epoch: uuid::Uuid::new_v4().to_string(),

@@ -32,6 +32,7 @@ impl Running {
         report_fd_limit(&hub);
         let panels = Panels::new();
         hub.subscribe(panels.clone());
+        let gate = Arc::new(crate::shard::gate::Gate::new(&hub.config));
         if let Err(err) = crate::supervisor::sys::set_child_subreaper() {
             log::warn!("cannot become a child subreaper: {err}");
         }
@@ -56,10 +57,12 @@ impl Running {
         crate::supervisor::control::adopt(&hub, recorded);
         crate::subagents::family::restore(&hub, &launched);
         let server =
-            crate::http::start(hub.clone(), panels, listener).map_err(|err| StartError::Bind {
-                listener: MAIN_LISTENER,
-                addr: crate::http::display_addr(&hub.local_addr()),
-                err,
+            crate::http::start(hub.clone(), panels, gate.clone(), listener).map_err(|err| {
+                StartError::Bind {
+                    listener: MAIN_LISTENER,
+                    addr: crate::http::display_addr(&hub.local_addr()),
+                    err,
+                }
             })?;
         let tools_addr = tools_listener.local_addr().ok();
         let tools = match crate::http::tools::start(hub.clone(), tools_listener) {
@@ -76,7 +79,7 @@ impl Running {
         if let Some(addr) = hub.tools_addr() {
             log::info!("tools: ws://{}", crate::http::display_addr(&addr));
         }
-        crate::shard::gate::announce(&hub);
+        crate::shard::gate::announce(&hub, &gate);
         Ok(Running {
             hub,
             server,

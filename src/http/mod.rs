@@ -27,6 +27,7 @@ use tiny_http::{Header, Method, Request, Response, ServerHandle, ServerLimits};
 use crate::hub::Hub;
 use crate::ops::code;
 use crate::panel::Panels;
+use crate::shard::gate::Gate;
 
 /// Content-Security-Policy of every response but the documents of a
 /// configured static directory ([`csp`]): only same-origin scripts,
@@ -38,10 +39,12 @@ pub const CSP: &str = csp::EMBEDDED;
 pub fn start(
     hub: Arc<Hub>,
     panels: Arc<Panels>,
+    gate: Arc<Gate>,
     listener: TcpListener,
 ) -> std::io::Result<ServerHandle> {
     let limits = server_limits(&hub);
-    let handler: Arc<dyn Fn(Request) + Send + Sync> = Arc::new(move |rq| handle(&hub, &panels, rq));
+    let handler: Arc<dyn Fn(Request) + Send + Sync> =
+        Arc::new(move |rq| handle(&hub, &panels, &gate, rq));
     tiny_http::Server::serve_with_limits(listener, limits, handler)
 }
 
@@ -113,7 +116,7 @@ impl From<crate::ops::OpError> for ApiError {
 }
 
 /// Serves one request. Runs on the connection's thread.
-fn handle(hub: &Arc<Hub>, panels: &Arc<Panels>, mut rq: Request) {
+fn handle(hub: &Arc<Hub>, panels: &Arc<Panels>, gate: &Gate, mut rq: Request) {
     let method = rq.method().clone();
     let target = rq.url().to_string();
     let (path, query) = match url::split_target(&target) {
@@ -154,7 +157,7 @@ fn handle(hub: &Arc<Hub>, panels: &Arc<Panels>, mut rq: Request) {
         return respond(rq, response);
     }
     if shard {
-        return crate::shard::gate::route(hub, rq, &method, path, query, is_upgrade);
+        return crate::shard::gate::route(hub, gate, rq, &method, path, query, is_upgrade);
     }
     if path == "/panel/ws" && is_upgrade {
         return crate::panel::service::handle(hub, panels, rq, query);

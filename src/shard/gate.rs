@@ -25,7 +25,8 @@ use crate::ws;
 /// Largest client message on a Shard socket.
 pub const MAX_CLIENT_MESSAGE: usize = 4 * 1024 * 1024;
 
-/// The Shard endpoints' access state, held by the hub.
+/// The Shard endpoints' access state: front-end state like the panel
+/// registry, created at start (`run.rs`) and handed to the front door.
 #[derive(Debug)]
 pub struct Gate {
     mode: Mode,
@@ -77,8 +78,7 @@ impl Gate {
 
 /// Logs the Shard endpoints' mode once at start: a warning when they are
 /// off, the one-line plaintext warning of `shard.allowInsecureRemote`.
-pub fn announce(hub: &Hub) {
-    let gate = &hub.shard;
+pub fn announce(hub: &Hub, gate: &Gate) {
     let s = &gate.settings;
     match gate.mode {
         Mode::Off => log::warn!("{}", gate.off_reason),
@@ -113,11 +113,19 @@ pub fn is_shard_path(path: &str) -> bool {
 }
 
 /// Serves a `/shard` path (the front door's one call).
-pub fn route(hub: &Arc<Hub>, rq: Request, method: &Method, path: &str, query: &str, upgrade: bool) {
+pub fn route(
+    hub: &Arc<Hub>,
+    gate: &Gate,
+    rq: Request,
+    method: &Method,
+    path: &str,
+    query: &str,
+    upgrade: bool,
+) {
     match (path, upgrade) {
-        ("/shard/ws", true) => connect(hub, rq, query),
+        ("/shard/ws", true) => connect(hub, gate, rq, query),
         ("/shard/ticket", false) if *method == Method::Post => {
-            let reply = match issue_ticket(hub, &rq, query) {
+            let reply = match issue_ticket(hub, gate, &rq, query) {
                 Ok(reply) => reply,
                 Err(err) => Reply::error(&err),
             };
@@ -173,9 +181,9 @@ pub struct Admitted {
 /// `Sec-WebSocket-Protocol` (it then needs an allowed `Origin`, 400, and
 /// must be live, unused and issued to that origin, 401), else the panel
 /// token exactly as `/panel/ws` takes it (401).
-pub fn admit(hub: &Hub, rq: &Request, query: &str) -> Result<Admitted, ApiError> {
+pub fn admit(hub: &Hub, gate: &Gate, rq: &Request, query: &str) -> Result<Admitted, ApiError> {
     let seen = seen(rq);
-    let passed = checked(hub, &seen)?;
+    let passed = checked(hub, gate, &seen)?;
     let lines = headers(rq, "Sec-WebSocket-Protocol");
     let offer = ticket::read_offer(lines.iter().copied())
         .map_err(|_| ApiError::new(400, code::BAD_REQUEST, "offer at most one shard-ticket"))?;
@@ -188,7 +196,6 @@ pub fn admit(hub: &Hub, rq: &Request, query: &str) -> Result<Admitted, ApiError>
                     "a ticket needs the Origin it was issued to",
                 )
             })?;
-            let gate = &hub.shard;
             let now = gate.now();
             let redeemed = gate.book().redeem(presented, origin, now);
             redeemed.map_err(|why| {
@@ -218,9 +225,9 @@ pub fn admit(hub: &Hub, rq: &Request, query: &str) -> Result<Admitted, ApiError>
 /// credential, which must be the panel token; the request's `Origin` is
 /// required and the ticket is bound to it. Answers `{ticket, expires_at}`
 /// (`expires_at` in Unix milliseconds). The ticket is never logged.
-fn issue_ticket(hub: &Hub, rq: &Request, query: &str) -> Result<Reply, ApiError> {
+fn issue_ticket(hub: &Hub, gate: &Gate, rq: &Request, query: &str) -> Result<Reply, ApiError> {
     let seen = seen(rq);
-    checked(hub, &seen)?;
+    checked(hub, gate, &seen)?;
     let origin = seen.origin.ok_or_else(|| {
         ApiError::new(
             400,
@@ -230,7 +237,6 @@ fn issue_ticket(hub: &Hub, rq: &Request, query: &str) -> Result<Reply, ApiError>
     })?;
     panel_token(hub, rq, query)?;
     let secret = crate::hub::new_token();
-    let gate = &hub.shard;
     let now = gate.now();
     let issued = gate.book().issue(&secret, origin, now);
     let deadline = issued.map_err(|ticket::Full| {
@@ -252,8 +258,8 @@ fn issue_ticket(hub: &Hub, rq: &Request, query: &str) -> Result<Reply, ApiError>
 
 /// The upgrade: admission, the handshake, the 101 with `shard.v0` when
 /// offered; then the connection.
-fn connect(hub: &Arc<Hub>, rq: Request, query: &str) {
-    let admitted = match admit(hub, &rq, query) {
+fn connect(hub: &Arc<Hub>, gate: &Gate, rq: Request, query: &str) {
+    let admitted = match admit(hub, gate, &rq, query) {
         Ok(admitted) => admitted,
         Err(err) => return http::respond_error(rq, &err),
     };
@@ -285,8 +291,7 @@ fn connect(hub: &Arc<Hub>, rq: Request, query: &str) {
 }
 
 /// The rules before the credential, as the API answers them.
-fn checked(hub: &Hub, seen: &Seen<'_>) -> Result<Passed, ApiError> {
-    let gate = &hub.shard;
+fn checked(hub: &Hub, gate: &Gate, seen: &Seen<'_>) -> Result<Passed, ApiError> {
     let policy = access::Policy {
         mode: gate.mode,
         settings: &gate.settings,

@@ -4,8 +4,8 @@
 //! the stop ladder by container. The decisions are `docker`'s (pure).
 //!
 //! The context is kept in `<dataDir>/docker/<session>.json` (0600 in a
-//! 0700 directory), written before the CLI is spawned and removed just
-//! before the worker's end is recorded. It is not in the session
+//! 0700 directory, `context`), written before the CLI is spawned and
+//! removed just before the worker's end is recorded. It is not in the session
 //! directory, which a Docker launch usually mounts into the container.
 //!
 //! Every management command runs the executable the launch resolved, in
@@ -18,15 +18,15 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::control::{self, StopFailed, StopHow, StopMode, StopResult, Stopped};
+use super::context;
 use super::docker::{self, Inspected, Management, Recognised, Signal, Stored};
 use super::launch::Invocation;
+use super::stop::{StopFailed, StopHow, StopMode, StopResult, Stopped};
 use super::sys::Pinned;
+use super::tracked;
 use crate::hub::Hub;
 use crate::session::Session;
-use crate::store::node::Batch;
 use crate::store::ProcessRecord;
-use crate::util::fsutil;
 
 /// How long one `docker kill` or `docker inspect` may take.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
@@ -54,72 +54,13 @@ const STOPPING_POLL: Duration = Duration::from_millis(100);
 const LADDER_POLL: Duration = Duration::from_millis(100);
 const CLI_SLICE: Duration = Duration::from_millis(250);
 
-/// Where the management contexts of the data directory `data_dir` are kept.
-fn dir_in(data_dir: &Path) -> PathBuf {
-    data_dir.join("docker")
-}
-
 fn dir(hub: &Hub) -> PathBuf {
-    dir_in(&hub.config.data_dir)
+    context::dir_in(&hub.config.data_dir)
 }
 
 /// The context file of session `id`.
 fn file(hub: &Hub, id: &str) -> PathBuf {
     dir(hub).join(format!("{id}.json"))
-}
-
-/// Keeps `stored` as its session's context (0600, in a 0700 directory).
-fn write(data_dir: &Path, stored: &Stored) -> Result<(), String> {
-    let text = serde_json::to_string_pretty(&docker::to_json(stored)).map_err(|e| e.to_string())?;
-    let dir = dir_in(data_dir);
-    fsutil::create_private_dir(&dir)
-        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
-    let path = dir.join(format!("{}.json", stored.session));
-    fsutil::write_private_atomic(&path, text.as_bytes())
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
-}
-
-/// At the import of a Node hub's data directory, before anything is
-/// written to the store: each Node Docker context of the batch becomes
-/// this hub's for the same start (`docker::from_node`), so a container
-/// the Node hub ran is adopted, stopped and judged by its container. A
-/// context that cannot be used is left out with a note (the container
-/// is then not managed, as on the Node hub); one that cannot be written
-/// fails the import.
-pub fn import_node(
-    data_dir: &Path,
-    pass_through: &[String],
-    batch: &Batch,
-) -> Result<Vec<String>, String> {
-    let mut notes = Vec::new();
-    for (id, context) in &batch.docker {
-        let Some(rec) = batch.process(id) else {
-            continue;
-        };
-        match docker::from_node(
-            id,
-            &rec.lifecycle_id,
-            &rec.command,
-            &rec.args,
-            context,
-            pass_through,
-        ) {
-            Ok(stored) => {
-                write(data_dir, &stored)?;
-                log::info!(
-                    "node import: session {id}: container {} is managed through {}",
-                    stored.management.target.name,
-                    stored.management.executable.display()
-                );
-            }
-            Err(why) => notes.push(format!(
-                "session {id}: its Docker management context is not usable ({why}); only a \
-                 worker process with pid {} on this host can be adopted",
-                rec.pid
-            )),
-        }
-    }
-    Ok(notes)
 }
 
 /// The hub's environment, as text (a variable that is not UTF-8 is left
@@ -198,7 +139,7 @@ pub fn prepare(
         lifecycle_id: lifecycle_id.to_string(),
         management,
     };
-    write(&hub.config.data_dir, &stored)?;
+    context::write(&hub.config.data_dir, &stored)?;
     let m = stored.management;
     log::info!(
         "session {id}: container {} is the worker: stopped with docker kill and judged by docker \
@@ -212,7 +153,7 @@ pub fn prepare(
 /// Removes session `id`'s kept context, if it is `lifecycle_id`'s.
 pub fn forget(hub: &Hub, id: &str, lifecycle_id: &str) {
     let path = file(hub, id);
-    let ours = read(&path).is_ok_and(|s| s.lifecycle_id == lifecycle_id);
+    let ours = context::read(&path).is_ok_and(|s| s.lifecycle_id == lifecycle_id);
     if ours {
         if let Err(err) = std::fs::remove_file(&path) {
             log::warn!("session {id}: cannot remove {}: {err}", path.display());
@@ -220,17 +161,11 @@ pub fn forget(hub: &Hub, id: &str, lifecycle_id: &str) {
     }
 }
 
-fn read(path: &Path) -> Result<Stored, String> {
-    let text = fsutil::read_private_file(path).map_err(|e| e.to_string())?;
-    let value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-    docker::from_json(&value)
-}
-
 /// After a hub restart: the context kept for the recorded process `rec`,
 /// when there is a valid one of its start.
 pub fn load(hub: &Hub, rec: &ProcessRecord) -> Option<Arc<Management>> {
     let path = file(hub, &rec.session_id);
-    match read(&path) {
+    match context::read(&path) {
         Ok(stored)
             if stored.session == rec.session_id && stored.lifecycle_id == rec.lifecycle_id =>
         {
@@ -296,10 +231,10 @@ fn run(m: &Management, args: &[String]) -> Result<Ran, String> {
         )
     };
     let mut child =
-        control::spawn_tracked(&mut command).map_err(|e| format!("cannot run {}: {e}", what()))?;
+        tracked::spawn_tracked(&mut command).map_err(|e| format!("cannot run {}: {e}", what()))?;
     let pid = child.id();
     let result = collect(&mut child, Instant::now() + COMMAND_TIMEOUT);
-    control::untrack(pid);
+    tracked::untrack(pid);
     result.map_err(|e| format!("{}: {e}", what()))
 }
 

@@ -22,80 +22,23 @@
 use std::fmt;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
 use super::daemon::{self, Found};
 use super::process::ProcessInfo;
+use super::stop::stopped;
+pub use super::stop::{StopFailed, StopHow, StopMode, StopResult};
 use super::sys::{self, Identity, Pinned};
+use super::tracked::waited;
 use super::{capture, container, launch, refresh, render};
 use crate::hub::{Hub, Note};
 use crate::session::{NoStop, Session};
 use crate::store::ProcessRecord;
 use crate::util::thread::{self, Stack};
 use crate::util::{fsutil, time};
-
-/// How a stop is carried out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopMode {
-    /// Protocol shutdown, then SIGTERM, then SIGKILL.
-    Graceful,
-    /// SIGKILL to the whole process group at once.
-    ForceKill,
-}
-
-/// How a stop ended, or where it gave up (`how` on the wire).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum StopHow {
-    /// No worker was ever started for the session.
-    NotStarted,
-    /// The worker had already ended.
-    AlreadyExited,
-    /// The worker obeyed the protocol `shutdown` signal.
-    ShutdownSignal,
-    Sigterm,
-    Sigkill,
-    SigkillProcessGroup,
-}
-
-impl StopHow {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StopHow::NotStarted => "not-started",
-            StopHow::AlreadyExited => "already-exited",
-            StopHow::ShutdownSignal => "shutdown-signal",
-            StopHow::Sigterm => "sigterm",
-            StopHow::Sigkill => "sigkill",
-            StopHow::SigkillProcessGroup => "sigkill-process-group",
-        }
-    }
-
-    /// Whether no worker process was running when the stop began.
-    pub fn found_nothing(self) -> bool {
-        matches!(self, StopHow::NotStarted | StopHow::AlreadyExited)
-    }
-}
-
-/// A stop that ended the worker (or found none to end).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stopped {
-    pub how: StopHow,
-    /// A signal, not the protocol, ended it.
-    pub forced: bool,
-}
-
-/// A stop that could not confirm the worker's end.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StopFailed {
-    pub how: StopHow,
-    pub forced: bool,
-    pub reason: String,
-}
-
-/// The outcome of a stop.
-pub type StopResult = Result<Stopped, StopFailed>;
 
 /// A started worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -118,41 +61,9 @@ impl fmt::Display for StartFailed {
 /// The outcome of a start.
 pub type StartResult = Result<Started, StartFailed>;
 
-fn stopped(how: StopHow, forced: bool) -> StopResult {
-    Ok(Stopped { how, forced })
-}
-
 /// Startup snapshot files captured at every supervised launch.
 pub const STARTUP_WORKER: &str = "startup-worker.yaml";
 pub const STARTUP_LAUNCH: &str = "startup-launch.jsonc";
-
-/// The pids of the children this hub waits on itself (each has a waiter
-/// thread in `wait()`). The lock is the spawn lock: it is held across
-/// `spawn()` and the insert of the new pid, and across the orphan reaper's
-/// `waitpid` calls, so the reaper never takes a just-spawned worker for an
-/// orphan. Nothing else happens under it (no `/proc` read, SQLite call or
-/// other lock).
-static WAITED: Mutex<Vec<u32>> = Mutex::new(Vec::new());
-
-fn waited() -> std::sync::MutexGuard<'static, Vec<u32>> {
-    WAITED.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Spawns a short-lived helper child (a Docker management command) that
-/// the caller waits on itself: listed under the spawn lock like a worker,
-/// so the orphan reaper leaves it alone. The caller calls [`untrack`]
-/// once it has reaped it.
-pub(super) fn spawn_tracked(command: &mut Command) -> std::io::Result<std::process::Child> {
-    let mut waited = waited();
-    let child = command.spawn()?;
-    waited.push(child.id());
-    Ok(child)
-}
-
-/// Forgets a child of [`spawn_tracked`] after its exit was collected.
-pub(super) fn untrack(pid: u32) {
-    waited().retain(|&p| p != pid);
-}
 
 /// Starts the worker of session `id`. `spec` (optional) overrides launch
 /// fields of the session's spec for this and later starts.

@@ -583,6 +583,29 @@ pub fn to_json(stored: &Stored) -> Value {
     })
 }
 
+/// The `env` object of a stored context: text values without NUL, under
+/// names `name_ok` accepts.
+fn env_object(
+    value: &Value,
+    name_ok: impl Fn(&str) -> bool,
+) -> Result<Vec<(String, String)>, String> {
+    let mut env = Vec::new();
+    for (key, item) in value
+        .get("env")
+        .and_then(Value::as_object)
+        .ok_or("env is not an object")?
+    {
+        let Some(item) = item.as_str().filter(|s| !s.contains('\0')) else {
+            return Err(format!("env {key} is not text"));
+        };
+        if !name_ok(key) {
+            return Err("env holds a bad name".into());
+        }
+        env.push((key.clone(), item.to_owned()));
+    }
+    Ok(env)
+}
+
 /// Reads a stored context back, refusing anything the hub would not have
 /// written: relative or non-text paths, NUL bytes, a bad name, global
 /// options the CLI grammar does not accept, bad environment names. The
@@ -643,20 +666,7 @@ pub fn from_json(value: &Value) -> Result<Stored, String> {
     {
         return Err("pass_through holds a bad or repeated name".into());
     }
-    let mut env = Vec::new();
-    for (key, item) in value
-        .get("env")
-        .and_then(Value::as_object)
-        .ok_or("env is not an object")?
-    {
-        let Some(item) = item.as_str().filter(|s| !s.contains('\0')) else {
-            return Err(format!("env {key} is not text"));
-        };
-        if !crate::config::is_env_name(key) {
-            return Err("env holds a bad name".into());
-        }
-        env.push((key.clone(), item.to_owned()));
-    }
+    let env = env_object(value, crate::config::is_env_name)?;
     Ok(Stored {
         session: text("session")?,
         lifecycle_id: text("lifecycle_id")?,
@@ -715,20 +725,10 @@ pub fn from_node(
         Recognised::Unmanaged(why) => return Err(why),
         Recognised::NotDocker => return Err("the command line is not a docker run".into()),
     };
-    let mut env = Vec::new();
-    for (key, item) in obj
-        .get("env")
-        .and_then(Value::as_object)
-        .ok_or("env is not an object")?
-    {
-        let Some(item) = item.as_str().filter(|s| !s.contains('\0')) else {
-            return Err(format!("env {key} is not text"));
-        };
-        if key.is_empty() || key.contains('=') || key.contains('\0') {
-            return Err("env holds a bad name".into());
-        }
-        env.push((key.clone(), item.to_owned()));
-    }
+    // The Node hub's rule for a name: anything but empty, `=` or NUL.
+    let env = env_object(value, |key| {
+        !key.is_empty() && !key.contains('=') && !key.contains('\0')
+    })?;
     let pass_through: Vec<String> = pass_through.to_vec();
     Ok(Stored {
         session: session.to_owned(),

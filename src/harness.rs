@@ -50,6 +50,10 @@ pub mod config {
 /// splitting and the worker log ring.
 pub use crate::util::{line_splitter, log_ring};
 
+/// Fuzz `jsonl_splitter`; bench `micro`: the Shard transports' JSONL
+/// line framing.
+pub use crate::shard::jsonl;
+
 /// Fuzz `yaml_edit`: the worker configuration's YAML editor and the YAML
 /// reader it checks every edit with (the supervisor's refresh uses both).
 pub use crate::util::yaml_edit;

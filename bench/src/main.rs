@@ -1052,6 +1052,16 @@ fn splitter(args: &Args, rep: &mut Report) {
             None,
             "",
         );
+        rep.add(
+            &g,
+            "JSONL splitter (Shard socket and stdio)",
+            "MB/s",
+            c.jsonl_mbs.clone(),
+            vec![],
+            Better::Higher,
+            None,
+            "records borrowed, UTF-8 checked per line, 4 MiB line limit",
+        );
         if matches!(c.name, "ascii" | "mixed") {
             rep.add(
                 &g,

@@ -153,6 +153,9 @@ pub struct SplitterCase {
     pub owned_mbs: Vec<f64>,
     pub memchr_mbs: Vec<f64>,
     pub from_utf8_mbs: Vec<f64>,
+    /// The Shard transports' JSONL splitter (`harness::jsonl`) over the
+    /// same bytes: records borrowed, UTF-8 checked per line.
+    pub jsonl_mbs: Vec<f64>,
     pub lines: u64,
     pub allocs_per_line: f64,
 }
@@ -163,6 +166,20 @@ fn mbs(bytes: usize, d: Duration) -> f64 {
 
 /// The splitter as the hub's pipe readers use it: each line handed to a
 /// callback as `&str` (borrowed from the chunk when it lies within it).
+fn split_jsonl(buf: &[u8]) -> u64 {
+    let mut s =
+        simplex_hub::harness::jsonl::Splitter::new(simplex_hub::harness::jsonl::DEFAULT_MAX_LINE);
+    let mut records = 0u64;
+    for chunk in buf.chunks(CHUNK) {
+        s.push(chunk, |r| {
+            records += 1;
+            black_box(r);
+        });
+    }
+    black_box(s.finish());
+    records
+}
+
 fn split_once(buf: &[u8]) -> u64 {
     let mut s = LineSplitter::new();
     let mut lines = 0u64;
@@ -234,6 +251,7 @@ pub fn splitter(reps: usize) -> Vec<SplitterCase> {
             alloc_lines_mbs: vec![],
             memchr_mbs: vec![],
             from_utf8_mbs: vec![],
+            jsonl_mbs: vec![],
             lines: 0,
             allocs_per_line: 0.0,
         };
@@ -270,6 +288,9 @@ pub fn splitter(reps: usize) -> Vec<SplitterCase> {
             let t = Instant::now();
             black_box(memchr::memchr_iter(b'\n', black_box(&buf)).count());
             c.memchr_mbs.push(mbs(buf.len(), t.elapsed()));
+            let t = Instant::now();
+            black_box(split_jsonl(black_box(&buf)));
+            c.jsonl_mbs.push(mbs(buf.len(), t.elapsed()));
             let t = Instant::now();
             let ok = black_box(std::str::from_utf8(black_box(&buf)).is_ok());
             if ok {

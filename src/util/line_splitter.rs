@@ -457,7 +457,7 @@ pub fn floor_char_boundary(text: &str, limit: usize) -> usize {
 
 /// The index of the first LF: 16 bytes per step with the SWAR zero-byte
 /// test (the lowest flagged byte is always exact), then a plain scan.
-fn find_lf(bytes: &[u8]) -> Option<usize> {
+pub fn find_lf(bytes: &[u8]) -> Option<usize> {
     const LO: u64 = 0x0101_0101_0101_0101;
     const HI: u64 = 0x8080_8080_8080_8080;
     const LF: u64 = LO * b'\n' as u64;

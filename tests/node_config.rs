@@ -233,10 +233,11 @@ fn a_daemonizing_launcher_is_followed_through_its_pid_file() {
     let hub = daemonizing_hub(&dir);
     create_session_with_spec(&hub, "d", json!({"provider": "mock"}));
     let (launcher, daemon) = start_daemonized(&hub, "d");
+    // The log is read by a thread of the test; the line may trail the state.
+    let line =
+        format!("the launcher (pid {launcher}) daemonized; following the worker pid {daemon}");
     assert!(
-        hub.log_text().contains(&format!(
-            "the launcher (pid {launcher}) daemonized; following the worker pid {daemon}"
-        )),
+        wait_until(DEADLINE, || hub.log_text().contains(&line)),
         "{}",
         hub.log_text()
     );

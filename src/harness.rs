@@ -83,7 +83,7 @@ pub use crate::panel::protocol;
 
 /// Bench `sys`: the panel writer queue's entry type.
 pub mod panel_conn {
-    pub use crate::panel::conn::Outgoing;
+    pub use crate::wsconn::outbound::Outgoing;
 }
 
 /// Bench `micro`: the SQLite store (records and fsync'd commits); fuzz

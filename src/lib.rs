@@ -27,5 +27,6 @@ pub(crate) mod transcript;
 pub(crate) mod util;
 pub(crate) mod worker;
 pub(crate) mod ws;
+pub(crate) mod wsconn;
 
 pub use entry::main;

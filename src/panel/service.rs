@@ -55,23 +55,17 @@ pub fn handle(hub: &Arc<Hub>, panels: &Arc<Panels>, rq: Request, query: &str) {
     let id = hub.register_socket(writer.clone());
     let (panel, rx) = PanelConn::new(id, writer);
     panels.add(panel.clone());
-    let writer_panel = panel.clone();
-    let spawned = thread::spawn("panel-writer", Stack::Medium, move || {
-        writer_panel.write_loop(rx)
-    });
-    if spawned.is_err() {
-        panel.terminate();
-    }
+    panel.start_writer(rx);
     send(
         &panel,
         &protocol::welcome(hub.panel_info(), super::describe::all(hub)),
     );
     let parked = Parked {
-        panel,
+        conn: panel,
         socket: Box::new(socket),
     };
     if let Err(parked) = Poller::park(panels, hub, parked) {
-        release(hub, panels, &parked.panel);
+        release(hub, panels, &parked.conn);
     }
 }
 
@@ -107,7 +101,7 @@ fn check(hub: &Hub, rq: &Request, query: &str) -> Result<(), ApiError> {
 /// on a reader thread by the poller): `Park` once it would block,
 /// `Closed` when the connection ended (and was released).
 pub fn drain(hub: &Arc<Hub>, panels: &Panels, mut parked: Parked) -> Drained {
-    let panel = parked.panel.clone();
+    let panel = parked.conn.clone();
     loop {
         let message = match parked.socket.read() {
             Ok(message) => message,

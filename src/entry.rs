@@ -81,12 +81,18 @@ fn serve(args: ServeArgs) -> Result<(), BoxError> {
         static_dir: args.static_dir,
     };
     let running = crate::run::Running::start(loaded.config, options)?;
+    // A client's `daemon.shutdown` ends the wait below as a signal does.
+    let handle = signals.handle();
+    running
+        .hub
+        .set_shutdown_request(Box::new(move || handle.close()));
     log::info!(
         "panel: http://{}",
         http::display_addr(&running.hub.local_addr())
     );
-    if let Some(signal) = signals.forever().next() {
-        log::info!("received signal {signal}, shutting down");
+    match signals.forever().next() {
+        Some(signal) => log::info!("received signal {signal}, shutting down"),
+        None => log::info!("shutdown requested by a client, shutting down"),
     }
     running.stop();
     Ok(())

@@ -69,6 +69,17 @@ pub enum Note {
         confirmation: Value,
         outcome: Option<Value>,
     },
+    /// An open confirmation was decided (the decision is written to the
+    /// worker; the prompt closes when the worker closes the exchange).
+    /// `source` says who decided: `panel`, `api`, `shard`, `policy` (a
+    /// headless child's operator policy) or `hub` (the hub's own denial:
+    /// a foreign worker, an identity never verified).
+    Decided {
+        session: String,
+        confirmation_id: String,
+        approved: bool,
+        source: &'static str,
+    },
     /// The session plan was replaced; `plan` is `{markdown, revision,
     /// updated_at}` as committed to the store.
     Plan {
@@ -300,6 +311,9 @@ pub struct Hub {
     pub queries: crate::worker::query::Queries,
     /// The headless subagent service's worker hooks.
     hooks: Arc<dyn WorkerHooks>,
+    /// Asks the process's main thread to run the ordinary shutdown (set by
+    /// `entry.rs`; absent when the hub runs inside another program).
+    shutdown_request: OnceLock<Box<dyn Fn() + Send + Sync>>,
 }
 
 impl Hub {
@@ -343,6 +357,7 @@ impl Hub {
             family: crate::subagents::family::Family::default(),
             queries: crate::worker::query::Queries::new(),
             hooks: Arc::new(crate::subagents::hooks::Subagents),
+            shutdown_request: OnceLock::new(),
         };
         for rec in records {
             if !session::is_valid_id(&rec.id) {
@@ -564,6 +579,28 @@ impl Hub {
             .collect();
         for writer in writers {
             writer.close_and_shutdown(crate::ws::close::GOING_AWAY, "hub shutting down");
+        }
+    }
+
+    /// Sets how a client's shutdown request reaches the main thread.
+    pub fn set_shutdown_request(&self, request: Box<dyn Fn() + Send + Sync>) {
+        let _ = self.shutdown_request.set(request);
+    }
+
+    /// Whether this process offers a shutdown request.
+    pub fn can_request_shutdown(&self) -> bool {
+        self.shutdown_request.get().is_some()
+    }
+
+    /// Asks for the ordinary shutdown (`Running::stop` on the main
+    /// thread). False when this process offers no way to.
+    pub fn request_shutdown(&self) -> bool {
+        match self.shutdown_request.get() {
+            Some(request) => {
+                request();
+                true
+            }
+            None => false,
         }
     }
 

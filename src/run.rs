@@ -10,6 +10,7 @@ use crate::config::Config;
 use crate::hub::{Hub, RunOptions, StartError, MAIN_LISTENER, TOOLS_LISTENER};
 use crate::mock_provider::{MockProvider, MockProviderConfig, Scenario, MOCK_LISTENER};
 use crate::panel::Panels;
+use crate::shard::Shard;
 
 /// A started hub: the shared state, the two listener handles and the
 /// offline model provider when it runs.
@@ -33,6 +34,13 @@ impl Running {
         let panels = Panels::new();
         hub.subscribe(panels.clone());
         let gate = Arc::new(crate::shard::gate::Gate::new(&hub.config));
+        let shard = Shard::new(
+            hub.describe_sessions()
+                .into_iter()
+                .filter_map(|s| s["session_id"].as_str().map(str::to_string)),
+        );
+        hub.subscribe(shard.clone());
+        hub.subscribe(crate::ops::worker::DeferredStops::new(&hub));
         if let Err(err) = crate::supervisor::sys::set_child_subreaper() {
             log::warn!("cannot become a child subreaper: {err}");
         }
@@ -56,13 +64,11 @@ impl Running {
         let launched: Vec<String> = recorded.iter().map(|r| r.session_id.clone()).collect();
         crate::supervisor::control::adopt(&hub, recorded);
         crate::subagents::family::restore(&hub, &launched);
-        let server =
-            crate::http::start(hub.clone(), panels, gate.clone(), listener).map_err(|err| {
-                StartError::Bind {
-                    listener: MAIN_LISTENER,
-                    addr: crate::http::display_addr(&hub.local_addr()),
-                    err,
-                }
+        let server = crate::http::start(hub.clone(), panels, gate.clone(), shard, listener)
+            .map_err(|err| StartError::Bind {
+                listener: MAIN_LISTENER,
+                addr: crate::http::display_addr(&hub.local_addr()),
+                err,
             })?;
         let tools_addr = tools_listener.local_addr().ok();
         let tools = match crate::http::tools::start(hub.clone(), tools_listener) {

@@ -42,6 +42,15 @@ pub struct Pushed {
     pub evicted_bytes: usize,
 }
 
+/// What [`Transcript::tail`] does with one entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pick {
+    Skip,
+    Keep,
+    /// Keep it, and look no further back.
+    Boundary,
+}
+
 /// A bounded ring of retained events, oldest first.
 #[derive(Debug)]
 pub struct Transcript {
@@ -157,6 +166,32 @@ impl Transcript {
         self.entries.range(start..).take(limit).cloned().collect()
     }
 
+    /// The newest entries `pick` selects, oldest first, at most
+    /// `max_bytes` of their JSON together: the walk goes back from the
+    /// newest entry, skips what `pick` answers [`Pick::Skip`] to, and ends
+    /// at the first entry that does not fit or that `pick` calls a
+    /// [`Pick::Boundary`] (which is kept when it fits).
+    pub fn tail(&self, max_bytes: usize, mut pick: impl FnMut(&str) -> Pick) -> Vec<Entry> {
+        let mut out = Vec::new();
+        let mut bytes = 0;
+        for entry in self.entries.iter().rev() {
+            let choice = pick(&entry.json);
+            if choice == Pick::Skip {
+                continue;
+            }
+            if bytes + entry.json.len() > max_bytes {
+                break;
+            }
+            bytes += entry.json.len();
+            out.push(entry.clone());
+            if choice == Pick::Boundary {
+                break;
+            }
+        }
+        out.reverse();
+        out
+    }
+
     /// hub_sequence of the newest entry ever stored (full or omission
     /// record), even if since evicted; 0 if none ever. A retention gap does
     /// not advance it (`next_sequence() - 1` does).
@@ -242,6 +277,28 @@ mod tests {
 
     fn seqs(entries: &[Entry]) -> Vec<u64> {
         entries.iter().map(|e| e.hub_sequence).collect()
+    }
+
+    #[test]
+    fn the_tail_is_the_newest_picked_entries_within_the_bytes() {
+        let mut t = Transcript::new(100, 1_000_000);
+        for _ in 0..10 {
+            push_len(&mut t, 40);
+        }
+        let odd = |j: &str| {
+            if j.contains("\"hub_sequence\":3,") {
+                Pick::Boundary
+            } else if j.contains("\"hub_sequence\":6,") {
+                Pick::Skip
+            } else {
+                Pick::Keep
+            }
+        };
+        assert_eq!(seqs(&t.tail(1_000, odd)), [3, 4, 5, 7, 8, 9, 10]);
+        // 3 entries of 40 bytes fit in 120, not a fourth.
+        assert_eq!(seqs(&t.tail(120, odd)), [8, 9, 10]);
+        assert_eq!(seqs(&t.tail(119, odd)), [9, 10]);
+        assert!(t.tail(1_000, |_| Pick::Skip).is_empty());
     }
 
     #[test]

@@ -25,6 +25,8 @@ mod node_config;
 mod panel;
 // Who may reach the Shard endpoints: Host, Origin, forwarded headers, tickets, remote mode.
 mod shard_access;
+// The Shard wire protocol over /shard/ws, with a client written from the seed alone.
+mod shard;
 // The remote-tools listener: exchange close codes, limits and session plans.
 mod tools;
 // Hostile HTTP input: malformed heads, escapes, methods, traversal, CSRF, host names.

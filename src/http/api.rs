@@ -321,7 +321,7 @@ fn decide(hub: &Hub, rq: &mut Request, id: &str, cid: &str) -> Result<Reply, Api
         Some(Value::String(r)) => Some(r.as_str()),
         Some(_) => return Err(bad_request("reason must be a string")),
     };
-    ops::confirm::decide(hub, id, cid, approved, reason)?;
+    ops::confirm::decide(hub, id, cid, approved, reason, ops::confirm::Source::Api)?;
     Ok(ok(json!({
         "accepted": "confirmation",
         "session": id,

@@ -28,6 +28,7 @@ use crate::hub::Hub;
 use crate::ops::code;
 use crate::panel::Panels;
 use crate::shard::gate::Gate;
+use crate::shard::Shard;
 
 /// Content-Security-Policy of every response but the documents of a
 /// configured static directory ([`csp`]): only same-origin scripts,
@@ -40,11 +41,12 @@ pub fn start(
     hub: Arc<Hub>,
     panels: Arc<Panels>,
     gate: Arc<Gate>,
+    shard: Arc<Shard>,
     listener: TcpListener,
 ) -> std::io::Result<ServerHandle> {
     let limits = server_limits(&hub);
     let handler: Arc<dyn Fn(Request) + Send + Sync> =
-        Arc::new(move |rq| handle(&hub, &panels, &gate, rq));
+        Arc::new(move |rq| handle(&hub, &panels, &gate, &shard, rq));
     tiny_http::Server::serve_with_limits(listener, limits, handler)
 }
 
@@ -116,7 +118,13 @@ impl From<crate::ops::OpError> for ApiError {
 }
 
 /// Serves one request. Runs on the connection's thread.
-fn handle(hub: &Arc<Hub>, panels: &Arc<Panels>, gate: &Gate, mut rq: Request) {
+fn handle(
+    hub: &Arc<Hub>,
+    panels: &Arc<Panels>,
+    gate: &Gate,
+    shard_front: &Arc<Shard>,
+    mut rq: Request,
+) {
     let method = rq.method().clone();
     let target = rq.url().to_string();
     let (path, query) = match url::split_target(&target) {
@@ -157,7 +165,16 @@ fn handle(hub: &Arc<Hub>, panels: &Arc<Panels>, gate: &Gate, mut rq: Request) {
         return respond(rq, response);
     }
     if shard {
-        return crate::shard::gate::route(hub, gate, rq, &method, path, query, is_upgrade);
+        return crate::shard::gate::route(
+            hub,
+            gate,
+            shard_front,
+            rq,
+            &method,
+            path,
+            query,
+            is_upgrade,
+        );
     }
     if path == "/panel/ws" && is_upgrade {
         return crate::panel::service::handle(hub, panels, rq, query);

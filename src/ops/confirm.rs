@@ -4,6 +4,24 @@
 use super::{exists, OpError};
 use crate::hub::Hub;
 
+/// Who decided, as the publisher's `Decided` note names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Api,
+    Panel,
+    Shard,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::Api => "api",
+            Source::Panel => "panel",
+            Source::Shard => "shard",
+        }
+    }
+}
+
 /// Records the decision and sends it to the worker. The first decision
 /// wins; nothing is ever resent.
 pub fn decide(
@@ -12,8 +30,9 @@ pub fn decide(
     confirmation_id: &str,
     approved: bool,
     reason: Option<&str>,
+    source: Source,
 ) -> Result<(), OpError> {
     exists(hub, id)?;
-    crate::worker::confirm::decide(hub, id, confirmation_id, approved, reason)?;
+    crate::worker::confirm::decide(hub, id, confirmation_id, approved, reason, source.as_str())?;
     Ok(())
 }

@@ -100,6 +100,8 @@ pub enum ErrorKind {
     UnknownConfirmation,
     /// The confirmation cannot take this decision now.
     ConfirmationRejected,
+    /// A named choice (a confirmation mode) is not one the hub offers.
+    UnknownChoice,
     /// The answer does not fit one frame.
     DisplaySnapshotTooLarge,
     /// Too many read-only worker queries are pending; nothing was sent.
@@ -131,6 +133,7 @@ impl ErrorKind {
             SignalNotSent(_) => code::SIGNAL_NOT_SENT,
             UnknownConfirmation => code::UNKNOWN_CONFIRMATION,
             ConfirmationRejected => code::CONFIRMATION_REJECTED,
+            UnknownChoice => code::NOT_FOUND,
             DisplaySnapshotTooLarge => code::DISPLAY_SNAPSHOT_TOO_LARGE,
             TooManyQueries => code::TOO_MANY_QUERIES,
             AnswerUnavailable => code::ANSWER_UNAVAILABLE,
@@ -145,7 +148,7 @@ impl ErrorKind {
         match self {
             InvalidSession | InvalidPolicy | InvalidArguments => 400,
             InputNotSent(NotSent::Invalid) | SignalNotSent(NotSent::Invalid) => 400,
-            UnknownSession | UnknownConfirmation => 404,
+            UnknownSession | UnknownConfirmation | UnknownChoice => 404,
             SessionExists | SessionBusy | HeadlessRestricted | StaleLifecycle
             | RecoveryConflict | CleanupFailed | ConfirmationRejected | AnswerUnavailable => 409,
             InputNotSent(_) | SignalNotSent(_) => 409,
@@ -307,7 +310,7 @@ mod tests {
     use super::*;
 
     /// Every kind (each `NotSent` reason once).
-    const ALL: [ErrorKind; 23] = {
+    const ALL: [ErrorKind; 24] = {
         use ErrorKind::*;
         [
             UnknownSession,
@@ -328,6 +331,7 @@ mod tests {
             SignalNotSent(NotSent::WriteFailed),
             UnknownConfirmation,
             ConfirmationRejected,
+            UnknownChoice,
             DisplaySnapshotTooLarge,
             TooManyQueries,
             AnswerUnavailable,

@@ -10,6 +10,7 @@
 //!   signals; complete-answer pages.
 //! - [`confirm`]: an operator's decision on an open confirmation.
 //! - [`headless`]: the operator's policy and recovery of headless children.
+//! - [`daemon`]: a client's request for the hub's ordinary shutdown.
 //!
 //! Which commands a headless session takes is decided here too: each
 //! command that is not for one refuses it with `headless_restricted`
@@ -20,12 +21,13 @@
 //! front-end asked for it.
 
 pub mod confirm;
+pub mod daemon;
 pub mod error;
 pub mod headless;
 pub mod sessions;
 pub mod worker;
 
-pub use error::{code, ErrorKind, OpError};
+pub use error::{code, ErrorKind, NotSent, OpError};
 
 use crate::hub::Hub;
 

@@ -150,3 +150,86 @@ pub fn watchable(hub: &Hub, id: &str) -> Result<(), OpError> {
 pub fn too_large(message: &str) -> OpError {
     OpError::new(ErrorKind::DisplaySnapshotTooLarge, message)
 }
+
+/// How much of a session a watcher may see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watch {
+    /// Its transcript, status and approvals (an ordinary session).
+    Everything,
+    /// Its status and approvals only: a headless child's conversation
+    /// is its parent's (seed 003), as on the panel.
+    Approvals,
+}
+
+/// What a watcher of session `id` may see (`unknown_session` when there
+/// is none).
+pub fn watch_scope(hub: &Hub, id: &str) -> Result<Watch, OpError> {
+    match hub.session_kind(id) {
+        None => Err(OpError::unknown_session(id)),
+        Some(true) => Ok(Watch::Approvals),
+        Some(false) => Ok(Watch::Everything),
+    }
+}
+
+/// One configured provider profile, as a model catalog lists it (its
+/// name, plugin and model; nothing else of it leaves the hub).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Profile {
+    pub name: String,
+    pub plugin: String,
+    pub model: String,
+}
+
+/// The provider profiles a session may name and the one it uses (its
+/// spec's `provider`, with the spec's `model` when it overrides the
+/// profile's).
+pub fn models(hub: &Hub, id: &str) -> Result<(Vec<Profile>, Profile), OpError> {
+    operable(hub, id, "models")?;
+    let spec = hub
+        .with_session(id, |s| s.spec().clone())
+        .ok_or_else(|| OpError::unknown_session(id))?;
+    let profiles = profiles(hub);
+    let provider = spec["provider"].as_str().unwrap_or_default();
+    let mut active = profiles
+        .iter()
+        .find(|p| p.name == provider)
+        .cloned()
+        .unwrap_or_else(|| Profile {
+            name: provider.to_string(),
+            plugin: String::new(),
+            model: String::new(),
+        });
+    if let Some(model) = spec["model"].as_str().filter(|m| !m.is_empty()) {
+        active.model = model.to_string();
+    }
+    Ok((profiles, active))
+}
+
+/// Every configured provider profile, in configuration order.
+pub fn profiles(hub: &Hub) -> Vec<Profile> {
+    hub.config
+        .provider_profiles
+        .iter()
+        .map(|(name, profile)| Profile {
+            name: name.clone(),
+            plugin: profile["plugin"].as_str().unwrap_or_default().to_string(),
+            model: profile["model"].as_str().unwrap_or_default().to_string(),
+        })
+        .collect()
+}
+
+/// Reads session `id` through `f`, a pure projection run under the
+/// registry lock (it must not block: copy out, render afterwards).
+pub fn read<T>(
+    hub: &Hub,
+    id: &str,
+    f: impl FnOnce(&crate::session::Session) -> T,
+) -> Result<T, OpError> {
+    hub.with_session(id, |s| f(s))
+        .ok_or_else(|| OpError::unknown_session(id))
+}
+
+/// Reads every session, in creation order, through `f` (as [`read`]).
+pub fn read_all<T>(hub: &Hub, f: impl FnMut(&crate::session::Session) -> T) -> Vec<T> {
+    hub.sessions().list().into_iter().map(f).collect()
+}

@@ -235,3 +235,197 @@ pub fn answer(hub: &Hub, id: &str, args: &Value) -> Result<Value, OpError> {
     let payload = query::answer_payload(args).map_err(OpError::invalid_arguments)?;
     Ok(hub.query_worker(id, &payload, query::QUERY_DEADLINE)?)
 }
+
+/// The confirmation modes a client may choose (the worker protocol's
+/// `options.confirmation.mode`), with what each means.
+pub const MODES: [(&str, &str); 3] = [
+    (
+        "ask",
+        "every call that needs confirmation is asked of the operators",
+    ),
+    ("approve", "every such call is approved without asking"),
+    ("deny", "every such call is denied without asking"),
+];
+
+/// The mode a session's worker starts in.
+pub const DEFAULT_MODE: &str = "ask";
+
+/// A prompt from a client that drives the conversation (Shard).
+#[derive(Debug, Clone, Copy)]
+pub struct Prompt<'a> {
+    /// The payload's request id (the caller's, so it can wait for the
+    /// outcome before the worker can report it).
+    pub request_id: &'a str,
+    pub text: &'a str,
+    /// `(base64 data, mime type)` of each image.
+    pub images: &'a [(String, String)],
+    /// Queue behind the active run (the worker's payload queue) rather
+    /// than refuse while one runs.
+    pub follow_up: bool,
+}
+
+/// Sends a prompt as a `message` input: the text part, then one image
+/// part per image (`binary`, modality `image`, the mime type in
+/// `extras`), and the session's chosen confirmation mode as
+/// `options.confirmation.mode` when one was chosen. While a run is active
+/// it is refused (`session_busy`) unless `follow_up`. Returns the request
+/// id; its outcome arrives as a request note.
+pub fn prompt(hub: &Hub, id: &str, prompt: &Prompt<'_>) -> Result<String, OpError> {
+    operable(hub, id, "prompt")?;
+    let (busy, mode) = hub
+        .with_session(id, |s| {
+            (s.active_run().is_some(), s.mode().map(str::to_string))
+        })
+        .ok_or_else(|| OpError::unknown_session(id))?;
+    if busy && !prompt.follow_up {
+        return Err(OpError::new(
+            ErrorKind::SessionBusy,
+            "a run is active: send the prompt with streaming_behavior follow_up to queue it",
+        ));
+    }
+    let mut content = Vec::new();
+    if !prompt.text.is_empty() {
+        content.push(json!({"type": "text", "modality": "text", "raw": prompt.text}));
+    }
+    for (data, mime) in prompt.images {
+        content.push(json!({"type": "binary", "modality": "image", "raw": data,
+            "extras": {"mime_type": mime}}));
+    }
+    let mut input = json!({"request_id": prompt.request_id, "content": content});
+    if let Some(mode) = mode {
+        input["options"] = json!({"confirmation": {"mode": mode}});
+    }
+    hub.send_input(id, &input)
+        .map_err(|err| not_sent(err, ErrorKind::InputNotSent))
+}
+
+/// Asks the worker to compact its conversation (`compact` input) under
+/// `request_id`: refused while a run is active or an input waits for the
+/// worker's answer (`session_busy`), and when the worker does not
+/// advertise `context-compact` (`input_not_sent`).
+pub fn compact(hub: &Hub, id: &str, request_id: &str) -> Result<String, OpError> {
+    operable(hub, id, "compact")?;
+    let busy = hub
+        .with_session(id, |s| {
+            s.active_run().is_some() || s.has_unsettled_request()
+        })
+        .ok_or_else(|| OpError::unknown_session(id))?;
+    if busy {
+        return Err(OpError::new(
+            ErrorKind::SessionBusy,
+            "compaction runs between turns: a run is active or an input is queued",
+        ));
+    }
+    let input = json!({"operation": "compact", "request_id": request_id});
+    hub.send_input(id, &input)
+        .map_err(|err| not_sent(err, ErrorKind::InputNotSent))
+}
+
+/// The modes a client may choose and the session's current one.
+pub fn modes(hub: &Hub, id: &str) -> Result<String, OpError> {
+    operable(hub, id, "modes")?;
+    hub.with_session(id, |s| s.mode().unwrap_or(DEFAULT_MODE).to_string())
+        .ok_or_else(|| OpError::unknown_session(id))
+}
+
+/// What [`set_mode`] changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModeChange {
+    pub previous: String,
+    pub mode: String,
+}
+
+impl ModeChange {
+    pub fn changed(&self) -> bool {
+        self.previous != self.mode
+    }
+}
+
+/// Chooses the confirmation mode later prompts are sent with (`ask`,
+/// `approve`, `deny`; anything else is `unknown_choice`). A real change
+/// is announced (the session's description changed).
+pub fn set_mode(hub: &Hub, id: &str, mode: &str) -> Result<ModeChange, OpError> {
+    operable(hub, id, "set_mode")?;
+    if !MODES.iter().any(|(name, _)| *name == mode) {
+        return Err(OpError::new(
+            ErrorKind::UnknownChoice,
+            format!("unknown mode {mode:?} (ask, approve or deny)"),
+        ));
+    }
+    let previous = hub
+        .with_session(id, |s| s.set_mode(mode))
+        .ok_or_else(|| OpError::unknown_session(id))?
+        .unwrap_or_else(|| DEFAULT_MODE.to_string());
+    let change = ModeChange {
+        previous,
+        mode: mode.to_string(),
+    };
+    if change.changed() {
+        hub.notify(crate::hub::Note::SessionChanged {
+            session: id.to_string(),
+        });
+    }
+    Ok(change)
+}
+
+/// Stops the worker when it is inactive: at once when no run is active
+/// (`Ok(false)`, `done` gets the stop's outcome), or once the active run
+/// finishes (`Ok(true)`: deferred; `done` is not called). The deferred stop
+/// is carried out by [`DeferredStops`] when the run's end is announced.
+pub fn terminate(hub: &Arc<Hub>, id: &str, done: ActionDone) -> Result<bool, OpError> {
+    operable(hub, id, "worker stop")?;
+    let deferred = hub
+        .with_session(id, |s| s.defer_stop())
+        .ok_or_else(|| OpError::unknown_session(id))?;
+    if !deferred {
+        act(hub, id, Action::Stop, None, done);
+    }
+    Ok(deferred)
+}
+
+/// The publisher subscriber that carries out deferred stops: when a
+/// session's run ends (its `run_finished` event is announced) and a stop
+/// waits for it, the worker is stopped gracefully, from a short-lived
+/// thread (a stop writes SQLite; subscribers run under the publish lock).
+pub struct DeferredStops {
+    hub: std::sync::Weak<Hub>,
+}
+
+impl DeferredStops {
+    pub fn new(hub: &Arc<Hub>) -> Arc<DeferredStops> {
+        Arc::new(DeferredStops {
+            hub: Arc::downgrade(hub),
+        })
+    }
+}
+
+impl crate::hub::Subscriber for DeferredStops {
+    fn publish(&self, hub: &Hub, note: &crate::hub::Note) {
+        let crate::hub::Note::Event { session, json, .. } = note else {
+            return;
+        };
+        // A cheap look first: only a run's end can make a stop due.
+        if !json.contains("\"run_finished\"") {
+            return;
+        }
+        if hub.with_session(session, |s| s.take_due_stop()) != Some(true) {
+            return;
+        }
+        let Some(hub) = self.hub.upgrade() else {
+            return;
+        };
+        let id = session.clone();
+        let started = crate::util::thread::spawn_with(
+            "deferred-stop",
+            crate::util::thread::Stack::Large,
+            (hub, id),
+            |(hub, id)| {
+                log::info!("session {id}: its run finished; stopping the worker as asked");
+                control::stop(&hub, &id, StopMode::Graceful, Box::new(|_| {}));
+            },
+        );
+        if let Err((err, (_, id))) = started {
+            log::error!("session {id}: cannot start the deferred stop: {err}");
+        }
+    }
+}

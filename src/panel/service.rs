@@ -314,8 +314,14 @@ fn dispatch(hub: &Arc<Hub>, panel: &Arc<PanelConn>, text: &str) {
             request_id,
         } => {
             let approved = matches!(decision, protocol::Decision::Approved);
-            let decided =
-                ops::confirm::decide(hub, &session, &confirmation_id, approved, reason.as_deref());
+            let decided = ops::confirm::decide(
+                hub,
+                &session,
+                &confirmation_id,
+                approved,
+                reason.as_deref(),
+                ops::confirm::Source::Panel,
+            );
             match decided {
                 Ok(()) => {
                     let extra = json!({"confirmation_id": confirmation_id});
@@ -751,7 +757,11 @@ pub fn fan_out(hub: &Hub, registry: &Panels, note: &Note) {
             let frame = conn::encode(&protocol::plan(session, plan.clone()).to_string());
             to_subscribers(&panels, session, &frame);
         }
-        Note::SessionChanged { session } => broadcast_session(hub, &panels, session),
+        // A decision changes only the session's description for panels;
+        // the closing `confirmation` follows when the exchange closes.
+        Note::SessionChanged { session } | Note::Decided { session, .. } => {
+            broadcast_session(hub, &panels, session)
+        }
         Note::SessionRemoved { session } => {
             let frame = conn::encode(&protocol::session_removed(session).to_string());
             for panel in panels.iter() {

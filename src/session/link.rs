@@ -137,6 +137,41 @@ impl Session {
         }
     }
 
+    /// The confirmation mode inputs are sent with, when one was chosen.
+    pub fn mode(&self) -> Option<&str> {
+        self.mode.as_deref()
+    }
+
+    /// Chooses the confirmation mode later inputs are sent with; returns
+    /// the previous one.
+    pub fn set_mode(&mut self, mode: &str) -> Option<String> {
+        self.mode.replace(mode.to_string())
+    }
+
+    /// Asks for the worker to be stopped once its active run finishes.
+    /// False (nothing recorded) when no run is active: the caller stops it
+    /// now.
+    pub fn defer_stop(&mut self) -> bool {
+        self.stop_after_run = self.active_run.is_some();
+        self.stop_after_run
+    }
+
+    /// Whether a deferred stop is due (asked for, and no run is active any
+    /// more); taking it clears the request.
+    pub fn take_due_stop(&mut self) -> bool {
+        if self.stop_after_run && self.active_run.is_none() {
+            self.stop_after_run = false;
+            return true;
+        }
+        false
+    }
+
+    /// Whether a stop waits for the active run to finish.
+    #[cfg(test)]
+    pub fn stop_deferred(&self) -> bool {
+        self.stop_after_run
+    }
+
     /// A protocol error on the current link (counted in the statistics).
     pub fn count_protocol_error(&mut self) {
         self.stats.protocol_errors += 1;
@@ -341,6 +376,31 @@ mod tests {
         assert!(!s.connected());
         assert_eq!(s.identity(), IdentityState::Stale);
         assert_eq!(s.capabilities(), None);
+    }
+
+    #[test]
+    fn a_deferred_stop_waits_for_the_active_run() {
+        let mut s = session();
+        s.attach_link(link(1)).unwrap();
+        assert!(!s.defer_stop(), "no run: stop now");
+        assert!(!s.take_due_stop());
+        s.observe_envelope(&env("run_started", "w", 1, "r1", "", json!({})), "t");
+        assert!(s.defer_stop());
+        assert!(s.stop_deferred());
+        assert!(!s.take_due_stop(), "the run is still active");
+        s.observe_envelope(&env("run_finished", "w", 2, "r1", "", json!({})), "t");
+        assert!(s.take_due_stop());
+        assert!(!s.take_due_stop(), "taken once");
+        assert!(!s.stop_deferred());
+    }
+
+    #[test]
+    fn the_mode_is_remembered() {
+        let mut s = session();
+        assert_eq!(s.mode(), None);
+        assert_eq!(s.set_mode("approve"), None);
+        assert_eq!(s.set_mode("deny").as_deref(), Some("approve"));
+        assert_eq!(s.mode(), Some("deny"));
     }
 
     #[test]

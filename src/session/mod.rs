@@ -606,6 +606,13 @@ pub struct Session {
     plan: Value,
     /// Set for a headless child (`kind: "headless"`).
     subagent: Option<Box<headless::Child>>,
+    /// The confirmation mode (`ask`, `approve`, `deny`) the hub sends with
+    /// inputs that name none; `None` until a client chose one
+    /// (`link.rs`: `set_mode`).
+    mode: Option<String>,
+    /// Stop the worker once its active run finishes (`link.rs`:
+    /// `defer_stop`, `take_due_stop`); cleared by a new start.
+    stop_after_run: bool,
 }
 
 /// Read access to the worker link's state; it changes only through the
@@ -626,7 +633,6 @@ impl Session {
     }
 
     /// From the latest `ready`/`status` of the current connection.
-    #[cfg(test)]
     pub fn capabilities(&self) -> Option<&[String]> {
         self.capabilities.as_deref()
     }
@@ -644,7 +650,6 @@ impl Session {
         self.status.as_ref()
     }
 
-    #[cfg(test)]
     pub fn stats(&self) -> &Stats {
         &self.stats
     }
@@ -711,6 +716,8 @@ impl Session {
             log_file: None,
             plan: json!({"markdown": "", "revision": 0, "updated_at": null}),
             subagent: None,
+            mode: None,
+            stop_after_run: false,
         }
     }
 
@@ -739,6 +746,11 @@ impl Session {
 
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// When the session was created (RFC 3339).
+    pub fn created_at(&self) -> &str {
+        &self.created_at
     }
 
     /// The normalized spec.
@@ -934,6 +946,12 @@ impl Session {
             .iter_mut()
             .rev()
             .find(|r| r.request_id == request_id)
+    }
+
+    /// Whether a payload the hub sent still waits for the worker to admit
+    /// or reject it (it is queued behind the active run, or in flight).
+    pub fn has_unsettled_request(&self) -> bool {
+        self.requests.iter().any(|r| r.state == RequestState::Sent)
     }
 
     /// Records a payload as sent, keeping the most recent [`MAX_REQUESTS`].

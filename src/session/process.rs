@@ -64,6 +64,8 @@ impl Session {
 
     /// The start under `lifecycle_id` spawned `info` (state `running`).
     pub fn record_started(&mut self, mut info: ProcessInfo) {
+        // A stop deferred for an earlier worker's run is not this one's.
+        self.stop_after_run = false;
         info.state = ProcState::Running;
         self.process = Some(info);
     }

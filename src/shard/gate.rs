@@ -112,10 +112,13 @@ pub fn is_shard_path(path: &str) -> bool {
     path == "/shard" || path.starts_with("/shard/")
 }
 
-/// Serves a `/shard` path (the front door's one call).
+/// Serves a `/shard` path (the front door's one call); an admitted
+/// `/shard/ws` connection is handed to the Shard front-end (`shard`).
+#[allow(clippy::too_many_arguments)] // the request's parts, as the front door has them
 pub fn route(
     hub: &Arc<Hub>,
     gate: &Gate,
+    shard: &Arc<super::Shard>,
     rq: Request,
     method: &Method,
     path: &str,
@@ -123,7 +126,7 @@ pub fn route(
     upgrade: bool,
 ) {
     match (path, upgrade) {
-        ("/shard/ws", true) => connect(hub, gate, rq, query),
+        ("/shard/ws", true) => connect(hub, gate, shard, rq, query),
         ("/shard/ticket", false) if *method == Method::Post => {
             let reply = match issue_ticket(hub, gate, &rq, query) {
                 Ok(reply) => reply,
@@ -257,8 +260,8 @@ fn issue_ticket(hub: &Hub, gate: &Gate, rq: &Request, query: &str) -> Result<Rep
 }
 
 /// The upgrade: admission, the handshake, the 101 with `shard.v0` when
-/// offered; then the connection.
-fn connect(hub: &Arc<Hub>, gate: &Gate, rq: Request, query: &str) {
+/// offered; then the connection (`service::serve`).
+fn connect(hub: &Arc<Hub>, gate: &Gate, shard: &Arc<super::Shard>, rq: Request, query: &str) {
     let admitted = match admit(hub, gate, &rq, query) {
         Ok(admitted) => admitted,
         Err(err) => return http::respond_error(rq, &err),
@@ -275,8 +278,6 @@ fn connect(hub: &Arc<Hub>, gate: &Gate, rq: Request, query: &str) {
         admitted.subprotocol,
     );
     match accepted {
-        // The Shard protocol takes the socket over here (issue 16); until
-        // it does, the admitted socket is closed at once.
         Ok(accepted) => {
             log::debug!(
                 "shard: connection admitted ({:?}, {:?}, through the proxy: {})",
@@ -284,7 +285,7 @@ fn connect(hub: &Arc<Hub>, gate: &Gate, rq: Request, query: &str) {
                 admitted.scheme,
                 admitted.via_proxy
             );
-            accepted.writer.terminate()
+            super::service::serve(hub, shard, accepted)
         }
         Err(err) => log::debug!("shard upgrade failed: {err}"),
     }

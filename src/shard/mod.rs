@@ -1,9 +1,104 @@
-//! The Shard wire protocol front-end (seed 004): the hub as a Shard
-//! daemon. `access` and `ticket` are the pure rules of who may reach the
-//! endpoints; `gate` applies them on the main listener. `jsonl` is the
-//! line framing of the unix-socket and stdio transports (pure).
+//! The Shard wire protocol (seed 004): the hub as a Shard daemon. Every
+//! session is an agent; its worker is the agent's runtime. Who may reach
+//! the endpoints: `access` and `ticket` are the pure rules, `gate`
+//! applies them on the main listener and does the upgrade. `jsonl` is the
+//! line framing of the unix-socket and stdio transports (pure). The
+//! protocol core is pure and transport-neutral (`wire`: the envelope, correlation
+//! and the error registry; `catalog`: the commands; `translate`: worker
+//! envelopes as Shard events; `track`: each agent's status; `agent`:
+//! `AgentInfo`; `window`: a `sync`'s live window; `attach`: one
+//! connection's attachments and waiting commands; `render`: the events
+//! the hub writes itself). Commands run through `ops` (`dispatch`), hub
+//! notifications become events (`fanout`, a publisher subscriber), and
+//! `service` is the WebSocket transport (`GET /shard/ws`) over the shared
+//! connection machinery (`wsconn`).
+//!
+//! [`Shard`] is the front-end's own state: the connected clients, their
+//! poller, and what is kept of each agent.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 pub mod access;
+pub mod agent;
+pub mod attach;
+pub mod catalog;
+pub mod conn;
+pub mod dispatch;
+pub mod fanout;
 pub mod gate;
 pub mod jsonl;
+pub mod render;
+pub mod service;
 pub mod ticket;
+pub mod track;
+pub mod translate;
+pub mod window;
+pub mod wire;
+
+use conn::ShardConn;
+use track::Track;
+
+/// The connected Shard clients and the agents' state.
+#[derive(Default)]
+pub struct Shard {
+    /// Replaced whole on connect and disconnect, so the fan-out's snapshot
+    /// is one reference count.
+    list: Mutex<Arc<[Arc<ShardConn>]>>,
+    /// Idle client sockets waiting for input.
+    poller: service::Poller,
+    /// Each agent's state, by id (a leaf lock: nothing is taken while it
+    /// is held).
+    agents: Mutex<HashMap<String, Track>>,
+    /// When the keepalive last pinged every client (ms since the epoch).
+    last_ping: AtomicU64,
+}
+
+impl Shard {
+    /// The front-end's state, knowing the agents that exist now (a later
+    /// one is announced as spawned).
+    pub fn new(agents: impl IntoIterator<Item = String>) -> Arc<Shard> {
+        let shard = Shard::default();
+        shard.agents().extend(agents.into_iter().map(|id| {
+            let mut track = Track::default();
+            track.known = true;
+            (id, track)
+        }));
+        Arc::new(shard)
+    }
+
+    pub fn add(&self, conn: Arc<ShardConn>) {
+        let mut list = self.list.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = list.to_vec();
+        next.push(conn);
+        *list = next.into();
+    }
+
+    pub fn remove(&self, id: u64) {
+        let mut list = self.list.lock().unwrap_or_else(|p| p.into_inner());
+        if list.iter().any(|c| c.id == id) {
+            let next: Vec<Arc<ShardConn>> = list.iter().filter(|c| c.id != id).cloned().collect();
+            *list = next.into();
+        }
+    }
+
+    /// A snapshot of the connected clients (the lock is released at once).
+    pub fn snapshot(&self) -> Arc<[Arc<ShardConn>]> {
+        self.list.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn agents(&self) -> MutexGuard<'_, HashMap<String, Track>> {
+        self.agents.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` on agent `id`'s state (created when there is none).
+    pub fn agent<R>(&self, id: &str, f: impl FnOnce(&mut Track) -> R) -> R {
+        f(self.agents().entry(id.to_string()).or_default())
+    }
+
+    /// Forgets a deleted agent.
+    pub fn forget(&self, id: &str) {
+        self.agents().remove(id);
+    }
+}

@@ -68,6 +68,72 @@ pub fn rfc3339_from_millis(ms: u64) -> String {
     )
 }
 
+/// Milliseconds since the Unix epoch of a UTC `YYYY-MM-DDTHH:MM:SS[.fff]Z`
+/// timestamp (the form [`rfc3339_from_millis`] writes, and the Node hub's
+/// `toISOString`); `None` for anything else or a time before 1970.
+pub fn millis_from_rfc3339(text: &str) -> Option<u64> {
+    let b = text.as_bytes();
+    let digits = |range: std::ops::Range<usize>| -> Option<u64> {
+        let part = b.get(range)?;
+        part.iter()
+            .all(u8::is_ascii_digit)
+            .then(|| part.iter().fold(0u64, |n, d| n * 10 + u64::from(d - b'0')))
+    };
+    if b.len() < 20
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[13] != b':'
+        || b[16] != b':'
+    {
+        return None;
+    }
+    let (year, month, day) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
+    let (hour, minute, second) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
+    if !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
+        return None;
+    }
+    let rest = &text[19..];
+    let (fraction, zone) = match rest.strip_prefix('.') {
+        Some(frac) => {
+            let end = frac.find(|c: char| !c.is_ascii_digit())?;
+            if end == 0 {
+                return None;
+            }
+            (&frac[..end], &frac[end..])
+        }
+        None => ("", rest),
+    };
+    if zone != "Z" {
+        return None;
+    }
+    let millis = fraction
+        .bytes()
+        .chain(std::iter::repeat(b'0'))
+        .take(3)
+        .fold(0u64, |n, d| n * 10 + u64::from(d - b'0'));
+    let days = days_from_civil(year as i64, month as u32, day as u32);
+    let secs = days * 86_400 + (hour * 3600 + minute * 60 + second) as i64;
+    u64::try_from(secs).ok().map(|s| s * 1000 + millis)
+}
+
+/// A proleptic Gregorian (year, month, day) to days since 1970-01-01 (the
+/// inverse of [`civil_from_days`], Howard Hinnant's `days_from_civil`).
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let m = i64::from(month);
+    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
 /// Days since 1970-01-01 to a proleptic Gregorian (year, month, day).
 /// Howard Hinnant's `civil_from_days` algorithm.
 fn civil_from_days(days: i64) -> (i64, u32, u32) {
@@ -99,6 +165,42 @@ mod tests {
             rfc3339_from_millis(951_782_400_000),
             "2000-02-29T00:00:00.000Z"
         );
+    }
+
+    #[test]
+    fn timestamps_parse_back() {
+        for ms in [
+            0,
+            999,
+            951_782_400_000,
+            1_767_225_600_123,
+            4_102_444_799_999,
+        ] {
+            assert_eq!(
+                millis_from_rfc3339(&rfc3339_from_millis(ms)),
+                Some(ms),
+                "{ms}"
+            );
+        }
+        assert_eq!(
+            millis_from_rfc3339("2026-01-01T00:00:00Z"),
+            Some(1_767_225_600_000)
+        );
+        assert_eq!(
+            millis_from_rfc3339("2026-01-01T00:00:00.5Z"),
+            Some(1_767_225_600_500)
+        );
+        for bad in [
+            "",
+            "2026-01-01",
+            "2026-13-01T00:00:00Z",
+            "2026-01-01T00:00:00+01:00",
+            "2026-01-01T00:00:00.Z",
+            "1969-12-31T23:59:59Z",
+            "x026-01-01T00:00:00Z",
+        ] {
+            assert_eq!(millis_from_rfc3339(bad), None, "{bad}");
+        }
     }
 
     #[test]

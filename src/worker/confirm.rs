@@ -53,6 +53,7 @@ pub fn decide(
     confirmation_id: &str,
     approved: bool,
     reason: Option<&str>,
+    source: &'static str,
 ) -> Result<(), DecideError> {
     let now = time::now_rfc3339();
     let outcome = hub
@@ -70,8 +71,11 @@ pub fn decide(
     if let Err(err) = writer.send_text(&response) {
         log::warn!("session {session_id}: decision for {confirmation_id} not delivered: {err}");
     }
-    hub.notify(Note::SessionChanged {
+    hub.notify(Note::Decided {
         session: session_id.to_string(),
+        confirmation_id: confirmation_id.to_string(),
+        approved,
+        source,
     });
     Ok(())
 }
@@ -234,11 +238,14 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
                     confirmation: json!({"confirmation_id": confirmation_id}),
                     outcome: None,
                 });
-            } else if verified {
+            } else if let (true, Some(auto)) = (verified, &auto) {
                 // Answered by the child's policy at once: only the
                 // description changes until the exchange closes.
-                hub.notify(Note::SessionChanged {
+                hub.notify(Note::Decided {
                     session: session_id.clone(),
+                    confirmation_id: confirmation_id.clone(),
+                    approved: auto.approved,
+                    source: "policy",
                 });
             }
             polled
@@ -381,8 +388,11 @@ fn register(
                 // the description changes, the closing frame follows.
                 (Some(auto), _) => {
                     deliver_auto(session_id, &confirmation_id, auto);
-                    hub.notify(Note::SessionChanged {
+                    hub.notify(Note::Decided {
                         session: session_id.to_string(),
+                        confirmation_id: confirmation_id.clone(),
+                        approved: auto.approved,
+                        source: "policy",
                     });
                 }
                 (None, Some(confirmation)) => hub.notify(Note::Confirmation {
@@ -410,8 +420,11 @@ fn deny_now(hub: &Hub, session_id: &str, confirmation_id: &str, reason: &'static
         log::info!("session {session_id}: confirmation {confirmation_id} denied: {reason}");
         let _ = writer.send_text(&response);
         // The description shows it decided; the closing frame follows.
-        hub.notify(Note::SessionChanged {
+        hub.notify(Note::Decided {
             session: session_id.to_string(),
+            confirmation_id: confirmation_id.to_string(),
+            approved: false,
+            source: "hub",
         });
     }
 }

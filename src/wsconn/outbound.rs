@@ -435,6 +435,13 @@ pub fn encode(text: &str) -> Encoded {
     }
 }
 
+/// An unmasked ping frame with an empty payload.
+pub fn ping() -> Encoded {
+    Encoded {
+        bytes: ws::encode_frame(ws::opcode::PING, b"").into(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,7 @@
 //! - `shapes`: the Node hub's wire shapes (`tests/fixtures/node_wire.json`)
 //!   and the checker that compares frames and responses with them;
 //! - `process`: signals, exits and `/proc` readings (threads, memory);
+//! - `shard`: a Shard client written from the wire protocol seed alone;
 //! - `storage`: storage fault injection (read-only mounts, permissions).
 //!
 //! Every socket has a read timeout and every wait a deadline, so a hang
@@ -22,6 +23,7 @@ pub mod hub;
 pub mod process;
 pub mod raw_ws;
 pub mod shapes;
+pub mod shard;
 pub mod storage;
 pub mod ws;
 
@@ -29,6 +31,7 @@ pub use self::http::*;
 pub use self::hub::*;
 pub use self::process::*;
 pub use self::raw_ws::*;
+pub use self::shard::*;
 pub use self::storage::*;
 pub use self::ws::*;
 

@@ -1,0 +1,291 @@
+//! One Shard connection's own state, pure: the agents it is attached to
+//! (role, what it may see, the last transcript entry delivered, the
+//! permission requests shown) and the commands whose `response` waits for
+//! the worker (a prompt until the worker admits or rejects it, a
+//! compaction until it finishes).
+
+use std::collections::{HashMap, HashSet};
+
+use super::catalog::Role;
+use crate::ops::sessions::Watch;
+
+/// Commands one connection may have waiting for the worker at once.
+pub const MAX_PENDING: usize = 256;
+
+/// One agent this connection is attached to.
+#[derive(Debug, Clone)]
+pub struct Attachment {
+    pub role: Role,
+    pub watch: Watch,
+    /// Newest `hub_sequence` delivered (by `sync` or live).
+    pub cursor: u64,
+    /// Permission requests shown (in `sync` or live), so none is shown
+    /// twice.
+    shown: HashSet<String>,
+}
+
+/// What a waiting command waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Awaiting {
+    /// A prompt: the worker's admission or rejection.
+    Prompt,
+    /// A compaction: admission, then its `compact_finished` or its run's
+    /// end.
+    Compact { admitted: bool },
+}
+
+/// A command whose `response` waits for the worker.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pending {
+    pub agent: String,
+    /// The payload's request id.
+    pub request_id: String,
+    /// The command's correlation id and type, for its `response`.
+    pub id: Option<String>,
+    pub command: &'static str,
+    pub awaiting: Awaiting,
+}
+
+/// How the worker settled a payload (its request record's `state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    Admitted,
+    Rejected,
+    Unknown,
+}
+
+impl Settled {
+    pub fn parse(state: &str) -> Option<Settled> {
+        match state {
+            "admitted" => Some(Settled::Admitted),
+            "rejected" => Some(Settled::Rejected),
+            "unknown" => Some(Settled::Unknown),
+            _ => None,
+        }
+    }
+}
+
+/// A connection's attachments and waiting commands.
+#[derive(Debug, Default)]
+pub struct ConnState {
+    attachments: HashMap<String, Attachment>,
+    pending: Vec<Pending>,
+}
+
+impl ConnState {
+    /// Attaches (or re-attaches, starting over) to `agent`, delivered up
+    /// to `cursor`, with `shown` requests already on screen.
+    pub fn attach(
+        &mut self,
+        agent: &str,
+        role: Role,
+        watch: Watch,
+        cursor: u64,
+        shown: impl IntoIterator<Item = String>,
+    ) -> bool {
+        let again = self.attachments.contains_key(agent);
+        self.attachments.insert(
+            agent.to_string(),
+            Attachment {
+                role,
+                watch,
+                cursor,
+                shown: shown.into_iter().collect(),
+            },
+        );
+        !again
+    }
+
+    /// Detaches; false when it was not attached.
+    pub fn detach(&mut self, agent: &str) -> bool {
+        self.attachments.remove(agent).is_some()
+    }
+
+    /// Detaches from everything (the connection ends); returns the agents.
+    pub fn detach_all(&mut self) -> Vec<String> {
+        self.pending.clear();
+        self.attachments.drain().map(|(agent, _)| agent).collect()
+    }
+
+    pub fn attachment(&self, agent: &str) -> Option<&Attachment> {
+        self.attachments.get(agent)
+    }
+
+    /// Whether a transcript event of `agent` is to be delivered: attached
+    /// with the whole transcript in view, and newer than the cursor (which
+    /// it advances). `seq` `None` is a transient event (always, when
+    /// attached).
+    pub fn take_event(&mut self, agent: &str, seq: Option<u64>) -> bool {
+        let Some(a) = self.attachments.get_mut(agent) else {
+            return false;
+        };
+        if a.watch != Watch::Everything {
+            return false;
+        }
+        match seq {
+            Some(seq) if seq > a.cursor => {
+                a.cursor = seq;
+                true
+            }
+            Some(_) => false,
+            None => true,
+        }
+    }
+
+    /// Whether permission request `request_id` of `agent` is to be shown
+    /// now: an interactive attachment that has not seen it (it is then
+    /// marked seen).
+    pub fn show_request(&mut self, agent: &str, request_id: &str) -> bool {
+        match self.attachments.get_mut(agent) {
+            Some(a) if a.role == Role::Interactive => a.shown.insert(request_id.to_string()),
+            _ => false,
+        }
+    }
+
+    /// Whether this connection is attached to `agent` (resolutions and
+    /// status go to every attachment).
+    pub fn attached(&self, agent: &str) -> bool {
+        self.attachments.contains_key(agent)
+    }
+
+    /// A command now waits for the worker; false when too many already do.
+    pub fn wait(&mut self, pending: Pending) -> bool {
+        if self.pending.len() >= MAX_PENDING {
+            return false;
+        }
+        self.pending.push(pending);
+        true
+    }
+
+    /// The command that waited on `request_id` is no longer waiting (its
+    /// send failed).
+    pub fn forget(&mut self, request_id: &str) -> Option<Pending> {
+        let pos = self
+            .pending
+            .iter()
+            .position(|p| p.request_id == request_id)?;
+        Some(self.pending.remove(pos))
+    }
+
+    /// The worker settled payload `request_id` of `agent`: the command to
+    /// answer now, if one waited for that. An admitted compaction waits on
+    /// for its end.
+    pub fn settle(&mut self, agent: &str, request_id: &str, how: Settled) -> Option<Pending> {
+        let pos = self
+            .pending
+            .iter()
+            .position(|p| p.agent == agent && p.request_id == request_id)?;
+        let pending = &mut self.pending[pos];
+        if let (Awaiting::Compact { admitted }, Settled::Admitted) = (&mut pending.awaiting, how) {
+            *admitted = true;
+            return None;
+        }
+        Some(self.pending.remove(pos))
+    }
+
+    /// The admitted compaction of `agent` under `request_id`, if one
+    /// waits for its end (which has come).
+    pub fn finish(&mut self, agent: &str, request_id: &str) -> Option<Pending> {
+        let pos = self.pending.iter().position(|p| {
+            p.agent == agent
+                && p.request_id == request_id
+                && p.awaiting == Awaiting::Compact { admitted: true }
+        })?;
+        Some(self.pending.remove(pos))
+    }
+
+    /// Every admitted compaction of `agent`: its worker's connection
+    /// closed, so no end will be reported.
+    pub fn orphaned(&mut self, agent: &str) -> Vec<Pending> {
+        let (gone, kept) = std::mem::take(&mut self.pending)
+            .into_iter()
+            .partition(|p| p.agent == agent && p.awaiting == Awaiting::Compact { admitted: true });
+        self.pending = kept;
+        gone
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(request_id: &str, awaiting: Awaiting) -> Pending {
+        Pending {
+            agent: "a".into(),
+            request_id: request_id.into(),
+            id: Some("c1".into()),
+            command: "prompt",
+            awaiting,
+        }
+    }
+
+    #[test]
+    fn events_are_delivered_once_after_the_cursor() {
+        let mut c = ConnState::default();
+        assert!(!c.take_event("a", Some(1)), "not attached");
+        assert!(c.attach("a", Role::Observer, Watch::Everything, 5, []));
+        assert!(!c.take_event("a", Some(5)), "already in the sync");
+        assert!(c.take_event("a", Some(6)));
+        assert!(!c.take_event("a", Some(6)));
+        assert!(c.take_event("a", None));
+        // A child's transcript is not shown.
+        assert!(!c.attach("a", Role::Interactive, Watch::Approvals, 0, []));
+        assert!(!c.take_event("a", Some(9)));
+        assert!(c.detach("a"));
+        assert!(!c.detach("a"));
+        assert!(!c.attached("a"));
+    }
+
+    #[test]
+    fn requests_are_shown_to_interactive_attachments_once() {
+        let mut c = ConnState::default();
+        c.attach(
+            "a",
+            Role::Interactive,
+            Watch::Everything,
+            0,
+            ["p1".to_string()],
+        );
+        assert!(!c.show_request("a", "p1"), "shown in the sync");
+        assert!(c.show_request("a", "p2"));
+        assert!(!c.show_request("a", "p2"));
+        c.attach("o", Role::Observer, Watch::Everything, 0, []);
+        assert!(!c.show_request("o", "p3"), "observers never answer");
+        assert!(!c.show_request("x", "p3"));
+    }
+
+    #[test]
+    fn prompts_settle_once_and_compactions_wait_for_their_end() {
+        let mut c = ConnState::default();
+        assert!(c.wait(pending("q1", Awaiting::Prompt)));
+        assert!(c.wait(pending("q2", Awaiting::Compact { admitted: false })));
+        assert!(
+            c.settle("b", "q1", Settled::Admitted).is_none(),
+            "another agent"
+        );
+        assert_eq!(
+            c.settle("a", "q1", Settled::Admitted).unwrap().request_id,
+            "q1"
+        );
+        assert!(c.settle("a", "q1", Settled::Rejected).is_none(), "once");
+        assert!(c.settle("a", "q2", Settled::Admitted).is_none());
+        assert!(c.finish("a", "q1").is_none());
+        assert_eq!(c.finish("a", "q2").unwrap().request_id, "q2");
+        c.wait(pending("q3", Awaiting::Compact { admitted: false }));
+        assert_eq!(
+            c.settle("a", "q3", Settled::Unknown).unwrap().request_id,
+            "q3"
+        );
+        c.wait(pending("q4", Awaiting::Compact { admitted: false }));
+        c.settle("a", "q4", Settled::Admitted);
+        c.wait(pending("q5", Awaiting::Prompt));
+        let gone = c.orphaned("a");
+        assert_eq!(gone.len(), 1);
+        assert_eq!(gone[0].request_id, "q4");
+        assert!(c.forget("q5").is_some());
+        for i in 0..MAX_PENDING {
+            assert!(c.wait(pending(&format!("x{i}"), Awaiting::Prompt)));
+        }
+        assert!(!c.wait(pending("over", Awaiting::Prompt)));
+    }
+}

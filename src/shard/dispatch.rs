@@ -1,0 +1,527 @@
+//! Runs one Shard message: the envelope and the command are read by the
+//! pure core (`wire`, `catalog`), a per-agent command is checked against
+//! the connection's attachments, and each command calls `ops` and renders
+//! the outcome as its `response`. Nothing here decides a refusal that an
+//! `ops` function decides.
+//!
+//! A command that forks a worker (`agent.create`) runs on a short-lived
+//! thread of its own, so the connection's reader keeps serving. A prompt's
+//! and a compaction's `response` wait for the worker (`fanout` answers
+//! them).
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use super::agent::{self, Snapshot};
+use super::attach::{Awaiting, Pending};
+use super::catalog::{self, Command, Create, Decision, Role, Scope};
+use super::conn::ShardConn;
+use super::wire::{self, Code, Incoming, Refusal};
+use super::{render, window, Shard};
+use crate::hub::Hub;
+use crate::ops::sessions::Watch;
+use crate::ops::worker::{Action, ActionDone, MODES};
+use crate::ops::{self, ErrorKind};
+use crate::session::{PromptState, PROMPT_PREVIEW_BYTES};
+use crate::util::thread::{self, Stack};
+
+type Outcome = Result<Option<Value>, Refusal>;
+
+/// Handles one text message of connection `conn`.
+pub fn handle(hub: &Arc<Hub>, shard: &Arc<Shard>, conn: &Arc<ShardConn>, text: &str) {
+    let msg = match wire::parse(text) {
+        Ok(msg) => msg,
+        Err(bad) => {
+            let command = bad.kind.as_deref().unwrap_or("");
+            return conn.respond(bad.id.as_deref(), command, Err(bad.refusal));
+        }
+    };
+    let reply = |outcome: Outcome| conn.respond(msg.id.as_deref(), &msg.kind, outcome);
+    let command = match catalog::parse(&msg) {
+        Ok(command) => command,
+        Err(refusal) => return reply(Err(refusal)),
+    };
+    if catalog::scope(&msg.kind) == Some(Scope::Agent) {
+        let Some(agent) = msg.agent_id.clone() else {
+            return reply(Err(Refusal::not_attached(None)));
+        };
+        let role = conn.state().attachment(&agent).map(|a| a.role);
+        let Some(role) = role else {
+            return reply(Err(Refusal::not_attached(Some(&agent))));
+        };
+        return per_agent(hub, shard, conn, &msg, &agent, role, command);
+    }
+    orchestrator(hub, shard, conn, &msg, command);
+}
+
+/// An observer watches; it neither drives the conversation nor answers.
+fn observer_refused(what: &str) -> Refusal {
+    Refusal::new(
+        Code::PermissionDenied,
+        format!("an observer attachment cannot {what}; attach as interactive"),
+    )
+}
+
+fn per_agent(
+    hub: &Arc<Hub>,
+    shard: &Arc<Shard>,
+    conn: &Arc<ShardConn>,
+    msg: &Incoming,
+    agent: &str,
+    role: Role,
+    command: Command,
+) {
+    let reply = |outcome: Outcome| conn.respond(msg.id.as_deref(), &msg.kind, outcome);
+    let interactive = role == Role::Interactive;
+    match command {
+        Command::Prompt {
+            message,
+            images,
+            follow_up,
+        } => {
+            if !interactive {
+                return reply(Err(observer_refused("send prompts")));
+            }
+            let images: Vec<(String, String)> =
+                images.into_iter().map(|i| (i.data, i.mime_type)).collect();
+            let request_id = format!("shard-{}", uuid::Uuid::new_v4());
+            let prompt = ops::worker::Prompt {
+                request_id: &request_id,
+                text: &message,
+                images: &images,
+                follow_up,
+            };
+            wait_for_worker(conn, msg, agent, &request_id, Awaiting::Prompt, || {
+                ops::worker::prompt(hub, agent, &prompt)
+            });
+        }
+        Command::Abort => {
+            if !interactive {
+                return reply(Err(observer_refused("abort turns")));
+            }
+            reply(
+                ops::worker::signal(hub, agent, "cancel", None)
+                    .map(|()| None)
+                    .map_err(Refusal::from),
+            )
+        }
+        Command::ListModes => reply(ops::worker::modes(hub, agent).map_err(Refusal::from).map(
+            |active| {
+                let modes: Vec<Value> = MODES
+                    .iter()
+                    .map(|(name, description)| json!({"name": name, "description": description}))
+                    .collect();
+                Some(json!({"modes": modes, "active": active}))
+            },
+        )),
+        Command::SetMode { mode } => {
+            if !interactive {
+                return reply(Err(observer_refused("change the mode")));
+            }
+            reply(
+                ops::worker::set_mode(hub, agent, &mode)
+                    .map(|c| Some(json!({"previous_mode": c.previous, "mode": c.mode})))
+                    .map_err(Refusal::from),
+            )
+        }
+        Command::ListModels => reply(ops::sessions::models(hub, agent).map_err(Refusal::from).map(
+            |(profiles, active)| {
+                let describe = |p: &ops::sessions::Profile| {
+                    json!({"id": p.name, "provider": p.plugin, "model": p.model})
+                };
+                let models: Vec<Value> = profiles.iter().map(describe).collect();
+                Some(json!({"models": models, "active": describe(&active)}))
+            },
+        )),
+        Command::SessionCompact => {
+            if !interactive {
+                return reply(Err(observer_refused("compact the session")));
+            }
+            let request_id = format!("shard-{}", uuid::Uuid::new_v4());
+            let awaiting = Awaiting::Compact { admitted: false };
+            wait_for_worker(conn, msg, agent, &request_id, awaiting, || {
+                ops::worker::compact(hub, agent, &request_id)
+            });
+        }
+        Command::SessionList => reply(
+            ops::sessions::read(hub, agent, |s| {
+                crate::util::time::millis_from_rfc3339(s.created_at()).unwrap_or(0)
+            })
+            .map(|created| {
+                Some(json!({"sessions": [{"session_id": agent, "created_at": created, "active": true}]}))
+            })
+            .map_err(Refusal::from),
+        ),
+        Command::PermissionResponse {
+            request_id,
+            decision,
+            reason,
+        } => {
+            if !interactive {
+                return reply(Err(observer_refused("answer permission requests")));
+            }
+            let decided = ops::confirm::decide(
+                hub,
+                agent,
+                &request_id,
+                decision == Decision::Allow,
+                reason.as_deref(),
+                ops::confirm::Source::Shard,
+            );
+            match decided {
+                Ok(()) => reply(Ok(Some(json!({"applied": true})))),
+                // First response wins; a late one is discarded silently.
+                Err(_) if shard.agent(agent, |t| t.recently_resolved(&request_id)) => {
+                    reply(Ok(Some(json!({"applied": false}))))
+                }
+                Err(err) => reply(Err(err.into())),
+            }
+        }
+        Command::UiResponse { .. } => reply(Err(Refusal::new(
+            Code::NotFound,
+            "no UI request is pending: the worker protocol has no UI dialogs",
+        ))),
+        Command::Unsupported { what, why } => reply(Err(Refusal::unsupported(what, why))),
+        other => {
+            log::error!("shard: {other:?} routed as a per-agent command");
+            reply(Err(Refusal::new(Code::InternalError, "misrouted command")))
+        }
+    }
+}
+
+/// Sends a payload whose `response` waits for the worker: the wait is
+/// recorded first (the worker may answer before `send` returns), and
+/// dropped again when the send fails.
+fn wait_for_worker(
+    conn: &ShardConn,
+    msg: &Incoming,
+    agent: &str,
+    request_id: &str,
+    awaiting: Awaiting,
+    send: impl FnOnce() -> Result<String, ops::OpError>,
+) {
+    let pending = Pending {
+        agent: agent.to_string(),
+        request_id: request_id.to_string(),
+        id: msg.id.clone(),
+        command: command_name(&msg.kind),
+        awaiting,
+    };
+    if !conn.state().wait(pending) {
+        let refusal = Refusal::new(
+            Code::Conflict,
+            "too many commands of this connection wait for their worker",
+        );
+        return conn.respond(msg.id.as_deref(), &msg.kind, Err(refusal));
+    }
+    if let Err(err) = send() {
+        conn.state().forget(request_id);
+        conn.respond(msg.id.as_deref(), &msg.kind, Err(err.into()));
+    }
+}
+
+/// The catalog's spelling of a waiting command's type.
+fn command_name(kind: &str) -> &'static str {
+    match kind {
+        "prompt" => "prompt",
+        _ => "session_op",
+    }
+}
+
+fn orchestrator(
+    hub: &Arc<Hub>,
+    shard: &Arc<Shard>,
+    conn: &Arc<ShardConn>,
+    msg: &Incoming,
+    command: Command,
+) {
+    let reply = |outcome: Outcome| conn.respond(msg.id.as_deref(), &msg.kind, outcome);
+    match command {
+        Command::AgentList => reply(Ok(Some(json!({"agents": infos(hub, shard, None)})))),
+        Command::AgentStatus { agent_id } => {
+            if let Some(id) = &agent_id {
+                if let Err(err) = ops::exists(hub, id) {
+                    return reply(Err(err.into()));
+                }
+            }
+            reply(Ok(Some(
+                json!({"agents": infos(hub, shard, agent_id.as_deref())}),
+            )))
+        }
+        Command::AgentCreate(create) => spawn_action(hub, conn, msg, move |hub, conn, msg| {
+            let outcome = create_agent(&hub, &create);
+            conn.respond(msg.id.as_deref(), &msg.kind, outcome);
+        }),
+        Command::AgentAttach { agent_id, role } => attach(hub, shard, conn, msg, &agent_id, role),
+        Command::AgentDetach { agent_id } => {
+            if !conn.state().detach(&agent_id) {
+                return reply(Err(Refusal::not_attached(Some(&agent_id))));
+            }
+            shard.agent(&agent_id, |t| t.attached = t.attached.saturating_sub(1));
+            reply(Ok(None))
+        }
+        Command::AgentTerminate { agent_id } => {
+            let id = agent_id.clone();
+            let done: ActionDone = Box::new(move |outcome| match outcome {
+                Ok(result) if result.is_ok() => {}
+                Ok(result) => log::warn!(
+                    "session {id}: terminate: {}",
+                    result.error().unwrap_or_default()
+                ),
+                Err(err) => log::warn!("session {id}: terminate: {err}"),
+            });
+            reply(
+                ops::worker::terminate(hub, &agent_id, done)
+                    .map(|deferred| Some(json!({"deferred": deferred})))
+                    .map_err(Refusal::from),
+            )
+        }
+        Command::AgentKill { agent_id, force } => {
+            let action = if force {
+                Action::ForceKill
+            } else {
+                Action::Stop
+            };
+            let (conn2, id, command) = (conn.clone(), msg.id.clone(), msg.kind.clone());
+            let done: ActionDone = Box::new(move |outcome| {
+                let outcome = match outcome {
+                    Ok(result) if result.is_ok() => Ok(None),
+                    Ok(result) => Err(Refusal::new(
+                        Code::InternalError,
+                        result.error().unwrap_or_else(|| "the stop failed".into()),
+                    )
+                    .with_data(json!({"result": result.to_json()}))),
+                    Err(err) => Err(err.into()),
+                };
+                conn2.respond(id.as_deref(), &command, outcome);
+            });
+            ops::worker::act(hub, &agent_id, action, None, done);
+        }
+        Command::DaemonShutdown { force } => {
+            if let Err(err) = ops::daemon::available(hub) {
+                return reply(Err(err.into()));
+            }
+            reply(Ok(None));
+            // Asked for once the response is written.
+            let hub = hub.clone();
+            conn.after_writes(Box::new(move || {
+                if let Err(err) = ops::daemon::shutdown(&hub, force) {
+                    log::warn!("shutdown requested by a client: {err}");
+                }
+            }));
+        }
+        Command::Unsupported { what, why } => reply(Err(Refusal::unsupported(what, why))),
+        other => {
+            log::error!("shard: {other:?} routed as an orchestrator command");
+            reply(Err(Refusal::new(Code::InternalError, "misrouted command")))
+        }
+    }
+}
+
+/// Runs `work` on a short-lived thread (a worker start forks and writes
+/// SQLite), answering `INTERNAL_ERROR` when none starts.
+fn spawn_action(
+    hub: &Arc<Hub>,
+    conn: &Arc<ShardConn>,
+    msg: &Incoming,
+    work: impl FnOnce(Arc<Hub>, Arc<ShardConn>, Incoming) + Send + 'static,
+) {
+    let input = (hub.clone(), conn.clone(), msg.clone());
+    let started = thread::spawn_with(
+        "shard-action",
+        Stack::Large,
+        input,
+        move |(hub, conn, msg)| work(hub, conn, msg),
+    );
+    if let Err((err, (_, conn, msg))) = started {
+        log::error!("shard {}: cannot start an action thread: {err}", conn.id);
+        let refusal = Refusal::new(Code::InternalError, "the hub could not start the command");
+        conn.respond(msg.id.as_deref(), &msg.kind, Err(refusal));
+    }
+}
+
+/// Every agent's (or one agent's) `AgentInfo`.
+fn infos(hub: &Hub, shard: &Shard, only: Option<&str>) -> Vec<Value> {
+    let profiles = &hub.config.provider_profiles;
+    let snaps: Vec<Snapshot> = match only {
+        Some(id) => ops::sessions::read(hub, id, |s| Snapshot::of(s, profiles))
+            .into_iter()
+            .collect(),
+        None => ops::sessions::read_all(hub, |s| Snapshot::of(s, profiles)),
+    };
+    snaps
+        .iter()
+        .map(|snap| {
+            let now = shard.agent(&snap.agent_id, |t| t.derive(&snap.facts));
+            agent::info(snap, &now)
+        })
+        .collect()
+}
+
+/// `agent.create`: a new session whose spec's workspace is `cwd` and whose
+/// profile is `provider` (or `model`, when it names a profile; otherwise
+/// `model` overrides the profile's model), the chosen mode, then its
+/// worker started. A start that fails keeps the session (retry with
+/// `agent.attach` and the panel, or another create) and answers
+/// `RUNTIME_START_FAILED`.
+fn create_agent(hub: &Arc<Hub>, create: &Create) -> Outcome {
+    if let Some(existing) = &create.session_id {
+        return Err(match ops::exists(hub, existing) {
+            Ok(()) => Refusal::invalid(format!(
+                "session {existing:?} is already an agent: attach to it"
+            )),
+            Err(err) => err.into(),
+        });
+    }
+    let profiles = &hub.config.provider_profiles;
+    let mut spec = json!({"workspace": create.cwd});
+    let model_is_profile = create
+        .model
+        .as_ref()
+        .is_some_and(|m| profiles.contains_key(m));
+    match (&create.provider, &create.model) {
+        (Some(provider), Some(model)) if model_is_profile && model != provider => {
+            return Err(Refusal::invalid(format!(
+                "model {model:?} names another profile than provider {provider:?}"
+            )))
+        }
+        (provider, Some(model)) if model_is_profile => {
+            let _ = provider;
+            spec["provider"] = json!(model);
+        }
+        (provider, model) => {
+            if let Some(provider) = provider {
+                spec["provider"] = json!(provider);
+            }
+            if let Some(model) = model {
+                spec["model"] = json!(model);
+            }
+        }
+    }
+    if let Some(mode) = &create.mode {
+        if !MODES.iter().any(|(name, _)| name == mode) {
+            return Err(Refusal::new(
+                Code::NotFound,
+                format!("unknown mode {mode:?} (ask, approve or deny)"),
+            ));
+        }
+    }
+    let id = match &create.name {
+        Some(name) => name.clone(),
+        None => format!("agent-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
+    };
+    ops::sessions::create(hub, &id, Some(&spec)).map_err(Refusal::from)?;
+    if let Some(mode) = &create.mode {
+        ops::worker::set_mode(hub, &id, mode).map_err(Refusal::from)?;
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    ops::worker::act(
+        hub,
+        &id,
+        Action::Start,
+        None,
+        Box::new(move |outcome| {
+            let _ = tx.send(outcome);
+        }),
+    );
+    match rx.recv() {
+        Ok(Ok(result)) if result.is_ok() => Ok(Some(json!({"agent_id": id}))),
+        Ok(Ok(result)) => Err(Refusal::new(
+            Code::RuntimeStartFailed,
+            result
+                .error()
+                .unwrap_or_else(|| "the worker did not start".into()),
+        )
+        .with_data(json!({"agent_id": id}))),
+        Ok(Err(err)) if err.kind == ErrorKind::SessionBusy => {
+            Err(Refusal::new(Code::RuntimeStartFailed, err.message)
+                .with_data(json!({"agent_id": id})))
+        }
+        Ok(Err(err)) => Err(err.into()),
+        Err(_) => Err(Refusal::new(
+            Code::RuntimeStartFailed,
+            "the worker start gave no answer",
+        )),
+    }
+}
+
+/// `agent.attach`: the `response`, then the `sync` (status, mode,
+/// capabilities, the live window, every pending request), then (for an
+/// interactive attachment) each pending request shown again; only then is
+/// the attachment live. Built and queued under the publish lock, with the
+/// cursor at the transcript's end, so no event is missed or delivered
+/// twice: one retained before the attach is in the window, one after it
+/// is fanned out after the `sync`.
+fn attach(
+    hub: &Arc<Hub>,
+    shard: &Arc<Shard>,
+    conn: &Arc<ShardConn>,
+    msg: &Incoming,
+    agent: &str,
+    role: Role,
+) {
+    let reply = |outcome: Outcome| conn.respond(msg.id.as_deref(), &msg.kind, outcome);
+    let watch = match ops::sessions::watch_scope(hub, agent) {
+        Ok(watch) => watch,
+        Err(err) => return reply(Err(err.into())),
+    };
+    let profiles = &hub.config.provider_profiles;
+    let _ordered = hub.publishing();
+    let read = ops::sessions::read(hub, agent, |s| {
+        let snap = Snapshot::of(s, profiles);
+        let entries = match watch {
+            Watch::Everything => s.transcript().tail(window::SOURCE_BYTES, window::pick),
+            Watch::Approvals => Vec::new(),
+        };
+        let prompts: Vec<Value> = s
+            .prompts()
+            .iter()
+            .filter(|p| p.state == PromptState::AwaitingDecision)
+            .map(|p| s.describe_prompt(p, PROMPT_PREVIEW_BYTES))
+            .collect();
+        (snap, entries, s.transcript().latest(), prompts)
+    });
+    let (snap, entries, latest, prompts) = match read {
+        Ok(read) => read,
+        Err(err) => return reply(Err(err.into())),
+    };
+    // Parsed and rendered with only the publish lock held.
+    let values: Vec<Value> = entries
+        .iter()
+        .filter_map(|e| serde_json::from_str(&e.json).ok())
+        .collect();
+    let live_window = window::live_window(&values, window::WINDOW_BYTES);
+    let ids: Vec<String> = prompts
+        .iter()
+        .filter_map(|p| p["confirmation_id"].as_str().map(str::to_string))
+        .collect();
+    let now = shard.agent(agent, |t| {
+        for id in &ids {
+            t.open_request(id);
+        }
+        t.derive(&snap.facts)
+    });
+    let requests: Vec<Value> = prompts
+        .iter()
+        .map(|p| render::permission_request(agent, p))
+        .collect();
+    let shown = if role == Role::Interactive {
+        ids
+    } else {
+        Vec::new()
+    };
+    if conn.state().attach(agent, role, watch, latest, shown) {
+        shard.agent(agent, |t| t.attached += 1);
+    }
+    reply(Ok(Some(json!({
+        "status": now.status.as_str(),
+        "info": agent::info(&snap, &now),
+    }))));
+    conn.send(&render::sync(&snap, &now, live_window, requests.clone()));
+    if role == Role::Interactive {
+        for request in &requests {
+            conn.send(request);
+        }
+    }
+}

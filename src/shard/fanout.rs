@@ -1,0 +1,356 @@
+//! Hub notifications as Shard events: the Shard front-end is a publisher
+//! subscriber (`hub::Subscriber`) beside the panels. It runs under the
+//! hub's publish lock on the thread that made the change, reads what it
+//! needs through `ops`, renders each event once, encodes it once and
+//! queues the same bytes to every recipient (a connection past its budget
+//! is terminated, never waited for).
+//!
+//! - a worker envelope: the agent's state (`track`) takes it in; while the
+//!   agent has attachments its Shard events (`translate`) go to each
+//!   attachment that has not had it (the cursor); a compaction's end
+//!   answers the `session_op` that waited for it; a status change follows.
+//! - a request outcome answers the prompt (or compaction) that waited.
+//! - a confirmation that can be decided is a `permission_request` to every
+//!   interactive attachment; its decision (`Decided`, any front-end's) or
+//!   its retirement unanswered (a `deny`, its reason as the source) is one
+//!   `permission_resolved` to every attachment.
+//! - a session created, changed or its process or connection changed:
+//!   `agent_spawned`, `mode_changed`, and on a status change `status` (to
+//!   attachments), `agent_status_changed` and the sanitized
+//!   `agent_activity` (to every connection), `agent_exited` for a runtime
+//!   that failed.
+
+use serde_json::{json, Value};
+
+use super::agent::Snapshot;
+use super::attach::{Awaiting, Pending, Settled};
+use super::conn::{encode, ShardConn};
+use super::wire::{self, Code, Refusal};
+use super::{render, window, Shard};
+use crate::hub::{Hub, Note, Subscriber};
+use crate::ops;
+use crate::session::{PromptState, PROMPT_PREVIEW_BYTES};
+use crate::util::time;
+
+impl Subscriber for Shard {
+    fn publish(&self, hub: &Hub, note: &Note) {
+        fan_out(hub, self, note);
+    }
+}
+
+/// Worker events that can change an agent's status.
+const STATUS_EVENTS: &[&str] = &[
+    "input_admitted",
+    "run_started",
+    "tool_calls",
+    "tool_results",
+    "run_finished",
+    "status",
+    "ready",
+];
+
+fn fan_out(hub: &Hub, shard: &Shard, note: &Note) {
+    match note {
+        Note::Event {
+            session,
+            hub_seq,
+            retained,
+            json,
+        } => event(hub, shard, session, *hub_seq, *retained, json),
+        Note::Request { session, request } => request_settled(shard, session, request),
+        Note::Confirmation {
+            session,
+            open,
+            confirmation,
+            outcome,
+        } => {
+            let id = confirmation["confirmation_id"].as_str().unwrap_or("");
+            if *open {
+                opened(hub, shard, session, id);
+            } else {
+                retired(shard, session, id, confirmation, outcome.as_ref());
+            }
+            changed(hub, shard, session);
+        }
+        Note::Decided {
+            session,
+            confirmation_id,
+            approved,
+            source,
+        } => {
+            if shard.agent(session, |t| t.resolve_request(confirmation_id)) {
+                let resolved =
+                    render::permission_resolved(session, confirmation_id, *approved, source);
+                to_attached(shard, session, &resolved);
+            }
+            changed(hub, shard, session);
+        }
+        Note::Connection {
+            session, connected, ..
+        } => {
+            if !connected {
+                orphaned(shard, session);
+            }
+            changed(hub, shard, session);
+        }
+        Note::SessionChanged { session } | Note::Process { session, .. } => {
+            changed(hub, shard, session)
+        }
+        Note::SessionRemoved { session } => removed(shard, session),
+        Note::Plan { .. } => {}
+    }
+}
+
+/// One worker envelope of agent `agent`.
+fn event(hub: &Hub, shard: &Shard, agent: &str, seq: u64, retained: bool, json: &str) {
+    let name = window::event_name(json).unwrap_or("");
+    let attached = shard.agent(agent, |t| t.attached > 0);
+    let status = STATUS_EVENTS.contains(&name);
+    if !attached && !status {
+        return;
+    }
+    let Ok(entry) = serde_json::from_str::<Value>(json) else {
+        return;
+    };
+    let translate = attached && retained;
+    let events = shard.agent(agent, |t| t.observe(agent, &entry, translate));
+    if !events.is_empty() {
+        let frames: Vec<_> = events.iter().map(encode).collect();
+        for conn in shard.snapshot().iter() {
+            if conn.state().take_event(agent, Some(seq)) {
+                for frame in &frames {
+                    conn.send_frame(frame);
+                }
+            }
+        }
+    }
+    if attached && matches!(name, "compact_finished" | "run_finished") {
+        compaction_ended(shard, agent, name, &entry);
+    }
+    if status {
+        changed(hub, shard, agent);
+    }
+}
+
+/// A compaction that waited for its run's end is answered.
+fn compaction_ended(shard: &Shard, agent: &str, name: &str, entry: &Value) {
+    let request_id = entry["request_id"].as_str().unwrap_or("");
+    let data = &entry["data"];
+    for conn in shard.snapshot().iter() {
+        let Some(pending) = conn.state().finish(agent, request_id) else {
+            continue;
+        };
+        let outcome = if name == "compact_finished" {
+            let mut out = json!({"compacted": true, "index": data["revision"]});
+            for key in ["removed_turns", "summary"] {
+                if let Some(value) = data.get(key) {
+                    out[key] = value.clone();
+                }
+            }
+            Ok(Some(out))
+        } else {
+            let status = data["status"].as_str().unwrap_or("");
+            match status {
+                "completed" => Ok(Some(
+                    json!({"compacted": false, "reason": "the worker finished without compacting"}),
+                )),
+                _ => Err(Refusal::new(
+                    Code::InternalError,
+                    format!(
+                        "the compaction ended {status}: {}",
+                        data["error"].as_str().unwrap_or("")
+                    ),
+                )
+                .with_data(json!({"status": status}))),
+            }
+        };
+        answer(conn, &pending, outcome);
+    }
+}
+
+/// The worker admitted or rejected a payload, or its connection closed
+/// first (`unknown`).
+fn request_settled(shard: &Shard, agent: &str, request: &Value) {
+    let request_id = request["request_id"].as_str().unwrap_or("");
+    let Some(how) = request["state"].as_str().and_then(Settled::parse) else {
+        return;
+    };
+    for conn in shard.snapshot().iter() {
+        let Some(pending) = conn.state().settle(agent, request_id, how) else {
+            continue;
+        };
+        let data = json!({"request_id": request_id, "state": request["state"]});
+        let outcome = match how {
+            Settled::Admitted => Ok(Some(data)),
+            Settled::Rejected => {
+                let rejection = &request["rejection"];
+                let code = if rejection["code"] == "payload_queue_full"
+                    || matches!(pending.awaiting, Awaiting::Compact { .. })
+                {
+                    Code::Conflict
+                } else {
+                    Code::InvalidRequest
+                };
+                let message = request["detail"]
+                    .as_str()
+                    .unwrap_or("the worker rejected it");
+                let mut data = data;
+                data["rejection"] = rejection.clone();
+                Err(Refusal::new(code, message).with_data(data))
+            }
+            Settled::Unknown => Err(Refusal::new(
+                Code::InternalError,
+                "the worker's connection closed before it admitted or rejected this; \
+                 it may or may not run",
+            )
+            .with_data(data)),
+        };
+        answer(conn, &pending, outcome);
+    }
+}
+
+/// The worker's connection closed: no admitted compaction will report
+/// its end.
+fn orphaned(shard: &Shard, agent: &str) {
+    for conn in shard.snapshot().iter() {
+        let gone = conn.state().orphaned(agent);
+        for pending in gone {
+            let refusal = Refusal::new(
+                Code::InternalError,
+                "the worker's connection closed before the compaction finished",
+            );
+            answer(conn, &pending, Err(refusal));
+        }
+    }
+}
+
+fn answer(conn: &ShardConn, pending: &Pending, outcome: Result<Option<Value>, Refusal>) {
+    conn.respond(pending.id.as_deref(), pending.command, outcome);
+}
+
+/// A confirmation was opened, or became decidable: shown once.
+fn opened(hub: &Hub, shard: &Shard, agent: &str, id: &str) {
+    let described = ops::sessions::read(hub, agent, |s| {
+        s.prompt(id)
+            .filter(|p| p.state == PromptState::AwaitingDecision)
+            .map(|p| s.describe_prompt(p, PROMPT_PREVIEW_BYTES))
+    });
+    let Ok(Some(prompt)) = described else {
+        return;
+    };
+    if !shard.agent(agent, |t| t.open_request(id)) {
+        return;
+    }
+    let frame = encode(&render::permission_request(agent, &prompt));
+    for conn in shard.snapshot().iter() {
+        if conn.state().show_request(agent, id) {
+            conn.send_frame(&frame);
+        }
+    }
+}
+
+/// A confirmation's exchange ended. Unanswered, it resolves as `deny`
+/// with why it ended (`deadline`, `disconnected`, `shutdown`,
+/// `protocol-error`) as the source.
+fn retired(shard: &Shard, agent: &str, id: &str, confirmation: &Value, outcome: Option<&Value>) {
+    if !shard.agent(agent, |t| t.resolve_request(id)) {
+        return;
+    }
+    let (allow, source) = match confirmation["decision"].as_str() {
+        // Decided, and its decision note was not seen: the worker's
+        // answer is what the description says.
+        Some(decision) => (decision == "approved", "hub"),
+        None => (
+            false,
+            outcome
+                .and_then(|o| o["phase"].as_str())
+                .unwrap_or("retired"),
+        ),
+    };
+    to_attached(
+        shard,
+        agent,
+        &render::permission_resolved(agent, id, allow, source),
+    );
+}
+
+/// The session's state may have changed: a new agent, a mode change, a
+/// status change.
+fn changed(hub: &Hub, shard: &Shard, agent: &str) {
+    let profiles = &hub.config.provider_profiles;
+    let Ok(snap) = ops::sessions::read(hub, agent, |s| Snapshot::of(s, profiles)) else {
+        return;
+    };
+    let mut to_all: Vec<Value> = Vec::new();
+    let mut to_attachments: Vec<Value> = Vec::new();
+    shard.agent(agent, |t| {
+        let now = t.derive(&snap.facts);
+        let before = t.last().map(|d| d.runtime);
+        if !t.known {
+            t.known = true;
+            to_all.push(render::spawned(&snap, &now));
+            t.mode = Some(snap.mode.clone());
+            t.announce(&now);
+            return;
+        }
+        let previous_mode = t.mode.replace(snap.mode.clone());
+        if let Some(previous) = previous_mode.filter(|m| *m != snap.mode) {
+            to_attachments.push(render::mode_changed(agent, &previous, &snap.mode));
+        }
+        if t.announce(&now) {
+            to_attachments.push(render::status(agent, &now));
+            to_all.push(render::status_changed(agent, &now));
+            to_all.push(render::activity(agent, &now, time::now_millis()));
+            if now.runtime == super::track::Runtime::Failed
+                && before != Some(super::track::Runtime::Failed)
+            {
+                to_all.push(render::exited(&snap));
+            }
+        }
+    });
+    for event in &to_attachments {
+        to_attached(shard, agent, event);
+    }
+    for event in &to_all {
+        broadcast(shard, event);
+    }
+}
+
+/// A deleted agent: its attachments end with a fatal `error`.
+fn removed(shard: &Shard, agent: &str) {
+    shard.forget(agent);
+    let error = wire::error_event(
+        agent,
+        Code::NotFound,
+        "the agent's session was deleted",
+        true,
+    );
+    let frame = encode(&error);
+    for conn in shard.snapshot().iter() {
+        if conn.state().detach(agent) {
+            conn.send_frame(&frame);
+        }
+    }
+}
+
+/// To every connection attached to `agent`.
+fn to_attached(shard: &Shard, agent: &str, event: &Value) {
+    let frame = encode(event);
+    for conn in shard.snapshot().iter() {
+        if conn.state().attached(agent) {
+            conn.send_frame(&frame);
+        }
+    }
+}
+
+/// To every connection.
+fn broadcast(shard: &Shard, event: &Value) {
+    let conns = shard.snapshot();
+    if conns.is_empty() {
+        return;
+    }
+    let frame = encode(event);
+    for conn in conns.iter() {
+        conn.send_frame(&frame);
+    }
+}

@@ -1,0 +1,175 @@
+//! The Shard events the hub writes itself (not translated from a worker
+//! envelope), pure: permission requests and their resolution (§9.5), the
+//! `sync` of an attachment (§9.1), status (§9.1) and the orchestrator
+//! events (§10.2), among them the sanitized `agent_activity` overview.
+
+use serde_json::{json, Value};
+
+use super::agent::{self, Snapshot};
+use super::track::Derived;
+
+/// A permission request from a prompt's description (the session's
+/// `describe_prompt`: the call's arguments already bounded to the
+/// preview budget). The decision always applies to the original call.
+pub fn permission_request(agent: &str, prompt: &Value) -> Value {
+    let call = &prompt["call"];
+    let tool = call["name"].as_str().unwrap_or("");
+    let input = call.get("arguments").cloned().unwrap_or(json!({}));
+    let mut details = vec![json!({"label": "tool", "value": tool, "format": "text"})];
+    if let Some(command) = input.get("command").and_then(Value::as_str) {
+        details.push(json!({"label": "command", "value": command, "format": "command"}));
+    }
+    details.push(json!({"label": "arguments", "value": input.to_string(), "format": "code"}));
+    if prompt["arguments_truncated"] == true {
+        details.push(json!({
+            "label": "note",
+            "value": format!("the arguments are shown shortened ({} bytes in full)", prompt["arguments_bytes"]),
+            "format": "text",
+        }));
+    }
+    if let Some(parent) = prompt
+        .pointer("/subagent/parent_session_id")
+        .and_then(Value::as_str)
+    {
+        details.push(json!({"label": "subagent of", "value": parent, "format": "text"}));
+    }
+    json!({
+        "type": "permission_request",
+        "agent_id": agent,
+        "request_id": prompt["confirmation_id"],
+        "tool_name": tool,
+        "input": input,
+        "prompt": format!("Allow {tool}?"),
+        "options": ["allow", "deny"],
+        "details": details,
+    })
+}
+
+/// A request's resolution: `allow` or `deny`, and who or what resolved it.
+pub fn permission_resolved(agent: &str, request_id: &str, allow: bool, source: &str) -> Value {
+    json!({
+        "type": "permission_resolved",
+        "agent_id": agent,
+        "request_id": request_id,
+        "decision": if allow { "allow" } else { "deny" },
+        "source": source,
+    })
+}
+
+/// The `sync` after an attach.
+pub fn sync(snap: &Snapshot, now: &Derived, live_window: Value, pending: Vec<Value>) -> Value {
+    json!({
+        "type": "sync",
+        "agent_id": snap.agent_id,
+        "status": now.status.as_str(),
+        "mode": snap.mode,
+        "capabilities": snap.capabilities(),
+        "runtime_epoch": snap.epoch,
+        "live_window": live_window,
+        "pending_requests": pending,
+    })
+}
+
+/// `status` to an agent's attachments.
+pub fn status(agent: &str, now: &Derived) -> Value {
+    json!({"type": "status", "agent_id": agent, "status": now.status.as_str()})
+}
+
+/// `agent_status_changed`, to every connection.
+pub fn status_changed(agent: &str, now: &Derived) -> Value {
+    json!({
+        "type": "agent_status_changed",
+        "agent_id": agent,
+        "status": now.status.as_str(),
+        "runtime_state": now.runtime.as_str(),
+    })
+}
+
+/// `agent_activity`, to every connection: the phase, the status and the
+/// tool's name only (never text, arguments, results, paths or
+/// transcripts).
+pub fn activity(agent: &str, now: &Derived, timestamp: u64) -> Value {
+    let mut out = json!({
+        "type": "agent_activity",
+        "agent_id": agent,
+        "timestamp": timestamp,
+        "phase": now.phase,
+        "status": now.status.as_str(),
+    });
+    if let Some(tool) = &now.tool {
+        out["tool_name"] = json!(tool);
+    }
+    out
+}
+
+/// `agent_spawned`, to every connection.
+pub fn spawned(snap: &Snapshot, now: &Derived) -> Value {
+    json!({"type": "agent_spawned", "agent_id": snap.agent_id, "info": agent::info(snap, now)})
+}
+
+/// `agent_exited` for a runtime that failed.
+pub fn exited(snap: &Snapshot) -> Value {
+    let mut out = json!({
+        "type": "agent_exited",
+        "agent_id": snap.agent_id,
+        "runtime_state": "failed",
+        "reason": snap.exit.as_ref().map_or("the worker failed", |e| e.reason.as_str()),
+    });
+    if let Some(code) = snap.exit.as_ref().and_then(|e| e.code) {
+        out["exit_code"] = json!(code);
+    }
+    out
+}
+
+/// `mode_changed` to an agent's attachments.
+pub fn mode_changed(agent: &str, previous: &str, mode: &str) -> Value {
+    json!({"type": "mode_changed", "agent_id": agent, "previous_mode": previous, "mode": mode})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shard::track::{Runtime, Status};
+
+    #[test]
+    fn a_permission_request_names_the_call_and_offers_allow_and_deny() {
+        let prompt = json!({"confirmation_id": "c-1", "call": {"id": "call-1", "name": "run_command",
+            "arguments": {"command": "rm -rf build"}}, "state": "awaiting-decision"});
+        let r = permission_request("a", &prompt);
+        assert_eq!(r["request_id"], "c-1");
+        assert_eq!(r["tool_name"], "run_command");
+        assert_eq!(r["input"], json!({"command": "rm -rf build"}));
+        assert_eq!(r["options"], json!(["allow", "deny"]));
+        assert_eq!(r["prompt"], "Allow run_command?");
+        assert_eq!(
+            r["details"][1],
+            json!({"label": "command", "value": "rm -rf build", "format": "command"})
+        );
+        assert_eq!(
+            permission_resolved("a", "c-1", false, "deadline"),
+            json!({"type": "permission_resolved", "agent_id": "a", "request_id": "c-1",
+                "decision": "deny", "source": "deadline"})
+        );
+    }
+
+    #[test]
+    fn activity_is_coarse() {
+        let now = Derived {
+            status: Status::Streaming,
+            runtime: Runtime::Running,
+            phase: "tool",
+            tool: Some("run_command".into()),
+        };
+        let a = activity("a", &now, 7);
+        assert_eq!(
+            a,
+            json!({"type": "agent_activity", "agent_id": "a", "timestamp": 7, "phase": "tool",
+                "status": "streaming", "tool_name": "run_command"})
+        );
+        assert_eq!(
+            status_changed("a", &now),
+            json!({"type": "agent_status_changed", "agent_id": "a", "status": "streaming",
+                "runtime_state": "running"})
+        );
+    }
+}

@@ -1,0 +1,177 @@
+//! The Shard WebSocket transport, `GET /shard/ws` on the main listener
+//! (who may connect, the upgrade and the `shard.v0` selection are
+//! `gate`'s; no extension is negotiated, so no compression): `hello`, one
+//! JSON message
+//! per text frame (binary frames are refused with `INVALID_REQUEST`; the
+//! connection stays open), and the keepalive: a ping every
+//! `limits.pingIntervalMs` (30 s), and a client that has not answered the
+//! previous one by the next is dropped.
+//!
+//! An idle connection has no reader thread: the shared poller waits on its
+//! socket and runs [`drain`] on a short-lived thread when input arrives;
+//! messages are handled by `dispatch`, frames go out through the
+//! connection's writer.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use tungstenite::{Error as WsError, Message};
+
+use super::conn::ShardConn;
+use super::wire::{self, Refusal};
+use super::{dispatch, Shard};
+use crate::hub::Hub;
+use crate::util::time;
+use crate::ws;
+use crate::wsconn::outbound::Outbound;
+use crate::wsconn::poller::{self, Service};
+
+/// A parked Shard socket.
+pub type Parked = poller::Parked<ShardConn>;
+/// What a Shard reader did with its socket's input.
+pub type Drained = poller::Drained<ShardConn>;
+/// The idle Shard sockets.
+pub type Poller = poller::Poller<Shard>;
+
+/// The transport-scoped capabilities of the daemon's `hello` (seed §7:
+/// per-runtime features are in each attachment's `sync`).
+pub const CAPABILITIES: &[&str] = &["websocket"];
+
+/// Serves an admitted `GET /shard/ws` connection (`gate::connect` did
+/// the admission and the upgrade): the writer and `hello`; then the
+/// socket is parked with the poller until it has input.
+pub fn serve(hub: &Arc<Hub>, shard: &Arc<Shard>, accepted: ws::Accepted) {
+    let ws::Accepted { mut socket, writer } = accepted;
+    socket.get_mut().set_nonblocking_reads(true);
+    let id = hub.register_socket(writer.clone());
+    let (conn, inbox) = ShardConn::new(id, writer);
+    shard.add(conn.clone());
+    conn.start_writer(inbox);
+    let version = format!("simplex-hub {}", env!("CARGO_PKG_VERSION"));
+    conn.send(&wire::hello(&version, CAPABILITIES));
+    let parked = Parked {
+        conn,
+        socket: Box::new(socket),
+    };
+    if let Err(parked) = Shard::park(shard, hub, parked) {
+        release(hub, shard, &parked.conn);
+    }
+}
+
+impl Shard {
+    fn park(shard: &Arc<Shard>, hub: &Arc<Hub>, parked: Parked) -> Result<(), Parked> {
+        Poller::park(shard, hub, parked)
+    }
+}
+
+/// Reads and handles the messages a parked socket has available.
+pub fn drain(hub: &Arc<Hub>, shard: &Arc<Shard>, mut parked: Parked) -> Drained {
+    let conn = parked.conn.clone();
+    loop {
+        let message = match parked.socket.read() {
+            Ok(message) => message,
+            Err(WsError::Io(err)) if err.kind() == std::io::ErrorKind::WouldBlock => {
+                crate::util::wakes::release();
+                return Drained::Park(parked);
+            }
+            Err(WsError::Capacity(_)) => {
+                let refusal = Refusal::invalid("message too large");
+                conn.respond(None, "", Err(refusal));
+                break;
+            }
+            Err(_) => break,
+        };
+        match message {
+            Message::Text(text) => {
+                let text = text.as_str();
+                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    dispatch::handle(hub, shard, &conn, text);
+                }));
+                if outcome.is_err() {
+                    log::error!("shard {}: handler failed on a message", conn.id);
+                    let refusal = Refusal::new(
+                        wire::Code::InternalError,
+                        "the hub failed to process the message",
+                    );
+                    conn.respond(None, "", Err(refusal));
+                }
+            }
+            Message::Binary(_) => {
+                let refusal = Refusal::invalid("binary frames are not used: send JSON text frames");
+                conn.respond(None, "", Err(refusal));
+            }
+            Message::Pong(_) => conn.ponged(),
+            _ => {}
+        }
+        if conn.is_dead() {
+            break;
+        }
+    }
+    drop(parked);
+    release(hub, shard, &conn);
+    Drained::Closed
+}
+
+/// Ends a connection and forgets it (and its attachments).
+pub fn release(hub: &Hub, shard: &Shard, conn: &ShardConn) {
+    conn.terminate();
+    let agents = conn.state().detach_all();
+    for agent in agents {
+        shard.agent(&agent, |t| t.attached = t.attached.saturating_sub(1));
+    }
+    shard.remove(conn.id);
+    hub.unregister_socket(conn.id);
+}
+
+/// Pings every client once per interval; a client whose previous ping is
+/// unanswered is dropped.
+fn keepalive(hub: &Arc<Hub>, shard: &Arc<Shard>) {
+    let every = hub.config.limits.ping_interval_ms;
+    if every == 0 {
+        return;
+    }
+    let now = time::now_millis();
+    let last = shard.last_ping.load(Ordering::Acquire);
+    if now.saturating_sub(last) < every {
+        return;
+    }
+    shard.last_ping.store(now, Ordering::Release);
+    for conn in shard.snapshot().iter() {
+        if conn.ping_due() {
+            conn.ping();
+        } else {
+            log::warn!(
+                "shard {}: the client did not answer a ping; dropping it",
+                conn.id
+            );
+            conn.terminate();
+        }
+    }
+}
+
+impl Service for Shard {
+    type Ctx = Hub;
+    type Conn = ShardConn;
+    const POLL_THREAD: &'static str = "shard-poll";
+    const READER_THREAD: &'static str = "shard-reader";
+
+    fn poller(&self) -> &Poller {
+        &self.poller
+    }
+
+    fn outbound(conn: &ShardConn) -> &Outbound {
+        conn.outbound()
+    }
+
+    fn drain(hub: &Arc<Hub>, shard: &Arc<Shard>, parked: Parked) -> Drained {
+        drain(hub, shard, parked)
+    }
+
+    fn release(hub: &Hub, shard: &Shard, conn: &ShardConn) {
+        release(hub, shard, conn)
+    }
+
+    fn tick(hub: &Arc<Hub>, shard: &Arc<Shard>) {
+        keepalive(hub, shard)
+    }
+}

@@ -1,0 +1,395 @@
+//! What the Shard front-end keeps of each agent between hub notifications,
+//! pure: the run in progress (its kind, the tool it runs, its summed
+//! usage), whether the last run failed, the permission requests announced
+//! and recently resolved, and the status and mode last announced, so a
+//! change is announced once. The agent's status (seed 004 §9.1) is
+//! derived from this and from the session's facts ([`Facts`]).
+
+use std::collections::{BTreeSet, VecDeque};
+
+use serde_json::Value;
+
+use super::translate::{self, Usage};
+
+/// The runtime (worker process) as the session record shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runtime {
+    Stopped,
+    Starting,
+    Running,
+    Stopping,
+    Failed,
+}
+
+impl Runtime {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Runtime::Stopped => "stopped",
+            Runtime::Starting => "starting",
+            Runtime::Running => "running",
+            Runtime::Stopping => "stopping",
+            Runtime::Failed => "failed",
+        }
+    }
+
+    /// From the description's `process.state` and whether a worker is
+    /// connected (a worker launched by hand has no process record).
+    pub fn of(process_state: Option<&str>, connected: bool) -> Runtime {
+        match process_state {
+            Some("starting") => Runtime::Starting,
+            Some("running") => Runtime::Running,
+            Some("stopping") => Runtime::Stopping,
+            _ if connected => Runtime::Running,
+            Some("failed") => Runtime::Failed,
+            _ => Runtime::Stopped,
+        }
+    }
+}
+
+/// The seed's `AgentStatus` (this hub never is `waiting_for_ui`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Idle,
+    Streaming,
+    WaitingForPermission,
+    Compacting,
+    Error,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Idle => "idle",
+            Status::Streaming => "streaming",
+            Status::WaitingForPermission => "waiting_for_permission",
+            Status::Compacting => "compacting",
+            Status::Error => "error",
+        }
+    }
+}
+
+/// What the session record says right now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Facts {
+    pub runtime: Runtime,
+    pub connected: bool,
+    /// Open confirmation prompts an operator can decide.
+    pub decidable: usize,
+}
+
+/// An agent's status, runtime state and coarse activity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Derived {
+    pub status: Status,
+    pub runtime: Runtime,
+    /// `agent_activity.phase`: idle, thinking, tool, waiting, compacting, error.
+    pub phase: &'static str,
+    /// The tool running, for `agent_activity` (a name, never arguments).
+    pub tool: Option<String>,
+}
+
+/// The run the worker executes.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Run {
+    id: String,
+    compact: bool,
+    tool: Option<String>,
+    usage: Usage,
+}
+
+/// Requests resolved lately, so a late answer is discarded silently.
+const RECENTLY_RESOLVED: usize = 256;
+
+/// One agent's state.
+#[derive(Debug, Default)]
+pub struct Track {
+    worker_id: String,
+    run: Option<Run>,
+    failed: bool,
+    /// Announced permission requests not yet resolved.
+    open: BTreeSet<String>,
+    resolved: VecDeque<String>,
+    last: Option<Derived>,
+    /// The mode last announced.
+    pub mode: Option<String>,
+    /// Shard connections attached to this agent (its events are translated
+    /// only while there are any).
+    pub attached: usize,
+    /// Announced to clients (it existed when the front-end started, or
+    /// `agent_spawned` was sent).
+    pub known: bool,
+}
+
+impl Track {
+    /// Takes in one transcript entry (or a transient event) and returns
+    /// its Shard events when `translate` (the agent has attachments).
+    pub fn observe(&mut self, agent: &str, entry: &Value, translate: bool) -> Vec<Value> {
+        let event = entry.get("event").and_then(Value::as_str).unwrap_or("");
+        let worker = entry.get("worker_id").and_then(Value::as_str).unwrap_or("");
+        if !worker.is_empty() && worker != self.worker_id {
+            // A new worker process runs nothing of its predecessor's.
+            self.worker_id = worker.to_string();
+            self.run = None;
+            self.failed = false;
+        }
+        let run_id = entry.get("run_id").and_then(Value::as_str).unwrap_or("");
+        let data = entry.get("data").unwrap_or(&Value::Null);
+        let mut finished_usage = None;
+        match event {
+            "input_admitted" => {
+                let compact = data.get("operation").and_then(Value::as_str) == Some("compact");
+                self.run = Some(Run {
+                    id: run_id.to_string(),
+                    compact,
+                    ..Run::default()
+                });
+                self.failed = false;
+            }
+            "run_started" => {
+                if self.run.as_ref().is_none_or(|r| r.id != run_id) {
+                    self.run = Some(Run {
+                        id: run_id.to_string(),
+                        ..Run::default()
+                    });
+                }
+                self.failed = false;
+            }
+            "model_response" => {
+                if let (Some(run), Some(usage)) =
+                    (self.run.as_mut(), data.get("cost").and_then(Usage::of_cost))
+                {
+                    run.usage.add(usage);
+                }
+            }
+            "tool_calls" => {
+                if let Some(run) = self.run.as_mut() {
+                    let first = entry
+                        .get("data")
+                        .and_then(|d| d.as_array().or_else(|| d.get("calls")?.as_array()))
+                        .and_then(|calls| calls.first())
+                        .and_then(|c| c.get("name"))
+                        .and_then(Value::as_str);
+                    run.tool = first.map(str::to_string);
+                }
+            }
+            "tool_results" => {
+                if let Some(run) = self.run.as_mut() {
+                    run.tool = None;
+                }
+            }
+            "run_finished" => {
+                let mine = self.run.as_ref().is_some_and(|r| r.id == run_id);
+                if mine {
+                    finished_usage = self.run.take().map(|r| r.usage);
+                }
+                self.failed = data.get("status").and_then(Value::as_str) == Some("failed");
+            }
+            _ => {}
+        }
+        if translate {
+            translate::events(agent, entry, finished_usage)
+        } else {
+            Vec::new()
+        }
+    }
+
+    /// The status now.
+    pub fn derive(&self, facts: &Facts) -> Derived {
+        let run = self.run.as_ref().filter(|_| facts.connected);
+        let (status, phase, tool) = if facts.runtime == Runtime::Failed {
+            (Status::Error, "error", None)
+        } else if facts.decidable > 0 {
+            (Status::WaitingForPermission, "waiting", None)
+        } else if let Some(run) = run {
+            if run.compact {
+                (Status::Compacting, "compacting", None)
+            } else if let Some(tool) = &run.tool {
+                (Status::Streaming, "tool", Some(tool.clone()))
+            } else {
+                (Status::Streaming, "thinking", None)
+            }
+        } else if self.failed {
+            (Status::Error, "error", None)
+        } else {
+            (Status::Idle, "idle", None)
+        };
+        Derived {
+            status,
+            runtime: facts.runtime,
+            phase,
+            tool,
+        }
+    }
+
+    /// Records `now` as announced; returns whether it differs from what
+    /// was announced before (the first look always does).
+    pub fn announce(&mut self, now: &Derived) -> bool {
+        if self.last.as_ref() == Some(now) {
+            return false;
+        }
+        self.last = Some(now.clone());
+        true
+    }
+
+    /// The status last announced.
+    pub fn last(&self) -> Option<&Derived> {
+        self.last.as_ref()
+    }
+
+    /// A permission request is shown to clients; false when it already was.
+    pub fn open_request(&mut self, request_id: &str) -> bool {
+        self.open.insert(request_id.to_string())
+    }
+
+    /// A shown request resolved; false when it was not open (never shown,
+    /// or resolved already), so it is resolved once.
+    pub fn resolve_request(&mut self, request_id: &str) -> bool {
+        if !self.open.remove(request_id) {
+            return false;
+        }
+        if self.resolved.len() >= RECENTLY_RESOLVED {
+            self.resolved.pop_front();
+        }
+        self.resolved.push_back(request_id.to_string());
+        true
+    }
+
+    /// Whether `request_id` was resolved lately (a late answer).
+    pub fn recently_resolved(&self, request_id: &str) -> bool {
+        self.resolved.iter().any(|r| r == request_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn entry(event: &str, run: &str, data: Value) -> Value {
+        json!({"event": event, "worker_id": "w", "run_id": run, "data": data, "hub_sequence": 1})
+    }
+
+    const LIVE: Facts = Facts {
+        runtime: Runtime::Running,
+        connected: true,
+        decidable: 0,
+    };
+
+    #[test]
+    fn runtime_states_come_from_the_process_record() {
+        assert_eq!(Runtime::of(None, false), Runtime::Stopped);
+        assert_eq!(Runtime::of(None, true), Runtime::Running);
+        assert_eq!(Runtime::of(Some("starting"), false), Runtime::Starting);
+        assert_eq!(Runtime::of(Some("stopping"), true), Runtime::Stopping);
+        assert_eq!(Runtime::of(Some("failed"), false), Runtime::Failed);
+        assert_eq!(Runtime::of(Some("exited"), false), Runtime::Stopped);
+        assert_eq!(Runtime::of(Some("exited"), true), Runtime::Running);
+    }
+
+    #[test]
+    fn a_run_streams_uses_tools_and_ends_idle_or_in_error() {
+        let mut t = Track::default();
+        assert_eq!(t.derive(&LIVE).status, Status::Idle);
+        t.observe(
+            "a",
+            &entry("input_admitted", "r1", json!({"operation": "message"})),
+            false,
+        );
+        t.observe("a", &entry("run_started", "r1", json!({})), false);
+        let d = t.derive(&LIVE);
+        assert_eq!((d.status, d.phase), (Status::Streaming, "thinking"));
+        t.observe(
+            "a",
+            &entry(
+                "tool_calls",
+                "r1",
+                json!([{"name": "run_command", "arguments": {"x": 1}}]),
+            ),
+            false,
+        );
+        let d = t.derive(&LIVE);
+        assert_eq!((d.phase, d.tool.as_deref()), ("tool", Some("run_command")));
+        let waiting = Facts {
+            decidable: 1,
+            ..LIVE
+        };
+        assert_eq!(t.derive(&waiting).status, Status::WaitingForPermission);
+        t.observe("a", &entry("tool_results", "r1", json!([])), false);
+        assert_eq!(t.derive(&LIVE).phase, "thinking");
+        t.observe(
+            "a",
+            &entry(
+                "model_response",
+                "r1",
+                json!({"cost": {"prompt": 4, "generated": 2}}),
+            ),
+            false,
+        );
+        let end = t.observe(
+            "a",
+            &entry("run_finished", "r1", json!({"status": "failed"})),
+            true,
+        );
+        assert_eq!(end.last().unwrap()["usage"]["input"], 4);
+        assert_eq!(t.derive(&LIVE).status, Status::Error);
+        // The next run clears the failure.
+        t.observe("a", &entry("run_started", "r2", json!({})), false);
+        assert_eq!(t.derive(&LIVE).status, Status::Streaming);
+        // A disconnected worker runs nothing; a failed process is an error.
+        let gone = Facts {
+            connected: false,
+            runtime: Runtime::Stopped,
+            decidable: 0,
+        };
+        assert_eq!(t.derive(&gone).status, Status::Idle);
+        let failed = Facts {
+            runtime: Runtime::Failed,
+            ..gone
+        };
+        assert_eq!(t.derive(&failed).status, Status::Error);
+    }
+
+    #[test]
+    fn compaction_runs_and_new_incarnations() {
+        let mut t = Track::default();
+        t.observe(
+            "a",
+            &entry("input_admitted", "r1", json!({"operation": "compact"})),
+            false,
+        );
+        t.observe("a", &entry("run_started", "r1", json!({})), false);
+        assert_eq!(t.derive(&LIVE).status, Status::Compacting);
+        assert!(t.run.is_some());
+        let mut other = entry("status", "", json!({}));
+        other["worker_id"] = json!("w2");
+        t.observe("a", &other, false);
+        assert!(t.run.is_none());
+        assert_eq!(t.derive(&LIVE).status, Status::Idle);
+    }
+
+    #[test]
+    fn changes_are_announced_once_and_requests_resolved_once() {
+        let mut t = Track::default();
+        let d = t.derive(&LIVE);
+        assert!(t.announce(&d));
+        assert!(!t.announce(&d));
+        assert!(t.announce(&t.derive(&Facts {
+            decidable: 1,
+            ..LIVE
+        })));
+        assert!(t.open_request("p1"));
+        assert!(!t.open_request("p1"));
+        assert!(!t.recently_resolved("p1"));
+        assert!(t.resolve_request("p1"));
+        assert!(!t.resolve_request("p1"));
+        assert!(!t.resolve_request("never"));
+        assert!(t.recently_resolved("p1"));
+        for i in 0..RECENTLY_RESOLVED {
+            let id = format!("x{i}");
+            t.open_request(&id);
+            t.resolve_request(&id);
+        }
+        assert!(!t.recently_resolved("p1"), "bounded");
+    }
+}

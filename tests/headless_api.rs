@@ -31,43 +31,6 @@ fn expect_refusals(hub: &TestHub, cases: &[Refused]) {
     }
 }
 
-/// Starts a supervised parent session `p` and has its worker fork one
-/// child; returns the child's id once it is ready and connected.
-fn fork_child(hub: &TestHub) -> String {
-    create_session(hub, "p");
-    let started = post(hub, "/api/sessions/p/start", json!({}));
-    assert_eq!(started.status, 200, "{}", started.text());
-    wait_session(hub, "p", |s| s["identity"]["state"] == "live");
-    let res = post(hub, "/api/sessions/p/input", text_content("/fork"));
-    assert_eq!(res.status, 202, "{}", res.text());
-    let mut child = String::new();
-    let ok = wait_until(DEADLINE, || {
-        let list = hub.get("/api/sessions").json()["sessions"].clone();
-        let found = list.as_array().unwrap().iter().find(|s| {
-            s["kind"] == "headless"
-                && s["subagent"]["lifecycle"] == "ready"
-                && s["identity"]["state"] == "live"
-        });
-        if let Some(s) = found {
-            child = s["session_id"].as_str().unwrap().to_string();
-        }
-        found.is_some()
-    });
-    assert!(ok, "no ready child; hub log:\n{}", hub.log_text());
-    assert!(child.starts_with("subagent-"), "{child}");
-    child
-}
-
-/// Has the parent send `raw` to the child as a message.
-fn send_to_child(hub: &TestHub, child: &str, raw: &str) {
-    let res = post(
-        hub,
-        "/api/sessions/p/input",
-        text_content(&format!("/send {child} {raw}")),
-    );
-    assert_eq!(res.status, 202, "{}", res.text());
-}
-
 /// Reads `confirmation` frames of `session` until one closes; returns
 /// every frame seen for it, the closing one last.
 fn confirmation_frames_until_closed(ws: &mut Ws, session: &str) -> Vec<Value> {

@@ -380,3 +380,335 @@ fn abort_kill_and_an_unknown_outcome() {
     assert_eq!(r["error"]["data"]["state"], "unknown");
     c.wait_runtime(&agent, "stopped");
 }
+
+/// The permission request a `/run` prompt opens, as `client` sees it.
+fn requested(client: &mut ShardClient, agent: &str) -> Value {
+    let request = client.event("permission_request", agent);
+    assert_eq!(request["tool_name"], "run_command");
+    assert_eq!(request["options"], json!(["allow", "deny"]));
+    assert!(request["prompt"].is_string());
+    assert!(request["details"].is_array());
+    request
+}
+
+#[test]
+fn two_clients_race_a_permission_and_both_see_the_one_resolution() {
+    let (dir, hub, mut a, agent) = agent_hub("shard-race", &[]);
+    let mut b = ShardClient::connect(&hub);
+    b.attach(&agent, "interactive");
+    let mut watcher = ShardClient::connect(&hub);
+    watcher.attach(&agent, "observer");
+    let marker = dir.path().join("work/marker.txt");
+    a.prompt(&agent, "/run echo ran > marker.txt && echo tool-output");
+    let ra = requested(&mut a, &agent);
+    let rb = requested(&mut b, &agent);
+    let request_id = ra["request_id"].as_str().unwrap().to_string();
+    assert_eq!(rb["request_id"], request_id.as_str());
+    assert_eq!(
+        ra["input"]["command"],
+        "echo ran > marker.txt && echo tool-output"
+    );
+    // (The worker's confirmation socket may overtake its event socket, so
+    // the request can come before the turn's first events.)
+    a.expect(|m| m["type"] == "status" && m["status"] == "waiting_for_permission");
+    assert!(!marker.exists(), "ran before the answer");
+    // Both answer at once; the first valid response wins, the other is
+    // discarded silently.
+    let ia = a.command(json!({"type": "permission_response", "agent_id": agent,
+        "request_id": request_id, "decision": "allow"}));
+    let ib = b.command(json!({"type": "permission_response", "agent_id": agent,
+        "request_id": request_id, "decision": "deny"}));
+    let (ra, rb) = (a.response(&ia), b.response(&ib));
+    assert_eq!(ra["success"], true, "{ra}");
+    assert_eq!(rb["success"], true, "{rb}");
+    let applied = [ra["data"]["applied"].clone(), rb["data"]["applied"].clone()];
+    assert_eq!(
+        applied.iter().filter(|v| **v == json!(true)).count(),
+        1,
+        "{applied:?}"
+    );
+    let winner = if applied[0] == json!(true) {
+        "allow"
+    } else {
+        "deny"
+    };
+    for client in [&mut a, &mut b, &mut watcher] {
+        let resolved = client.event("permission_resolved", &agent);
+        assert_eq!(resolved["request_id"], request_id.as_str());
+        assert_eq!(resolved["decision"], winner);
+        assert_eq!(resolved["source"], "shard");
+    }
+    let result = a.event("tool_result", &agent);
+    a.event("turn_end", &agent);
+    if winner == "allow" {
+        assert_eq!(result["is_error"], false, "{result}");
+        assert_eq!(
+            result["content"]["text"].as_str().unwrap().trim(),
+            "tool-output"
+        );
+        assert_eq!(std::fs::read_to_string(&marker).unwrap().trim(), "ran");
+    } else {
+        assert_eq!(result["is_error"], true, "{result}");
+        assert!(!marker.exists());
+    }
+    // Exactly one resolution each, and none for the observer to answer.
+    for client in [&mut a, &mut b, &mut watcher] {
+        client.settle(Duration::from_millis(300));
+        let rest = client.take_inbox();
+        assert!(
+            rest.iter().all(|m| m["type"] != "permission_resolved"),
+            "{rest:#?}"
+        );
+    }
+    assert!(watcher
+        .take_inbox()
+        .iter()
+        .all(|m| m["type"] != "permission_request"));
+    // Late answers are still discarded silently; the observer may not.
+    let r = a.request(json!({"type": "permission_response", "agent_id": agent,
+        "request_id": request_id, "decision": "deny"}));
+    assert_eq!(r["data"]["applied"], false, "{r}");
+    let r = watcher.request(json!({"type": "permission_response", "agent_id": agent,
+        "request_id": request_id, "decision": "deny"}));
+    assert_eq!(code(&r), "PERMISSION_DENIED");
+}
+
+#[test]
+fn a_client_drops_mid_prompt_reattaches_and_answers() {
+    let (_dir, hub, mut a, agent) = agent_hub("shard-reattach", &[]);
+    a.prompt(&agent, "/run echo again");
+    let first = requested(&mut a, &agent);
+    let request_id = first["request_id"].as_str().unwrap().to_string();
+    drop(a);
+    // The observer's sync lists the pending request, but it is not shown.
+    let mut observer = ShardClient::connect(&hub);
+    let (_, sync) = observer.attach(&agent, "observer");
+    assert_eq!(
+        sync["pending_requests"][0]["request_id"],
+        request_id.as_str()
+    );
+    // Reconnected: the attach response, then the sync (waiting, the request
+    // pending), then the request shown again; answering it works.
+    let mut b = ShardClient::connect(&hub);
+    let (response, sync) = b.attach(&agent, "interactive");
+    assert_eq!(response["data"]["status"], "waiting_for_permission");
+    assert_eq!(sync["status"], "waiting_for_permission");
+    let pending = sync["pending_requests"].as_array().unwrap();
+    assert_eq!(pending.len(), 1, "{sync}");
+    assert_eq!(pending[0]["request_id"], request_id.as_str());
+    assert_eq!(pending[0]["type"], "permission_request");
+    let again = b.expect(|m| m["agent_id"] == agent && m["type"] != "agent_activity");
+    assert_eq!(again["type"], "permission_request", "{again}");
+    assert_eq!(again["request_id"], request_id.as_str());
+    let r = b.request(json!({"type": "permission_response", "agent_id": agent,
+        "request_id": request_id, "decision": "allow", "reason": "fine"}));
+    assert_eq!(r["data"]["applied"], true, "{r}");
+    let resolved = b.event("permission_resolved", &agent);
+    assert_eq!(resolved["decision"], "allow");
+    assert_eq!(
+        observer.event("permission_resolved", &agent)["request_id"],
+        request_id.as_str()
+    );
+    let result = b.event("tool_result", &agent);
+    assert_eq!(result["is_error"], false, "{result}");
+    observer.settle(Duration::from_millis(200));
+    assert!(observer
+        .take_inbox()
+        .iter()
+        .all(|m| m["type"] != "permission_request"));
+}
+
+#[test]
+fn a_panel_and_a_shard_client_watch_one_session() {
+    let (_dir, hub, mut c, agent) = agent_hub("shard-panel", &[]);
+    let mut panel = panel(&hub);
+    send_json(
+        &mut panel,
+        json!({"v": 1, "type": "subscribe", "session": agent, "since": 0}),
+    );
+    next_of(&mut panel, "subscribed");
+    c.prompt(&agent, "/run echo both");
+    let request = requested(&mut c, &agent);
+    let cid = request["request_id"].as_str().unwrap().to_string();
+    // The panel sees the same confirmation and answers it.
+    let open = ws_read_until(&mut panel, |v| {
+        v["type"] == "confirmation" && v["open"] == true
+    });
+    assert_eq!(open["confirmation"]["confirmation_id"], cid.as_str());
+    send_json(
+        &mut panel,
+        json!({"v": 1, "type": "confirmation", "session": agent, "confirmation_id": cid,
+            "decision": "denied", "reason": "not now"}),
+    );
+    let resolved = c.event("permission_resolved", &agent);
+    assert_eq!(resolved["request_id"], cid.as_str());
+    assert_eq!(resolved["decision"], "deny");
+    assert_eq!(resolved["source"], "panel");
+    // A Shard answer after the panel's is discarded silently.
+    let r = c.request(json!({"type": "permission_response", "agent_id": agent,
+        "request_id": cid, "decision": "allow"}));
+    assert_eq!(r["data"]["applied"], false, "{r}");
+    assert_eq!(c.event("tool_result", &agent)["is_error"], true);
+    // A prompt from the panel plays out on the Shard client too.
+    send_json(
+        &mut panel,
+        json!({"v": 1, "type": "input", "session": agent,
+            "content": [{"type": "text", "modality": "text", "raw": "from the panel"}]}),
+    );
+    let done = c.expect(|m| {
+        m["type"] == "message_complete" && m.to_string().contains("echo: from the panel")
+    });
+    assert_eq!(done["agent_id"], agent.as_str());
+    let event = ws_read_until(&mut panel, |v| {
+        v["type"] == "event"
+            && v["envelope"]["event"] == "model_response"
+            && v.to_string().contains("echo: from the panel")
+    });
+    assert_eq!(event["session"], agent.as_str());
+}
+
+#[test]
+fn an_unanswered_prompt_resolves_as_deny_with_its_reason() {
+    let dir = TempDir::new("shard-deadline");
+    let hub = hub_with(
+        &dir,
+        json!({"worker": {"confirmationTimeoutMs": 1500}, "limits": {"confirmIdentityHoldMs": 500}}),
+    );
+    let mut c = ShardClient::connect(&hub);
+    let agent = c.create(&dir.path().join("work"));
+    wait_session(&hub, &agent, |s| s["identity"]["state"] == "live");
+    c.attach(&agent, "interactive");
+    c.prompt(&agent, "/run echo late");
+    let request = requested(&mut c, &agent);
+    let resolved = c.event("permission_resolved", &agent);
+    assert_eq!(resolved["request_id"], request["request_id"]);
+    assert_eq!(resolved["decision"], "deny");
+    let source = resolved["source"].as_str().unwrap();
+    assert!(["deadline", "disconnected"].contains(&source), "{resolved}");
+    assert_eq!(c.event("tool_result", &agent)["is_error"], true);
+}
+
+#[test]
+fn a_headless_childs_approvals_are_answerable_and_its_conversation_is_not() {
+    let dir = TempDir::new("shard-child");
+    let hub = TestHub::start(dir.path(), &[]);
+    let child = fork_child(&hub);
+    let mut c = ShardClient::connect(&hub);
+    let list = c.request(json!({"type": "agent.list"}));
+    let info = list["data"]["agents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["agent_id"] == child.as_str())
+        .cloned()
+        .unwrap();
+    assert_eq!(info["parent_agent_id"], "p");
+    assert_eq!(
+        info["cwd"], "",
+        "a child's launch details are the hub's: {info}"
+    );
+    let (_, sync) = c.attach(&child, "interactive");
+    assert_eq!(sync["capabilities"], json!([]));
+    for msg in [
+        json!({"type": "prompt", "agent_id": child, "message": "hi"}),
+        json!({"type": "abort", "agent_id": child}),
+        json!({"type": "set_mode", "agent_id": child, "mode": "approve"}),
+        json!({"type": "session_op", "agent_id": child, "op": "compact"}),
+        json!({"type": "list_models", "agent_id": child}),
+    ] {
+        assert_eq!(code(&c.request(msg.clone())), "PERMISSION_DENIED", "{msg}");
+    }
+    send_to_child(&hub, &child, "/run echo child");
+    let request = requested(&mut c, &child);
+    let r = c.request(json!({"type": "permission_response", "agent_id": child,
+        "request_id": request["request_id"], "decision": "allow"}));
+    assert_eq!(r["data"]["applied"], true, "{r}");
+    let resolved = c.event("permission_resolved", &child);
+    assert_eq!(resolved["source"], "shard");
+    // A child's conversation is its parent's: no transcript events.
+    c.settle(Duration::from_millis(500));
+    assert!(c
+        .take_inbox()
+        .iter()
+        .all(|m| !matches!(m["type"].as_str(), Some("message_complete" | "tool_result"))));
+}
+
+#[test]
+fn a_client_past_the_outbound_budget_is_dropped_at_once() {
+    let (_dir, hub, mut c, agent) = agent_hub("shard-budget", &[]);
+    let mut bystander = ShardClient::connect(&hub);
+    // One event larger than the 4 MiB budget ends the connection.
+    c.prompt(&agent, "/big 4500000");
+    assert!(c.ends_within(DEADLINE), "the client was not dropped");
+    // Others are untouched, and the window of a new attach stays bounded.
+    let r = bystander.request(json!({"type": "agent.list"}));
+    assert_eq!(r["success"], true);
+    wait_event(&hub, &agent, |e| e["event"] == "run_finished");
+    let (_, sync) = bystander.attach(&agent, "observer");
+    assert!(sync.to_string().len() < 512 * 1024, "the window is bounded");
+}
+
+#[test]
+fn keepalive_pings_drop_a_silent_client() {
+    let dir = TempDir::new("shard-ping");
+    let hub = hub_with(&dir, json!({"limits": {"pingIntervalMs": 300}}));
+    let mut silent = RawWs::open(hub.addr, "/shard/ws");
+    silent.next_text(|v| v["type"] == "hello");
+    let mut alive = ShardClient::connect(&hub);
+    // The client that answers (tungstenite does, while it reads) is kept.
+    let reader = std::thread::spawn(move || {
+        alive.settle(Duration::from_millis(3500));
+        alive.request(json!({"type": "agent.list"}))
+    });
+    // The silent client reads pings but never answers them.
+    let (ended, _) = silent.ends(DEADLINE);
+    assert!(
+        ended,
+        "a client that never answered a ping is still connected"
+    );
+    assert_eq!(reader.join().unwrap()["success"], true);
+}
+
+#[test]
+fn daemon_shutdown_is_the_ordinary_graceful_shutdown() {
+    let (_dir, mut hub, mut c, agent) = agent_hub("shard-shutdown", &[]);
+    let id = c.prompt(&agent, "/sleep 1200");
+    c.response(&id);
+    c.event("turn_start", &agent);
+    let r = c.request(json!({"type": "daemon.shutdown"}));
+    assert_eq!(r["success"], true, "{r}");
+    // Graceful: the run finishes before the hub goes.
+    let end = c.event("turn_end", &agent);
+    assert!(end["turn_id"].is_string());
+    let status = wait_exit(&mut hub.child, DEADLINE).expect("the hub did not exit");
+    assert!(status.success(), "{status:?}");
+    assert!(hub.log_text().contains("shutdown requested by a client"));
+}
+
+#[test]
+fn a_failed_runtime_is_announced_and_a_forced_shutdown_does_not_wait() {
+    let (_dir, mut hub, mut c, agent) = agent_hub("shard-exit", &[]);
+    let mut watcher = ShardClient::connect(&hub);
+    c.prompt(&agent, "/crash");
+    let exited = watcher.event("agent_exited", &agent);
+    assert_eq!(exited["runtime_state"], "failed");
+    assert_eq!(exited["exit_code"], 3, "{exited}");
+    assert!(exited["reason"].as_str().unwrap().contains('3'), "{exited}");
+    watcher.expect(|m| {
+        m["type"] == "agent_status_changed" && m["agent_id"] == agent && m["status"] == "error"
+    });
+    assert_eq!(c.wait_runtime(&agent, "failed")["status"], "error");
+    // A start again, a long run, and a forced shutdown that does not wait.
+    let r = c.request(json!({"type": "agent.create", "cwd": "/tmp", "name": agent}));
+    assert_eq!(code(&r), "CONFLICT", "the name is taken: {r}");
+    let other = c.create(std::path::Path::new("/tmp"));
+    wait_session(&hub, &other, |s| s["identity"]["state"] == "live");
+    c.attach(&other, "interactive");
+    let id = c.prompt(&other, "/sleep 30000");
+    c.response(&id);
+    c.event("turn_start", &other);
+    let r = c.request(json!({"type": "daemon.shutdown", "force": true}));
+    assert_eq!(r["success"], true, "{r}");
+    let status = wait_exit(&mut hub.child, DEADLINE).expect("the hub did not exit");
+    assert!(status.success(), "{status:?}");
+}

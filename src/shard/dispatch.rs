@@ -172,7 +172,7 @@ fn per_agent(
             match decided {
                 Ok(()) => reply(Ok(Some(json!({"applied": true})))),
                 // First response wins; a late one is discarded silently.
-                Err(_) if shard.agent(agent, |t| t.recently_resolved(&request_id)) => {
+                Err(_) if shard.agent(agent, |t| t.knows(&request_id)) => {
                     reply(Ok(Some(json!({"applied": false}))))
                 }
                 Err(err) => reply(Err(err.into())),

@@ -231,8 +231,10 @@ fn answer(conn: &ShardConn, pending: &Pending, outcome: Result<Option<Value>, Re
 /// A confirmation was opened, or became decidable: shown once.
 fn opened(hub: &Hub, shard: &Shard, agent: &str, id: &str) {
     let described = ops::sessions::read(hub, agent, |s| {
+        // Decided already (a panel answered before this note reached
+        // Shard): shown all the same, its `Decided` note follows.
         s.prompt(id)
-            .filter(|p| p.state == PromptState::AwaitingDecision)
+            .filter(|p| p.state != PromptState::AwaitingIdentity)
             .map(|p| s.describe_prompt(p, PROMPT_PREVIEW_BYTES))
     });
     let Ok(Some(prompt)) = described else {
@@ -251,26 +253,24 @@ fn opened(hub: &Hub, shard: &Shard, agent: &str, id: &str) {
 
 /// A confirmation's exchange ended. Unanswered, it resolves as `deny`
 /// with why it ended (`deadline`, `disconnected`, `shutdown`,
-/// `protocol-error`) as the source.
+/// `protocol-error`) as the source. An answered one is resolved by its
+/// `Decided` note, which may come after this one: the decider writes the
+/// answer before it announces it, and the worker may close the exchange in
+/// between.
 fn retired(shard: &Shard, agent: &str, id: &str, confirmation: &Value, outcome: Option<&Value>) {
+    if !confirmation["decision"].is_null() {
+        return;
+    }
     if !shard.agent(agent, |t| t.resolve_request(id)) {
         return;
     }
-    let (allow, source) = match confirmation["decision"].as_str() {
-        // Decided, and its decision note was not seen: the worker's
-        // answer is what the description says.
-        Some(decision) => (decision == "approved", "hub"),
-        None => (
-            false,
-            outcome
-                .and_then(|o| o["phase"].as_str())
-                .unwrap_or("retired"),
-        ),
-    };
+    let source = outcome
+        .and_then(|o| o["phase"].as_str())
+        .unwrap_or("retired");
     to_attached(
         shard,
         agent,
-        &render::permission_resolved(agent, id, allow, source),
+        &render::permission_resolved(agent, id, false, source),
     );
 }
 
@@ -285,7 +285,7 @@ fn changed(hub: &Hub, shard: &Shard, agent: &str) {
     let mut to_attachments: Vec<Value> = Vec::new();
     shard.agent(agent, |t| {
         let now = t.derive(&snap.facts);
-        let before = t.last().map(|d| d.runtime);
+        let before = t.last().cloned();
         if !t.known {
             t.known = true;
             to_all.push(render::spawned(&snap, &now));
@@ -297,15 +297,22 @@ fn changed(hub: &Hub, shard: &Shard, agent: &str) {
         if let Some(previous) = previous_mode.filter(|m| *m != snap.mode) {
             to_attachments.push(render::mode_changed(agent, &previous, &snap.mode));
         }
-        if t.announce(&now) {
+        if !t.announce(&now) {
+            return;
+        }
+        // `status` and `agent_status_changed` when the status or the
+        // runtime changed; the overview also when only the phase did.
+        let status_changed = before
+            .as_ref()
+            .is_none_or(|b| b.status != now.status || b.runtime != now.runtime);
+        if status_changed {
             to_attachments.push(render::status(agent, &now));
             to_all.push(render::status_changed(agent, &now));
-            to_all.push(render::activity(agent, &now, time::now_millis()));
-            if now.runtime == super::track::Runtime::Failed
-                && before != Some(super::track::Runtime::Failed)
-            {
-                to_all.push(render::exited(&snap));
-            }
+        }
+        to_all.push(render::activity(agent, &now, time::now_millis()));
+        let failed = super::track::Runtime::Failed;
+        if now.runtime == failed && before.is_none_or(|b| b.runtime != failed) {
+            to_all.push(render::exited(&snap));
         }
     });
     for event in &to_attachments {

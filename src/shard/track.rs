@@ -254,9 +254,11 @@ impl Track {
         true
     }
 
-    /// Whether `request_id` was resolved lately (a late answer).
-    pub fn recently_resolved(&self, request_id: &str) -> bool {
-        self.resolved.iter().any(|r| r == request_id)
+    /// Whether `request_id` was shown to clients, open or resolved lately:
+    /// an answer to it that the hub refuses came too late (another
+    /// answer won, whose resolution may not have been announced yet).
+    pub fn knows(&self, request_id: &str) -> bool {
+        self.open.contains(request_id) || self.resolved.iter().any(|r| r == request_id)
     }
 }
 
@@ -380,16 +382,17 @@ mod tests {
         })));
         assert!(t.open_request("p1"));
         assert!(!t.open_request("p1"));
-        assert!(!t.recently_resolved("p1"));
+        assert!(t.knows("p1"));
         assert!(t.resolve_request("p1"));
         assert!(!t.resolve_request("p1"));
         assert!(!t.resolve_request("never"));
-        assert!(t.recently_resolved("p1"));
+        assert!(t.knows("p1"));
+        assert!(!t.knows("never"));
         for i in 0..RECENTLY_RESOLVED {
             let id = format!("x{i}");
             t.open_request(&id);
             t.resolve_request(&id);
         }
-        assert!(!t.recently_resolved("p1"), "bounded");
+        assert!(!t.knows("p1"), "bounded");
     }
 }

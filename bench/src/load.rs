@@ -2,7 +2,9 @@
 //! into `/agent/<id>/events`, and panel clients on `/panel/ws` that
 //! subscribe, count, check `hub_seq` order and time each delivery from the
 //! send time the envelope carries in its data (`extras.bench_t`, ns since
-//! the harness's clock base).
+//! the harness's clock base); or Shard clients on `/shard/ws` (hub only)
+//! that attach as observers and count the one Shard event each envelope
+//! becomes (`message_complete`, `tool_call`, `tool_result`).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -254,6 +256,90 @@ pub fn panel_connect(addr: SocketAddr, rcvbuf: Option<i32>) -> RawWs {
 
 const EVENT_PREFIX: &[u8] = b"{\"v\":1,\"type\":\"event\"";
 
+/// Which front-end the clients of a run use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Clients {
+    Panel,
+    /// Shard observers (the hub only).
+    Shard,
+}
+
+/// Connects a Shard client, reads `hello`, and attaches it to the bench
+/// session as an observer (its `sync` read).
+pub fn shard_connect(addr: SocketAddr, rcvbuf: Option<i32>) -> RawWs {
+    let mut ws = RawWs::connect_with(addr, "/shard/ws", rcvbuf).expect("shard connect");
+    let attach = format!(
+        "{{\"type\":\"agent.attach\",\"id\":\"a\",\"agent_id\":\"{SESSION}\",\"role\":\"observer\"}}"
+    );
+    ws.send_text(attach.as_bytes()).unwrap();
+    loop {
+        match ws.next_frame().expect("shard read") {
+            Frame::Message(_, m) if m.starts_with(b"{\"type\":\"sync\"") => break,
+            Frame::Message(_, m) if m.starts_with(b"{\"type\":\"response\"") && find_bytes(m, b"\"success\":false") => {
+                panic!("attach failed: {}", String::from_utf8_lossy(m))
+            }
+            Frame::Message(..) => {}
+            Frame::Closed => panic!("shard client closed before its sync"),
+        }
+    }
+    ws
+}
+
+fn find_bytes(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The Shard events one bench envelope becomes (one each).
+const SHARD_EVENTS: [&[u8]; 3] = [
+    b"{\"type\":\"message_complete\"",
+    b"{\"type\":\"tool_call\"",
+    b"{\"type\":\"tool_result\"",
+];
+
+/// Reads until `expect` Shard events arrived, the socket closed or
+/// `deadline` (no order or latency: Shard events carry neither the hub's
+/// sequence nor the envelope's extras).
+pub fn shard_read(mut ws: RawWs, expect: u64, counter: &AtomicU64, deadline: Instant) -> PanelStats {
+    let _ = ws.stream.set_read_timeout(Some(Duration::from_millis(200)));
+    let mut st = PanelStats::default();
+    while st.events < expect {
+        match ws.next_frame() {
+            Ok(Frame::Message(wire::OP_TEXT, m)) => {
+                if !SHARD_EVENTS.iter().any(|p| m.starts_with(p)) {
+                    continue;
+                }
+                st.events += 1;
+                st.bytes += m.len() as u64;
+                counter.store(st.events, Ordering::Release);
+            }
+            Ok(Frame::Message(..)) => {}
+            Ok(Frame::Closed) => {
+                st.cut = true;
+                break;
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                if Instant::now() > deadline {
+                    break;
+                }
+            }
+            Err(_) => {
+                st.cut = true;
+                break;
+            }
+        }
+    }
+    if st.events >= expect {
+        st.done_at = Some(Instant::now());
+    }
+    counter.store(u64::MAX, Ordering::Release);
+    st
+}
+
 /// Reads until `expect` events arrived, the socket closed or `deadline`.
 pub fn panel_read(
     mut ws: RawWs,
@@ -448,6 +534,8 @@ pub struct RunResult {
 
 pub struct RunSpec<'a> {
     pub kind: Kind,
+    /// Panel or Shard clients (Shard: the hub only).
+    pub clients: Clients,
     pub panels: usize,
     pub mix: &'a Mix,
     pub send: Send,
@@ -478,7 +566,10 @@ pub fn run_on(server: &Server, spec: &RunSpec) -> RunResult {
     let base = Instant::now();
     let deadline = base + spec.limit;
     let panels: Vec<RawWs> = (0..spec.panels)
-        .map(|_| panel_connect(server.addr, None))
+        .map(|_| match spec.clients {
+            Clients::Panel => panel_connect(server.addr, None),
+            Clients::Shard => shard_connect(server.addr, None),
+        })
         .collect();
     // The stalled panel: a small receive buffer, and nobody reads it.
     let slow = spec
@@ -501,7 +592,11 @@ pub fn run_on(server: &Server, spec: &RunSpec) -> RunResult {
             .map(|(ws, c)| {
                 let c = c.clone();
                 let (latency, skip) = (spec.latency, spec.skip);
-                scope.spawn(move || panel_read(ws, expect, &c, base, latency, skip, deadline))
+                let clients = spec.clients;
+                scope.spawn(move || match clients {
+                    Clients::Panel => panel_read(ws, expect, &c, base, latency, skip, deadline),
+                    Clients::Shard => shard_read(ws, expect, &c, deadline),
+                })
             })
             .collect();
         let sent = worker_send(

@@ -3,8 +3,8 @@
 //!
 //!     cargo run --release --manifest-path bench/Cargo.toml -- <scenario>|all [--reps N] [--quick]
 //!
-//! Scenarios: fanout, latency, slow, memory, sessions, startup, size,
-//! splitter, replay, sqlite. Build the hub (`cargo build --release`) and
+//! Scenarios: fanout, shard, latency, slow, memory, sessions, startup,
+//! size, splitter, replay, sqlite. Build the hub (`cargo build --release`) and
 //! `npm install` in `bench/baselines/` first; `scripts/bench.sh` does all
 //! of it. Method: docs/benchmarks.md.
 
@@ -49,7 +49,7 @@ fn parse_args() -> Args {
             "--json" => a.json = it.next(),
             "-h" | "--help" => {
                 println!(
-                    "usage: bench <fanout|fanout10|fanout100|latency|slow|memory|http|sessions|startup|size|splitter|replay|sqlite|all>... \
+                    "usage: bench <fanout|fanout10|fanout100|shard|latency|slow|memory|http|sessions|startup|size|splitter|replay|sqlite|all>... \
                      [--reps N] [--quick] [--json FILE]"
                 );
                 std::process::exit(0);
@@ -59,8 +59,8 @@ fn parse_args() -> Args {
     }
     if a.scenarios.is_empty() || a.scenarios.iter().any(|s| s == "all") {
         a.scenarios = [
-            "fanout", "latency", "slow", "memory", "sessions", "startup", "size", "splitter",
-            "replay", "sqlite",
+            "fanout", "shard", "latency", "slow", "memory", "sessions", "startup", "size",
+            "splitter", "replay", "sqlite",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -191,6 +191,7 @@ fn main() {
             "fanout" => fanout(&env, &args, &mut rep, None),
             "fanout10" => fanout(&env, &args, &mut rep, Some(10)),
             "fanout100" => fanout(&env, &args, &mut rep, Some(100)),
+            "shard" => shard(&env, &args, &mut rep),
             "latency" => latency(&env, &args, &mut rep),
             "slow" => slow(&env, &args, &mut rep),
             "memory" => memory(&env, &args, &mut rep),
@@ -250,6 +251,7 @@ fn fanout(env: &Env, args: &Args, rep: &mut Report, only: Option<usize>) {
                 env,
                 &RunSpec {
                     kind,
+                    clients: load::Clients::Panel,
                     panels,
                     mix,
                     send: Send {
@@ -363,6 +365,118 @@ fn fanout(env: &Env, args: &Args, rep: &mut Report, only: Option<usize>) {
     flush_notes(rep);
 }
 
+/// Shard fan-out against the panel path on the same hub, alternated per
+/// repetition: 10 clients, the `small` mix; and the RSS of idle Shard
+/// connections. (The B column is the panel path here, not Node.)
+fn shard(env: &Env, args: &Args, rep: &mut Report) {
+    let small = Mix::new("small", load::SMALL);
+    let events = if args.quick { 3_000 } else { 30_000 };
+    progress(&format!(
+        "shard: 10 Shard clients against 10 panels, {events} small events"
+    ));
+    let (mut shard, mut panel) = (vec![], vec![]);
+    for _ in 0..args.reps {
+        for (clients, out) in [
+            (load::Clients::Shard, &mut shard),
+            (load::Clients::Panel, &mut panel),
+        ] {
+            let r = load::run(
+                env,
+                &RunSpec {
+                    kind: Kind::Hub,
+                    clients,
+                    panels: 10,
+                    mix: &small,
+                    send: Send {
+                        events,
+                        period: None,
+                        window_bytes: 1 << 20,
+                    },
+                    latency: false,
+                    skip: 0,
+                    slow_panel: false,
+                    limit: Duration::from_secs(60),
+                },
+            );
+            if r.cut_panels > 0 || r.deliveries < r.expected {
+                rep_note_later(format!(
+                    "shard fan-out {clients:?}: {} of {} delivered, {} clients cut",
+                    r.deliveries, r.expected, r.cut_panels
+                ));
+            }
+            out.push(r);
+        }
+    }
+    let rate = |v: &[load::RunResult]| -> Vec<f64> {
+        v.iter().map(|r| r.deliveries as f64 / r.secs).collect()
+    };
+    let cpu = |v: &[load::RunResult]| -> Vec<f64> {
+        v.iter()
+            .map(|r| r.server_cpu.as_secs_f64() * 1e6 / r.deliveries.max(1) as f64)
+            .collect()
+    };
+    let group = "Shard fan-out 10 clients (small; B: 10 panels, same run)";
+    rep.add(
+        group,
+        "deliveries/s",
+        "1/s",
+        rate(&shard),
+        rate(&panel),
+        Better::Higher,
+        target("≥ 0.8× the panel path", |h, n| n.is_none_or(|n| h >= 0.8 * n)),
+        "",
+    );
+    rep.add(
+        group,
+        "server CPU per delivery",
+        "µs",
+        cpu(&shard),
+        cpu(&panel),
+        Better::Lower,
+        target("≤ 1.25× the panel path", |h, n| n.is_none_or(|n| h <= 1.25 * n)),
+        "",
+    );
+    let n = if args.quick { 200 } else { 1000 };
+    progress(&format!("shard: {n} idle Shard connections against {n} panels"));
+    let (mut idle_shard, mut idle_panel) = (vec![], vec![]);
+    for _ in 0..args.reps {
+        idle_shard.push(sys::sockets(env, Kind::Hub, n, sys::Socket::Shard));
+        idle_panel.push(sys::sockets(env, Kind::Hub, n, sys::Socket::Panel));
+    }
+    let per = |v: &[sys::PanelsResult]| {
+        v.iter()
+            .map(|r| (r.during.rss_kib as f64 - r.before.rss_kib as f64) / r.opened.max(1) as f64)
+            .collect::<Vec<_>>()
+    };
+    let thr = |v: &[sys::PanelsResult]| {
+        v.iter()
+            .map(|r| r.during.threads as f64)
+            .collect::<Vec<_>>()
+    };
+    let g = format!("{n} idle Shard connections (B: {n} panel sockets)");
+    rep.add(
+        &g,
+        "RSS per connection",
+        "KiB",
+        per(&idle_shard),
+        per(&idle_panel),
+        Better::Lower,
+        None,
+        "attached as observers",
+    );
+    rep.add(
+        &g,
+        "threads with connections open",
+        "",
+        thr(&idle_shard),
+        thr(&idle_panel),
+        Better::None,
+        None,
+        "",
+    );
+    flush_notes(rep);
+}
+
 thread_local! {
     static LATER: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
 }
@@ -400,6 +514,7 @@ fn paced(
         env,
         &RunSpec {
             kind,
+            clients: load::Clients::Panel,
             panels,
             mix,
             send: Send {

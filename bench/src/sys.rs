@@ -49,9 +49,24 @@ pub struct PanelsResult {
     pub settled_after: Option<f64>,
 }
 
+/// Which kind of socket [`sockets`] opens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Socket {
+    /// A panel, subscribed to the bench session.
+    Panel,
+    /// A Shard client attached to the bench session as an observer (the
+    /// hub only).
+    Shard,
+}
+
 /// Opens `n` subscribed panel sockets, measures, closes them all and
 /// waits (up to 10 s) for threads and descriptors to return.
 pub fn panels(env: &Env, kind: Kind, n: usize) -> PanelsResult {
+    sockets(env, kind, n, Socket::Panel)
+}
+
+/// [`panels`] for either kind of socket.
+pub fn sockets(env: &Env, kind: Kind, n: usize, socket: Socket) -> PanelsResult {
     let s = Server::start(env, kind, &Opts::default());
     s.create_session(load::SESSION);
     std::thread::sleep(Duration::from_millis(300));
@@ -61,7 +76,11 @@ pub fn panels(env: &Env, kind: Kind, n: usize) -> PanelsResult {
     };
     let mut open = Vec::with_capacity(n);
     for _ in 0..n {
-        match std::panic::catch_unwind(|| load::panel_connect(s.addr, None)) {
+        let connect = || match socket {
+            Socket::Panel => load::panel_connect(s.addr, None),
+            Socket::Shard => load::shard_connect(s.addr, None),
+        };
+        match std::panic::catch_unwind(connect) {
             Ok(ws) => open.push(ws),
             Err(_) => r.failed += 1,
         }

@@ -487,11 +487,8 @@ fn attach(
         Err(err) => return reply(Err(err.into())),
     };
     // Parsed and rendered with only the publish lock held.
-    let values: Vec<Value> = entries
-        .iter()
-        .filter_map(|e| serde_json::from_str(&e.json).ok())
-        .collect();
-    let live_window = window::live_window(&values, window::WINDOW_BYTES);
+    let texts: Vec<&str> = entries.iter().map(|e| &*e.json).collect();
+    let live_window = window::live_window(&texts, window::WINDOW_BYTES);
     let ids: Vec<String> = prompts
         .iter()
         .filter_map(|p| p["confirmation_id"].as_str().map(str::to_string))

@@ -26,11 +26,12 @@ use super::agent::Snapshot;
 use super::attach::{Awaiting, Pending, Settled};
 use super::conn::{encode, ShardConn};
 use super::wire::{self, Code, Refusal};
-use super::{render, window, Shard};
+use super::{render, translate, window, Shard};
 use crate::hub::{Hub, Note, Subscriber};
 use crate::ops;
 use crate::session::{PromptState, PROMPT_PREVIEW_BYTES};
 use crate::util::time;
+use crate::wsconn::outbound;
 
 impl Subscriber for Shard {
     fn publish(&self, hub: &Hub, note: &Note) {
@@ -109,13 +110,13 @@ fn event(hub: &Hub, shard: &Shard, agent: &str, seq: u64, retained: bool, json: 
     if !attached && !status {
         return;
     }
-    let Ok(entry) = serde_json::from_str::<Value>(json) else {
+    let Some(entry) = translate::parse(name, json) else {
         return;
     };
     let translate = attached && retained;
-    let events = shard.agent(agent, |t| t.observe(agent, &entry, translate));
+    let events = shard.agent(agent, |t| t.observe(agent, name, &entry, translate));
     if !events.is_empty() {
-        let frames: Vec<_> = events.iter().map(encode).collect();
+        let frames: Vec<_> = events.iter().map(|e| outbound::encode(e)).collect();
         for conn in shard.snapshot().iter() {
             if conn.state().take_event(agent, Some(seq)) {
                 for frame in &frames {
@@ -125,10 +126,45 @@ fn event(hub: &Hub, shard: &Shard, agent: &str, seq: u64, retained: bool, json: 
         }
     }
     if attached && matches!(name, "compact_finished" | "run_finished") {
-        compaction_ended(shard, agent, name, &entry);
+        if let translate::Parsed::Other(entry) = &entry {
+            compaction_ended(shard, agent, name, entry);
+        }
     }
     if status {
-        changed(hub, shard, agent);
+        event_changed(hub, shard, agent);
+    }
+}
+
+/// A worker event may have changed the status: derived from the facts
+/// last read (an event changes none of them), the session read only when
+/// none were.
+fn event_changed(hub: &Hub, shard: &Shard, agent: &str) {
+    let mut to_attachments = None;
+    let mut activity = None;
+    let cached = shard.agent(agent, |t| {
+        let facts = t.facts?;
+        let before = t.last().cloned();
+        let now = t.derive(&facts);
+        if t.announce(&now) {
+            if before.is_none_or(|b| b.status != now.status || b.runtime != now.runtime) {
+                to_attachments = Some((
+                    render::status(agent, &now),
+                    render::status_changed(agent, &now),
+                ));
+            }
+            activity = Some(render::activity(agent, &now, time::now_millis()));
+        }
+        Some(())
+    });
+    if cached.is_none() {
+        return changed(hub, shard, agent);
+    }
+    if let Some((status, status_changed)) = to_attachments {
+        to_attached(shard, agent, &status);
+        broadcast(shard, &status_changed);
+    }
+    if let Some(activity) = activity {
+        broadcast(shard, &activity);
     }
 }
 
@@ -284,6 +320,7 @@ fn changed(hub: &Hub, shard: &Shard, agent: &str) {
     let mut to_all: Vec<Value> = Vec::new();
     let mut to_attachments: Vec<Value> = Vec::new();
     shard.agent(agent, |t| {
+        t.facts = Some(snap.facts);
         let now = t.derive(&snap.facts);
         let before = t.last().cloned();
         if !t.known {

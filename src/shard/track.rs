@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, VecDeque};
 
 use serde_json::Value;
 
-use super::translate::{self, Usage};
+use super::translate::{self, Parsed, Usage};
 
 /// The runtime (worker process) as the session record shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,22 +118,32 @@ pub struct Track {
     /// Announced to clients (it existed when the front-end started, or
     /// `agent_spawned` was sent).
     pub known: bool,
+    /// The session's facts as last read. Worker events do not change them
+    /// (the process, the connection and the prompts have notes of their
+    /// own), so a status change caused by an event is derived from these.
+    pub facts: Option<Facts>,
 }
 
 impl Track {
-    /// Takes in one transcript entry (or a transient event) and returns
-    /// its Shard events when `translate` (the agent has attachments).
-    pub fn observe(&mut self, agent: &str, entry: &Value, translate: bool) -> Vec<Value> {
-        let event = entry.get("event").and_then(Value::as_str).unwrap_or("");
-        let worker = entry.get("worker_id").and_then(Value::as_str).unwrap_or("");
+    /// Takes in one transcript entry (or a transient event) named
+    /// `event` and returns its Shard events (JSON text) when `translate`
+    /// (the agent has attachments).
+    pub fn observe(
+        &mut self,
+        agent: &str,
+        event: &str,
+        entry: &Parsed<'_>,
+        translate: bool,
+    ) -> Vec<String> {
+        let worker = entry.worker_id();
         if !worker.is_empty() && worker != self.worker_id {
             // A new worker process runs nothing of its predecessor's.
             self.worker_id = worker.to_string();
             self.run = None;
             self.failed = false;
         }
-        let run_id = entry.get("run_id").and_then(Value::as_str).unwrap_or("");
-        let data = entry.get("data").unwrap_or(&Value::Null);
+        let run_id = entry.run_id();
+        let data = entry.data();
         let mut finished_usage = None;
         match event {
             "input_admitted" => {
@@ -155,21 +165,16 @@ impl Track {
                 self.failed = false;
             }
             "model_response" => {
-                if let (Some(run), Some(usage)) =
-                    (self.run.as_mut(), data.get("cost").and_then(Usage::of_cost))
-                {
+                if let (Some(run), Some(usage)) = (self.run.as_mut(), entry.cost()) {
                     run.usage.add(usage);
                 }
             }
             "tool_calls" => {
                 if let Some(run) = self.run.as_mut() {
-                    let first = entry
-                        .get("data")
-                        .and_then(|d| d.as_array().or_else(|| d.get("calls")?.as_array()))
-                        .and_then(|calls| calls.first())
-                        .and_then(|c| c.get("name"))
-                        .and_then(Value::as_str);
-                    run.tool = first.map(str::to_string);
+                    let first = entry.first_call();
+                    if run.tool.as_deref() != first {
+                        run.tool = first.map(str::to_string);
+                    }
                 }
             }
             "tool_results" => {
@@ -268,8 +273,19 @@ mod tests {
 
     use super::*;
 
-    fn entry(event: &str, run: &str, data: Value) -> Value {
-        json!({"event": event, "worker_id": "w", "run_id": run, "data": data, "hub_sequence": 1})
+    fn entry(event: &str, run: &str, data: Value) -> (String, String) {
+        let text = json!({"event": event, "worker_id": "w", "run_id": run, "data": data,
+            "hub_sequence": 1})
+        .to_string();
+        (event.to_string(), text)
+    }
+
+    fn see(t: &mut Track, (event, text): (String, String), translate: bool) -> Vec<Value> {
+        let parsed = translate::parse(&event, &text).unwrap();
+        t.observe("a", &event, &parsed, translate)
+            .iter()
+            .map(|e| serde_json::from_str(e).unwrap())
+            .collect()
     }
 
     const LIVE: Facts = Facts {
@@ -293,17 +309,17 @@ mod tests {
     fn a_run_streams_uses_tools_and_ends_idle_or_in_error() {
         let mut t = Track::default();
         assert_eq!(t.derive(&LIVE).status, Status::Idle);
-        t.observe(
-            "a",
-            &entry("input_admitted", "r1", json!({"operation": "message"})),
+        see(
+            &mut t,
+            entry("input_admitted", "r1", json!({"operation": "message"})),
             false,
         );
-        t.observe("a", &entry("run_started", "r1", json!({})), false);
+        see(&mut t, entry("run_started", "r1", json!({})), false);
         let d = t.derive(&LIVE);
         assert_eq!((d.status, d.phase), (Status::Streaming, "thinking"));
-        t.observe(
-            "a",
-            &entry(
+        see(
+            &mut t,
+            entry(
                 "tool_calls",
                 "r1",
                 json!([{"name": "run_command", "arguments": {"x": 1}}]),
@@ -317,26 +333,26 @@ mod tests {
             ..LIVE
         };
         assert_eq!(t.derive(&waiting).status, Status::WaitingForPermission);
-        t.observe("a", &entry("tool_results", "r1", json!([])), false);
+        see(&mut t, entry("tool_results", "r1", json!([])), false);
         assert_eq!(t.derive(&LIVE).phase, "thinking");
-        t.observe(
-            "a",
-            &entry(
+        see(
+            &mut t,
+            entry(
                 "model_response",
                 "r1",
                 json!({"cost": {"prompt": 4, "generated": 2}}),
             ),
             false,
         );
-        let end = t.observe(
-            "a",
-            &entry("run_finished", "r1", json!({"status": "failed"})),
+        let end = see(
+            &mut t,
+            entry("run_finished", "r1", json!({"status": "failed"})),
             true,
         );
         assert_eq!(end.last().unwrap()["usage"]["input"], 4);
         assert_eq!(t.derive(&LIVE).status, Status::Error);
         // The next run clears the failure.
-        t.observe("a", &entry("run_started", "r2", json!({})), false);
+        see(&mut t, entry("run_started", "r2", json!({})), false);
         assert_eq!(t.derive(&LIVE).status, Status::Streaming);
         // A disconnected worker runs nothing; a failed process is an error.
         let gone = Facts {
@@ -355,17 +371,16 @@ mod tests {
     #[test]
     fn compaction_runs_and_new_incarnations() {
         let mut t = Track::default();
-        t.observe(
-            "a",
-            &entry("input_admitted", "r1", json!({"operation": "compact"})),
+        see(
+            &mut t,
+            entry("input_admitted", "r1", json!({"operation": "compact"})),
             false,
         );
-        t.observe("a", &entry("run_started", "r1", json!({})), false);
+        see(&mut t, entry("run_started", "r1", json!({})), false);
         assert_eq!(t.derive(&LIVE).status, Status::Compacting);
         assert!(t.run.is_some());
-        let mut other = entry("status", "", json!({}));
-        other["worker_id"] = json!("w2");
-        t.observe("a", &other, false);
+        let other = json!({"event": "status", "worker_id": "w2", "run_id": "", "data": {}});
+        see(&mut t, ("status".into(), other.to_string()), false);
         assert!(t.run.is_none());
         assert_eq!(t.derive(&LIVE).status, Status::Idle);
     }

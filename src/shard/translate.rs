@@ -1,7 +1,8 @@
 //! Worker envelopes as Shard events (seed 004 §9.4), pure. The input is a
 //! transcript entry as the hub retains it (the worker's envelope plus the
 //! hub's members, `hub_sequence` among them); the output is the events an
-//! attached client receives, each tagged with the agent's id.
+//! attached client receives, each tagged with the agent's id, as JSON text
+//! (rendered once for every recipient).
 //!
 //! | worker event | Shard events |
 //! | --- | --- |
@@ -13,9 +14,18 @@
 //! | `compact_finished` | `compaction {index: revision, removed_turns, summary}` |
 //! | `error` | `error` (`fatal` when the worker says its saves stopped, `durable: false`) |
 //!
+//! The three frequent events (`model_response`, `tool_calls`,
+//! `tool_results`) are read into typed views that borrow the entry's text
+//! and written out without building a JSON tree; any other event, and a
+//! frequent one whose shape the views do not take, goes through
+//! `serde_json::Value`.
+//!
 //! Message ids are `msg-<hub_sequence>`, so a message has the same id live
 //! and in a `sync` window rebuilt from the transcript.
 
+use std::borrow::Cow;
+
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use super::wire::Code;
@@ -31,9 +41,16 @@ pub struct Usage {
 }
 
 impl Usage {
-    /// The worker's `{prompt, generated, cache_hit}`.
+    /// The worker's `{prompt, generated, cache_hit}` (`None` for anything
+    /// else: absence means unknown, not zero).
     pub fn of_cost(cost: &Value) -> Option<Usage> {
         let cost = cost.as_object()?;
+        if !["prompt", "generated", "cache_hit"]
+            .iter()
+            .any(|k| cost.get(*k).is_some_and(Value::is_u64))
+        {
+            return None;
+        }
         let n = |k: &str| cost.get(k).and_then(Value::as_u64).unwrap_or(0);
         Some(Usage {
             input: n("prompt"),
@@ -56,136 +73,442 @@ impl Usage {
     }
 }
 
-/// The id of the message an entry holds.
-pub fn message_id(entry: &Value) -> String {
-    format!("msg-{}", entry["hub_sequence"].as_u64().unwrap_or(0))
+/// The members of an entry every view reads.
+#[derive(Deserialize)]
+pub struct Entry<'a, D> {
+    #[serde(borrow, default)]
+    worker_id: Cow<'a, str>,
+    #[serde(borrow, default)]
+    run_id: Cow<'a, str>,
+    #[serde(default)]
+    hub_sequence: u64,
+    data: D,
 }
 
-/// The text of a worker content part, when it is text.
-fn text_of(part: &Value) -> Option<&str> {
-    let text = part.get("type").and_then(Value::as_str) == Some("text")
-        && part
-            .get("modality")
-            .and_then(Value::as_str)
-            .unwrap_or("text")
-            == "text";
-    text.then(|| part.get("raw").and_then(Value::as_str))
-        .flatten()
+/// A worker content part.
+#[derive(Deserialize, Default)]
+struct Part<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Cow<'a, str>,
+    #[serde(borrow, default)]
+    modality: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    raw: Option<Cow<'a, str>>,
 }
 
-/// A call's arguments as the seed's `args` object.
-fn args_of(call: &Value) -> Value {
-    match call.get("arguments") {
-        Some(Value::Object(map)) => Value::Object(map.clone()),
-        None | Some(Value::Null) => json!({}),
-        Some(other) => json!({"value": other}),
+impl Part<'_> {
+    /// The text of a text part.
+    fn text(&self) -> Option<&str> {
+        let text = self.kind == "text" && self.modality.as_deref().unwrap_or("text") == "text";
+        text.then_some(self.raw.as_deref()).flatten()
     }
 }
 
-/// The assistant message of a `model_response` entry: `thinking` from the
+/// A `model_response`'s data.
+#[derive(Deserialize)]
+pub struct Response<'a> {
+    #[serde(borrow, default)]
+    content: Vec<Part<'a>>,
+    #[serde(borrow, default)]
+    reasoning: Option<Part<'a>>,
+    #[serde(borrow, default)]
+    invokes: Vec<Call<'a>>,
+    #[serde(default)]
+    cost: Option<Value>,
+}
+
+/// A call object.
+#[derive(Deserialize)]
+pub struct Call<'a> {
+    #[serde(borrow, default)]
+    id: Cow<'a, str>,
+    #[serde(borrow, default)]
+    name: Cow<'a, str>,
+    #[serde(default)]
+    arguments: Value,
+    #[serde(rename = "type", borrow, default)]
+    kind: Cow<'a, str>,
+}
+
+/// The call a result answers (its id).
+#[derive(Deserialize, Default)]
+struct CallRef<'a> {
+    #[serde(borrow, default)]
+    id: Cow<'a, str>,
+}
+
+/// A result object.
+#[derive(Deserialize)]
+pub struct ToolResult<'a> {
+    #[serde(borrow, default)]
+    query: CallRef<'a>,
+    #[serde(borrow, default)]
+    output: Part<'a>,
+    #[serde(default)]
+    extras: Option<Value>,
+}
+
+/// One transcript entry, read for translation.
+pub enum Parsed<'a> {
+    Response(Entry<'a, Response<'a>>),
+    Calls(Entry<'a, Vec<Call<'a>>>),
+    Results(Entry<'a, Vec<ToolResult<'a>>>),
+    /// Every other event, or a frequent one in another shape.
+    Other(Value),
+}
+
+/// Reads the entry `json` whose event is `event` (from
+/// `window::event_name`); `None` when it is not JSON.
+pub fn parse<'a>(event: &str, json: &'a str) -> Option<Parsed<'a>> {
+    let typed = match event {
+        "model_response" => serde_json::from_str(json).ok().map(Parsed::Response),
+        "tool_calls" => serde_json::from_str(json).ok().map(Parsed::Calls),
+        "tool_results" => serde_json::from_str(json).ok().map(Parsed::Results),
+        _ => None,
+    };
+    typed.or_else(|| serde_json::from_str(json).ok().map(Parsed::Other))
+}
+
+impl Parsed<'_> {
+    pub fn worker_id(&self) -> &str {
+        match self {
+            Parsed::Response(e) => &e.worker_id,
+            Parsed::Calls(e) => &e.worker_id,
+            Parsed::Results(e) => &e.worker_id,
+            Parsed::Other(v) => v["worker_id"].as_str().unwrap_or(""),
+        }
+    }
+
+    pub fn run_id(&self) -> &str {
+        match self {
+            Parsed::Response(e) => &e.run_id,
+            Parsed::Calls(e) => &e.run_id,
+            Parsed::Results(e) => &e.run_id,
+            Parsed::Other(v) => v["run_id"].as_str().unwrap_or(""),
+        }
+    }
+
+    /// The data of an event read as a `Value` (`Null` for the others).
+    pub fn data(&self) -> &Value {
+        match self {
+            Parsed::Other(v) => v.get("data").unwrap_or(&Value::Null),
+            _ => &Value::Null,
+        }
+    }
+
+    /// The cost of a `model_response`.
+    pub fn cost(&self) -> Option<Usage> {
+        match self {
+            Parsed::Response(e) => e.data.cost.as_ref().and_then(Usage::of_cost),
+            Parsed::Other(v) => v.pointer("/data/cost").and_then(Usage::of_cost),
+            _ => None,
+        }
+    }
+
+    /// The first call's name of a `tool_calls`.
+    pub fn first_call(&self) -> Option<&str> {
+        match self {
+            Parsed::Calls(e) => e.data.first().map(|c| &*c.name),
+            Parsed::Other(v) => calls_of(v)?.first()?.get("name")?.as_str(),
+            _ => None,
+        }
+    }
+}
+
+/// `data` as an array, or its `member` (older shapes).
+fn list_in<'v>(entry: &'v Value, member: &str) -> Option<&'v Vec<Value>> {
+    let data = entry.get("data")?;
+    data.as_array()
+        .or_else(|| data.get(member).and_then(Value::as_array))
+}
+
+fn calls_of(entry: &Value) -> Option<&Vec<Value>> {
+    list_in(entry, "calls")
+}
+
+/// `{}` on the wire.
+#[derive(Serialize)]
+struct Empty {}
+
+/// A call's arguments as the seed's `args` object.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum Args<'a> {
+    Object(&'a Value),
+    Wrapped { value: &'a Value },
+    Empty(Empty),
+}
+
+impl<'a> Args<'a> {
+    fn of(arguments: &'a Value) -> Args<'a> {
+        match arguments {
+            Value::Object(_) => Args::Object(arguments),
+            Value::Null => Args::Empty(Empty {}),
+            other => Args::Wrapped { value: other },
+        }
+    }
+}
+
+/// A content block of a message.
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum Block<'a> {
+    Thinking {
+        text: &'a str,
+    },
+    Text {
+        text: &'a str,
+    },
+    ToolCall {
+        id: &'a str,
+        name: &'a str,
+        args: Args<'a>,
+    },
+    ToolResult {
+        tool_call_id: &'a str,
+        content: Content<'a>,
+        is_error: bool,
+    },
+}
+
+/// A tool result's content.
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum Content<'a> {
+    Text { text: &'a str },
+    Error { message: &'a str },
+    Json { value: OutputPart<'a> },
+}
+
+/// A non-text output part, as the worker sent it.
+#[derive(Serialize)]
+struct OutputPart<'a> {
+    #[serde(rename = "type")]
+    kind: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    modality: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    raw: Option<&'a str>,
+}
+
+/// The seed's `Message`.
+#[derive(Serialize)]
+struct Message<'a> {
+    id: &'a str,
+    role: &'static str,
+    content: Vec<Block<'a>>,
+}
+
+/// The id of the message entry `hub_sequence` holds.
+fn message_id(hub_sequence: u64) -> String {
+    format!("msg-{hub_sequence}")
+}
+
+/// The assistant message of a `model_response`: `thinking` from the
 /// reasoning part, a `text` block per text part, a `tool_call` block per
 /// proposed call. Parts that are not text (images, binary) have no block
 /// in the seed's content types and are left out.
-pub fn response_message(entry: &Value) -> Option<Value> {
-    let data = entry.get("data")?.as_object()?;
-    let mut blocks = Vec::new();
-    if let Some(text) = data.get("reasoning").and_then(text_of) {
-        blocks.push(json!({"type": "thinking", "text": text}));
+fn response_message<'a>(e: &'a Entry<'a, Response<'a>>, id: &'a str) -> Message<'a> {
+    let mut content = Vec::new();
+    if let Some(text) = e.data.reasoning.as_ref().and_then(Part::text) {
+        content.push(Block::Thinking { text });
     }
-    for part in data
-        .get("content")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        if let Some(text) = text_of(part) {
-            blocks.push(json!({"type": "text", "text": text}));
-        }
+    for text in e.data.content.iter().filter_map(Part::text) {
+        content.push(Block::Text { text });
     }
-    for call in data
-        .get("invokes")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        blocks.push(json!({
-            "type": "tool_call",
-            "id": call.get("id").and_then(Value::as_str).unwrap_or(""),
-            "name": call.get("name").and_then(Value::as_str).unwrap_or(""),
-            "args": args_of(call),
-        }));
+    for call in &e.data.invokes {
+        content.push(Block::ToolCall {
+            id: &call.id,
+            name: &call.name,
+            args: Args::of(&call.arguments),
+        });
     }
-    Some(json!({"id": message_id(entry), "role": "assistant", "content": blocks}))
+    Message {
+        id,
+        role: "assistant",
+        content,
+    }
 }
 
-/// A worker result object's Shard form: `(tool_call_id, content,
-/// is_error, exit_code)`. A result whose `extras.error` is set (a denial,
-/// a failed dispatch) is an `error` content; a command that exited
-/// non-zero or timed out is an error result with its text.
-fn result_parts(result: &Value) -> (String, Value, bool, Option<i64>) {
-    let id = result
-        .pointer("/query/id")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    let extras = result.get("extras").and_then(Value::as_object);
+/// A result's Shard form: `(tool_call_id, content, is_error, exit_code)`.
+/// A result whose `extras.error` is set (a denial, a failed dispatch) is
+/// an `error` content; a command that exited non-zero or timed out is an
+/// error result with its text.
+fn result_parts<'a>(r: &'a ToolResult<'a>) -> (&'a str, Content<'a>, bool, Option<i64>) {
+    let extras = r.extras.as_ref().and_then(Value::as_object);
     let exit_code = extras
         .and_then(|e| e.get("exit_code"))
         .and_then(Value::as_i64);
-    let output = result.get("output").cloned().unwrap_or(Value::Null);
     if let Some(error) = extras.and_then(|e| e.get("error")).filter(|e| !e.is_null()) {
         let message = error
             .get("message")
             .and_then(Value::as_str)
-            .or_else(|| text_of(&output))
+            .or_else(|| r.output.text())
             .unwrap_or("the tool call failed");
-        return (
-            id,
-            json!({"kind": "error", "message": message}),
-            true,
-            exit_code,
-        );
+        return (&r.query.id, Content::Error { message }, true, exit_code);
     }
     let timed_out = extras
         .and_then(|e| e.get("timed_out"))
         .and_then(Value::as_bool)
         .unwrap_or(false);
     let is_error = timed_out || exit_code.is_some_and(|c| c != 0);
-    let content = match text_of(&output) {
-        Some(text) => json!({"kind": "text", "text": text}),
-        None => json!({"kind": "json", "value": output}),
+    let content = match r.output.text() {
+        Some(text) => Content::Text { text },
+        None => Content::Json {
+            value: OutputPart {
+                kind: &r.output.kind,
+                modality: r.output.modality.as_deref(),
+                raw: r.output.raw.as_deref(),
+            },
+        },
     };
-    (id, content, is_error, exit_code)
+    (&r.query.id, content, is_error, exit_code)
 }
 
-/// The results of a `tool_results` entry as `tool_result` content blocks
-/// of one user message (for a `sync` window).
-pub fn results_message(entry: &Value) -> Option<Value> {
-    let results = results_of(entry)?;
-    let blocks: Vec<Value> = results
+/// The user message holding a `tool_results`' results as `tool_result`
+/// blocks.
+fn results_message<'a>(e: &'a Entry<'a, Vec<ToolResult<'a>>>, id: &'a str) -> Message<'a> {
+    let content = e
+        .data
         .iter()
         .map(|r| {
-            let (id, content, is_error, _) = result_parts(r);
-            json!({"type": "tool_result", "tool_call_id": id, "content": content, "is_error": is_error})
+            let (tool_call_id, content, is_error, _) = result_parts(r);
+            Block::ToolResult {
+                tool_call_id,
+                content,
+                is_error,
+            }
         })
         .collect();
-    Some(json!({"id": message_id(entry), "role": "user", "content": blocks}))
+    Message {
+        id,
+        role: "user",
+        content,
+    }
 }
 
-/// `data` as an array, or its `results`/`calls` member (older shapes).
-fn list_of<'a>(entry: &'a Value, member: &str) -> Option<&'a Vec<Value>> {
-    let data = entry.get("data")?;
-    data.as_array()
-        .or_else(|| data.get(member).and_then(Value::as_array))
+/// The message an entry holds, for a `sync` window: a `model_response`'s
+/// or a `tool_results`' (`None` for anything else).
+pub fn window_message(parsed: &Parsed<'_>) -> Option<Value> {
+    match parsed {
+        Parsed::Response(e) => {
+            let id = message_id(e.hub_sequence);
+            serde_json::to_value(response_message(e, &id)).ok()
+        }
+        Parsed::Results(e) => {
+            let id = message_id(e.hub_sequence);
+            serde_json::to_value(results_message(e, &id)).ok()
+        }
+        _ => None,
+    }
 }
 
-fn results_of(entry: &Value) -> Option<&Vec<Value>> {
-    list_of(entry, "results")
+#[derive(Serialize)]
+struct MessageComplete<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    agent_id: &'a str,
+    message_id: &'a str,
+    message: Message<'a>,
 }
 
-/// The Shard events of one transcript entry of agent `agent`, in order.
-/// `run_usage` is the run's summed usage (for `turn_end`).
-pub fn events(agent: &str, entry: &Value, run_usage: Option<Usage>) -> Vec<Value> {
+#[derive(Serialize)]
+struct UsageEvent<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    agent_id: &'a str,
+    input: u64,
+    output: u64,
+    cache_read: u64,
+}
+
+#[derive(Serialize)]
+struct ToolCallEvent<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    agent_id: &'a str,
+    tool_call_id: &'a str,
+    name: &'a str,
+    args: Args<'a>,
+    read_only: bool,
+}
+
+#[derive(Serialize)]
+struct ToolResultEvent<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    agent_id: &'a str,
+    tool_call_id: &'a str,
+    content: Content<'a>,
+    is_error: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    exit_code: Option<i64>,
+}
+
+fn text(value: &impl Serialize) -> String {
+    serde_json::to_string(value).unwrap_or_default()
+}
+
+/// The Shard events of one transcript entry of agent `agent`, in order,
+/// as JSON text. `run_usage` is the run's summed usage (for `turn_end`).
+pub fn events(agent: &str, parsed: &Parsed<'_>, run_usage: Option<Usage>) -> Vec<String> {
+    let mut out = Vec::new();
+    match parsed {
+        Parsed::Response(e) => {
+            let id = message_id(e.hub_sequence);
+            out.push(text(&MessageComplete {
+                kind: "message_complete",
+                agent_id: agent,
+                message_id: &id,
+                message: response_message(e, &id),
+            }));
+            if let Some(usage) = parsed.cost() {
+                out.push(text(&UsageEvent {
+                    kind: "usage",
+                    agent_id: agent,
+                    input: usage.input,
+                    output: usage.output,
+                    cache_read: usage.cache_read,
+                }));
+            }
+        }
+        Parsed::Calls(e) => {
+            for call in &e.data {
+                out.push(text(&ToolCallEvent {
+                    kind: "tool_call",
+                    agent_id: agent,
+                    tool_call_id: &call.id,
+                    name: &call.name,
+                    args: Args::of(&call.arguments),
+                    read_only: call.kind == "read_only",
+                }));
+            }
+        }
+        Parsed::Results(e) => {
+            for result in &e.data {
+                let (tool_call_id, content, is_error, exit_code) = result_parts(result);
+                out.push(text(&ToolResultEvent {
+                    kind: "tool_result",
+                    agent_id: agent,
+                    tool_call_id,
+                    content,
+                    is_error,
+                    exit_code,
+                }));
+            }
+        }
+        Parsed::Other(entry) => out.extend(
+            other_events(agent, entry, run_usage)
+                .iter()
+                .map(Value::to_string),
+        ),
+    }
+    out
+}
+
+/// The events of an entry read as a `Value` (the rare events, and the
+/// frequent ones in a shape the typed views do not take).
+fn other_events(agent: &str, entry: &Value, run_usage: Option<Usage>) -> Vec<Value> {
     let event = entry.get("event").and_then(Value::as_str).unwrap_or("");
     let run_id = entry.get("run_id").and_then(Value::as_str).unwrap_or("");
     let data = entry.get("data").unwrap_or(&Value::Null);
@@ -194,48 +517,25 @@ pub fn events(agent: &str, entry: &Value, run_usage: Option<Usage>) -> Vec<Value
         "run_started" => {
             out.push(json!({"type": "turn_start", "agent_id": agent, "turn_id": run_id}))
         }
-        "model_response" => {
-            if let Some(message) = response_message(entry) {
-                out.push(json!({
-                    "type": "message_complete",
-                    "agent_id": agent,
-                    "message_id": message_id(entry),
-                    "message": message,
-                }));
-                if let Some(usage) = data.get("cost").and_then(Usage::of_cost) {
-                    let mut event = usage.to_json();
-                    event["type"] = json!("usage");
-                    event["agent_id"] = json!(agent);
-                    out.push(event);
+        "tool_calls" | "tool_results" => {
+            // The older shape `{calls: [...]}` / `{results: [...]}`: its
+            // list read by the typed view. (A display omission, `data:
+            // null`, has nothing to show.)
+            let member = if event == "tool_calls" {
+                "calls"
+            } else {
+                "results"
+            };
+            if let Some(list) = list_in(entry, member) {
+                let mut unwrapped = entry.clone();
+                unwrapped["data"] = Value::Array(list.clone());
+                let text = unwrapped.to_string();
+                if let Some(parsed) = parse_typed(event, &text) {
+                    return events(agent, &parsed, run_usage)
+                        .iter()
+                        .filter_map(|e| serde_json::from_str(e).ok())
+                        .collect();
                 }
-            }
-        }
-        "tool_calls" => {
-            for call in list_of(entry, "calls").into_iter().flatten() {
-                out.push(json!({
-                    "type": "tool_call",
-                    "agent_id": agent,
-                    "tool_call_id": call.get("id").and_then(Value::as_str).unwrap_or(""),
-                    "name": call.get("name").and_then(Value::as_str).unwrap_or(""),
-                    "args": args_of(call),
-                    "read_only": call.get("type").and_then(Value::as_str) == Some("read_only"),
-                }));
-            }
-        }
-        "tool_results" => {
-            for result in results_of(entry).into_iter().flatten() {
-                let (id, content, is_error, exit_code) = result_parts(result);
-                let mut event = json!({
-                    "type": "tool_result",
-                    "agent_id": agent,
-                    "tool_call_id": id,
-                    "content": content,
-                    "is_error": is_error,
-                });
-                if let Some(code) = exit_code {
-                    event["exit_code"] = json!(code);
-                }
-                out.push(event);
             }
         }
         "run_finished" => {
@@ -293,76 +593,110 @@ pub fn events(agent: &str, entry: &Value, run_usage: Option<Usage>) -> Vec<Value
     out
 }
 
+/// The typed view only (no `Value` fallback).
+fn parse_typed<'a>(event: &str, json: &'a str) -> Option<Parsed<'a>> {
+    match event {
+        "model_response" => serde_json::from_str(json).ok().map(Parsed::Response),
+        "tool_calls" => serde_json::from_str(json).ok().map(Parsed::Calls),
+        "tool_results" => serde_json::from_str(json).ok().map(Parsed::Results),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn entry(event: &str, seq: u64, data: Value) -> Value {
+    fn entry(event: &str, seq: u64, data: Value) -> String {
         json!({"type": "event", "event": event, "session_id": "s", "worker_id": "w",
             "request_id": "q", "run_id": "r1", "sequence": seq, "data": data,
             "hub_sequence": seq})
+        .to_string()
+    }
+
+    fn translated(event: &str, seq: u64, data: Value, usage: Option<Usage>) -> Vec<Value> {
+        let text = entry(event, seq, data);
+        let parsed = parse(event, &text).unwrap();
+        events("a", &parsed, usage)
+            .iter()
+            .map(|e| serde_json::from_str(e).unwrap())
+            .collect()
     }
 
     #[test]
     fn a_model_response_is_a_complete_message_and_its_usage() {
-        let e = entry(
-            "model_response",
-            4,
-            json!({"type": "model_response", "role": "assistant",
-                "reasoning": {"type": "text", "modality": "text", "raw": "hmm"},
-                "content": [{"type": "text", "modality": "text", "raw": "hello"},
-                            {"type": "binary", "modality": "image", "raw": "AAAA"}],
-                "invokes": [{"id": "c1", "name": "run_command", "arguments": {"command": "ls"},
-                             "type": "serial_write"}],
-                "cost": {"prompt": 10, "generated": 3, "cache_hit": 2}}),
-        );
-        let out = events("a", &e, None);
+        let data = json!({"type": "model_response", "role": "assistant",
+            "reasoning": {"type": "text", "modality": "text", "raw": "hmm"},
+            "content": [{"type": "text", "modality": "text", "raw": "hel\"lo"},
+                        {"type": "binary", "modality": "image", "raw": "AAAA"}],
+            "invokes": [{"id": "c1", "name": "run_command", "arguments": {"command": "ls"},
+                         "type": "serial_write"}],
+            "cost": {"prompt": 10, "generated": 3, "cache_hit": 2}});
+        let out = translated("model_response", 4, data.clone(), None);
         assert_eq!(out.len(), 2);
         assert_eq!(
             out[0],
             json!({"type": "message_complete", "agent_id": "a", "message_id": "msg-4",
                 "message": {"id": "msg-4", "role": "assistant", "content": [
                     {"type": "thinking", "text": "hmm"},
-                    {"type": "text", "text": "hello"},
+                    {"type": "text", "text": "hel\"lo"},
                     {"type": "tool_call", "id": "c1", "name": "run_command", "args": {"command": "ls"}}]}})
         );
         assert_eq!(
             out[1],
             json!({"type": "usage", "agent_id": "a", "input": 10, "output": 3, "cache_read": 2})
         );
-        // No cost: no usage event (absence means unknown, not zero).
-        let bare = entry("model_response", 5, json!({"content": []}));
-        assert_eq!(events("a", &bare, None).len(), 1);
+        // The type comes first on the wire.
+        let text = entry("model_response", 4, data);
+        let first = &events("a", &parse("model_response", &text).unwrap(), None)[0];
+        assert!(
+            first.starts_with(r#"{"type":"message_complete","#),
+            "{first}"
+        );
+        // No cost, or a cost in another shape: no usage event (absence
+        // means unknown, not zero).
+        assert_eq!(
+            translated("model_response", 5, json!({"content": []}), None).len(),
+            1
+        );
+        let other = json!({"cost": {"input_tokens": 3}});
+        assert_eq!(translated("model_response", 5, other, None).len(), 1);
         // A display omission (data null) has no message to show.
-        assert!(events("a", &entry("model_response", 6, Value::Null), None).is_empty());
+        assert!(translated("model_response", 6, Value::Null, None).is_empty());
     }
 
     #[test]
     fn calls_and_results_are_one_event_each() {
-        let calls = entry(
-            "tool_calls",
-            2,
-            json!([{"id": "c1", "name": "read", "arguments": {"p": 1}, "type": "read_only"},
-                   {"id": "c2", "name": "run_command", "arguments": "x", "type": "serial_write"}]),
-        );
-        let out = events("a", &calls, None);
+        let calls = json!([
+            {"id": "c1", "name": "read", "arguments": {"p": 1}, "type": "read_only"},
+            {"id": "c2", "name": "run_command", "arguments": "x", "type": "serial_write"},
+            {"id": "c3", "name": "noargs"}]);
+        let out = translated("tool_calls", 2, calls, None);
         assert_eq!(out[0]["read_only"], true);
         assert_eq!(out[0]["tool_call_id"], "c1");
+        assert_eq!(out[0]["args"], json!({"p": 1}));
         assert_eq!(out[1]["read_only"], false);
         assert_eq!(out[1]["args"], json!({"value": "x"}));
-        let results = entry(
-            "tool_results",
-            3,
-            json!([
-                {"query": {"id": "c1"}, "output": {"type": "text", "modality": "text", "raw": "ok"},
-                 "extras": {"exit_code": 0}},
-                {"query": {"id": "c2"}, "output": {"type": "text", "modality": "text", "raw": "Tool call denied: no"},
-                 "extras": {"error": {"stage": "security_check", "message": "no"}}},
-                {"query": {"id": "c3"}, "output": {"type": "text", "modality": "text", "raw": "boom"},
-                 "extras": {"exit_code": 2}},
-            ]),
+        assert_eq!(out[2]["args"], json!({}));
+        // The older shape `{calls: [...]}` too.
+        let wrapped = translated(
+            "tool_calls",
+            2,
+            json!({"calls": [{"id": "c9", "name": "x", "type": "read_only"}]}),
+            None,
         );
-        let out = events("a", &results, None);
+        assert_eq!(wrapped[0]["tool_call_id"], "c9");
+        assert_eq!(wrapped[0]["read_only"], true);
+        let results = json!([
+            {"query": {"id": "c1"}, "output": {"type": "text", "modality": "text", "raw": "ok"},
+             "extras": {"exit_code": 0}},
+            {"query": {"id": "c2"}, "output": {"type": "text", "modality": "text", "raw": "Tool call denied: no"},
+             "extras": {"error": {"stage": "security_check", "message": "no"}}},
+            {"query": {"id": "c3"}, "output": {"type": "text", "modality": "text", "raw": "boom"},
+             "extras": {"exit_code": 2}},
+            {"query": {"id": "c4"}, "output": {"type": "binary", "modality": "image", "raw": "AA=="}},
+        ]);
+        let out = translated("tool_results", 3, results.clone(), None);
         assert_eq!(
             out[0],
             json!({"type": "tool_result", "agent_id": "a", "tool_call_id": "c1",
@@ -372,15 +706,22 @@ mod tests {
         assert_eq!(out[1]["is_error"], true);
         assert_eq!(out[2]["is_error"], true);
         assert_eq!(out[2]["exit_code"], 2);
-        let message = results_message(&results).unwrap();
+        assert_eq!(
+            out[3]["content"],
+            json!({"kind": "json", "value": {"type": "binary", "modality": "image", "raw": "AA=="}})
+        );
+        let text = entry("tool_results", 3, results);
+        let message = window_message(&parse("tool_results", &text).unwrap()).unwrap();
+        assert_eq!(message["id"], "msg-3");
         assert_eq!(message["role"], "user");
         assert_eq!(message["content"][1]["type"], "tool_result");
+        assert_eq!(message["content"][1]["is_error"], true);
     }
 
     #[test]
     fn runs_start_and_end_with_their_usage_and_failures() {
         assert_eq!(
-            events("a", &entry("run_started", 1, json!({})), None),
+            translated("run_started", 1, json!({}), None),
             vec![json!({"type": "turn_start", "agent_id": "a", "turn_id": "r1"})]
         );
         let usage = Usage {
@@ -389,9 +730,10 @@ mod tests {
             cache_read: 0,
             reported: true,
         };
-        let done = events(
-            "a",
-            &entry("run_finished", 9, json!({"status": "completed"})),
+        let done = translated(
+            "run_finished",
+            9,
+            json!({"status": "completed"}),
             Some(usage),
         );
         assert_eq!(
@@ -399,13 +741,10 @@ mod tests {
             vec![json!({"type": "turn_end", "agent_id": "a", "turn_id": "r1",
                 "usage": {"input": 5, "output": 1, "cache_read": 0}})]
         );
-        let failed = events(
-            "a",
-            &entry(
-                "run_finished",
-                9,
-                json!({"status": "failed", "error": "provider down", "failure": {"stage": "model_request"}}),
-            ),
+        let failed = translated(
+            "run_finished",
+            9,
+            json!({"status": "failed", "error": "provider down", "failure": {"stage": "model_request"}}),
             None,
         );
         assert_eq!(failed[0]["type"], "error");
@@ -417,13 +756,10 @@ mod tests {
 
     #[test]
     fn compactions_errors_and_the_rest() {
-        let c = events(
-            "a",
-            &entry(
-                "compact_finished",
-                3,
-                json!({"summary": "s", "memory_file": "/x", "removed_turns": 2, "revision": 7}),
-            ),
+        let c = translated(
+            "compact_finished",
+            3,
+            json!({"summary": "s", "memory_file": "/x", "removed_turns": 2, "revision": 7}),
             None,
         );
         assert_eq!(
@@ -432,13 +768,10 @@ mod tests {
                 json!({"type": "compaction", "agent_id": "a", "index": 7, "removed_turns": 2, "summary": "s"})
             ]
         );
-        let e = events(
-            "a",
-            &entry(
-                "error",
-                3,
-                json!({"message": "save failed", "durable": false}),
-            ),
+        let e = translated(
+            "error",
+            3,
+            json!({"message": "save failed", "durable": false}),
             None,
         );
         assert_eq!(e[0]["fatal"], true);
@@ -450,10 +783,8 @@ mod tests {
             "input_committed",
             "history",
         ] {
-            assert!(
-                events("a", &entry(quiet, 1, json!({})), None).is_empty(),
-                "{quiet}"
-            );
+            assert!(translated(quiet, 1, json!({}), None).is_empty(), "{quiet}");
         }
+        assert!(parse("run_started", "not json").is_none());
     }
 }

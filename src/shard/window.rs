@@ -36,22 +36,26 @@ pub fn pick(json: &str) -> Pick {
     }
 }
 
-/// The window of `entries` (oldest first, as [`pick`] chose them): at
-/// most `budget` bytes of encoded messages, the newest kept. A
-/// compaction among them is the window's start (`compaction_index`, its
-/// revision).
-pub fn live_window(entries: &[Value], budget: usize) -> Value {
+/// The window of `entries` (transcript entries' JSON, oldest first, as
+/// [`pick`] chose them): at most `budget` bytes of encoded messages, the
+/// newest kept. A compaction among them is the window's start
+/// (`compaction_index`, its revision).
+pub fn live_window<S: AsRef<str>>(entries: &[S], budget: usize) -> Value {
     let mut compaction_index = None;
     let mut messages = Vec::new();
     for entry in entries {
-        match entry.get("event").and_then(Value::as_str) {
-            Some("compact_finished") => {
-                compaction_index = entry.pointer("/data/revision").and_then(Value::as_u64);
-                messages.clear();
-            }
-            Some("model_response") => messages.extend(translate::response_message(entry)),
-            Some("tool_results") => messages.extend(translate::results_message(entry)),
-            _ => {}
+        let json = entry.as_ref();
+        let Some(event) = event_name(json) else {
+            continue;
+        };
+        let Some(parsed) = translate::parse(event, json) else {
+            continue;
+        };
+        if event == "compact_finished" {
+            compaction_index = parsed.data().get("revision").and_then(Value::as_u64);
+            messages.clear();
+        } else {
+            messages.extend(translate::window_message(&parsed));
         }
     }
     let mut kept = Vec::new();
@@ -76,9 +80,10 @@ pub fn live_window(entries: &[Value], budget: usize) -> Value {
 mod tests {
     use super::*;
 
-    fn entry(event: &str, seq: u64, data: Value) -> Value {
+    fn entry(event: &str, seq: u64, data: Value) -> String {
         json!({"type": "event", "event": event, "worker_id": "w", "run_id": "r",
             "data": data, "hub_sequence": seq})
+        .to_string()
     }
 
     fn text(raw: &str) -> Value {

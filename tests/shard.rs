@@ -316,6 +316,10 @@ fn an_agent_is_created_driven_and_terminated() {
 #[test]
 fn a_busy_agent_refuses_and_queues_and_terminates_after_its_run() {
     let (_dir, hub, mut c, agent) = agent_hub("shard-busy", &[]);
+    // An empty conversation has nothing to compact: the worker refuses.
+    let r = c.request(json!({"type": "session_op", "agent_id": agent, "op": "compact"}));
+    assert_eq!(code(&r), "CONFLICT", "{r}");
+    assert_eq!(r["error"]["data"]["state"], "rejected", "{r}");
     let first = c.prompt(&agent, "/sleep 1500");
     assert_eq!(c.response(&first)["success"], true);
     c.event("turn_start", &agent);
@@ -711,4 +715,28 @@ fn a_failed_runtime_is_announced_and_a_forced_shutdown_does_not_wait() {
     assert_eq!(r["success"], true, "{r}");
     let status = wait_exit(&mut hub.child, DEADLINE).expect("the hub did not exit");
     assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn a_worker_that_does_not_start_is_runtime_start_failed_and_the_agent_stays() {
+    let dir = TempDir::new("shard-nostart");
+    let hub = hub_with(
+        &dir,
+        json!({"launcher": {"kind": "command", "command": ["/nonexistent/worker"]}}),
+    );
+    let mut c = ShardClient::connect(&hub);
+    let r = c.request(json!({"type": "agent.create", "cwd": "/tmp", "name": "lost"}));
+    assert_eq!(code(&r), "RUNTIME_START_FAILED", "{r}");
+    assert_eq!(r["error"]["data"]["agent_id"], "lost");
+    let status = c.request(json!({"type": "agent.status", "agent_id": "lost"}));
+    assert_eq!(status["data"]["agents"][0]["agent_id"], "lost", "{status}");
+    let r = c.request(json!({"type": "agent.create", "cwd": "/tmp", "mode": "sometimes"}));
+    assert_eq!(code(&r), "NOT_FOUND", "{r}");
+    let r = c.request(json!({"type": "agent.create", "cwd": "/tmp", "session_id": "lost"}));
+    assert_eq!(code(&r), "INVALID_REQUEST", "{r}");
+    let r = c.request(json!({"type": "agent.create", "cwd": "/tmp", "session_id": "nope"}));
+    assert_eq!(code(&r), "NOT_FOUND", "{r}");
+    let r =
+        c.request(json!({"type": "agent.create", "cwd": "/tmp", "provider": "no-such-profile"}));
+    assert_eq!(code(&r), "INVALID_REQUEST", "{r}");
 }

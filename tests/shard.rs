@@ -133,7 +133,7 @@ fn hello_the_envelope_and_refusals_at_their_edges() {
 }
 
 #[test]
-fn the_panel_token_admits_shard_clients() {
+fn the_panel_token_admits_shard_clients_to_the_protocol() {
     let dir = TempDir::new("shard-token");
     let hub = hub_with(&dir, json!({"panel": {"token": "s3cret-token-value"}}));
     assert_eq!(shard_refusal(hub.addr, "/shard/ws", &[]), 401);
@@ -152,7 +152,8 @@ fn the_panel_token_admits_shard_clients() {
             "/shard/ws?token=s3cret-token-value",
             &[("Origin", "http://evil.example")]
         ),
-        403
+        400,
+        "an Origin outside the allowlist (the front door's rule)"
     );
     // No compression is negotiated, even when offered.
     let mut raw = RawWs::connect(

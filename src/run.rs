@@ -34,11 +34,7 @@ impl Running {
         let panels = Panels::new();
         hub.subscribe(panels.clone());
         let gate = Arc::new(crate::shard::gate::Gate::new(&hub.config));
-        let shard = Shard::new(
-            hub.describe_sessions()
-                .into_iter()
-                .filter_map(|s| s["session_id"].as_str().map(str::to_string)),
-        );
+        let shard = Shard::new(crate::ops::sessions::read_all(&hub, |s| s.id().to_string()));
         hub.subscribe(shard.clone());
         hub.subscribe(crate::ops::worker::DeferredStops::new(&hub));
         if let Err(err) = crate::supervisor::sys::set_child_subreaper() {

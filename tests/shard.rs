@@ -443,7 +443,15 @@ fn two_clients_race_a_permission_and_both_see_the_one_resolution() {
         assert_eq!(resolved["decision"], winner);
         assert_eq!(resolved["source"], "shard");
     }
+    let call = a.event("tool_call", &agent);
+    assert_eq!(call["name"], "run_command");
+    assert_eq!(call["read_only"], false);
+    assert_eq!(
+        call["args"]["command"],
+        "echo ran > marker.txt && echo tool-output"
+    );
     let result = a.event("tool_result", &agent);
+    assert_eq!(result["tool_call_id"], call["tool_call_id"]);
     a.event("turn_end", &agent);
     if winner == "allow" {
         assert_eq!(result["is_error"], false, "{result}");

@@ -211,6 +211,17 @@ impl fmt::Display for HubError {
     }
 }
 
+impl HubError {
+    /// Whether the write failed because the data directory's disk is full.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            HubError::Store(err) => err.is_disk_full(),
+            HubError::Files { err, .. } => crate::store::io_is_disk_full(err),
+            _ => false,
+        }
+    }
+}
+
 impl std::error::Error for HubError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
@@ -945,8 +956,12 @@ impl Hub {
             }
             return Err(err);
         }
-        if let Some(removed) = self.sessions().remove(id) {
-            if let Some(file) = &removed.events_file() {
+        // Taken out of the registry first: the files are closed with no
+        // lock held, before the directory goes.
+        let removed = self.sessions().remove(id);
+        if let Some(mut removed) = removed {
+            let log_file = removed.take_log_file();
+            for file in removed.events_file().into_iter().chain(log_file.as_ref()) {
                 file.close(std::time::Duration::from_millis(200));
             }
         }

@@ -53,3 +53,5 @@ mod node_import;
 mod wire_drift;
 // A hand-edited block-YAML worker configuration across hub restarts.
 mod worker_config_yaml;
+// Faults tried with figures: a full data directory, a flood on every socket, disk writers.
+mod faults;

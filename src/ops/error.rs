@@ -58,6 +58,9 @@ pub mod code {
     pub const INTERNAL_ERROR: &str = "internal_error";
 }
 
+/// The `reason` of a `storage_error` whose disk is full.
+pub const DISK_FULL: &str = "disk_full";
+
 /// Why an input or a signal did not reach the worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum NotSent {
@@ -234,7 +237,13 @@ impl From<HubError> for OpError {
             HubError::SessionBusy { .. } => ErrorKind::SessionBusy,
             HubError::Store(_) | HubError::Files { .. } => ErrorKind::Storage,
         };
-        OpError::new(kind, err.to_string())
+        let op = OpError::new(kind, err.to_string());
+        if err.is_disk_full() {
+            // Transient: the same write succeeds once there is room.
+            op.with("reason", Value::from(DISK_FULL))
+        } else {
+            op
+        }
     }
 }
 

@@ -877,12 +877,14 @@ impl Session {
         self.logs = LogRing::new(lines, bytes);
     }
 
-    /// A fresh, empty log ring and file writer for a new process.
-    pub fn reset_logs(&mut self, file: Arc<BoundedWriter>) {
+    /// A fresh, empty log ring and file writer for a new process. The
+    /// previous process's writer is handed back, not closed: its pipe
+    /// readers may still deliver its last lines, and it closes itself when
+    /// they let go. The caller drops it after the registry lock.
+    #[must_use = "the previous writer is dropped after the registry lock is released"]
+    pub fn reset_logs(&mut self, file: Arc<BoundedWriter>) -> Option<Arc<BoundedWriter>> {
         self.logs = LogRing::new(self.log_caps.0, self.log_caps.1);
-        if let Some(old) = self.log_file.replace(file) {
-            old.close(std::time::Duration::ZERO);
-        }
+        self.log_file.replace(file)
     }
 
     /// The `process` object of the description (null when none is known).

@@ -91,9 +91,32 @@ impl fmt::Display for StoreError {
             StoreError::SessionExists { id } => {
                 write!(f, "insert session {id}: session already exists")
             }
+            StoreError::Sqlite { op, err } if self.is_disk_full() => write!(
+                f,
+                "{op}: the disk holding the data directory is full ({err}); nothing was \
+                 stored, and writes succeed again once there is room"
+            ),
             StoreError::Sqlite { op, err } => write!(f, "{op}: {err}"),
         }
     }
+}
+
+impl StoreError {
+    /// Whether the file system holding the store has no room (SQLite's
+    /// `SQLITE_FULL`, or `ENOSPC`/`EDQUOT` from a file operation): the
+    /// write failed whole and the same write succeeds once there is room.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            StoreError::Sqlite { err, .. } => err.sqlite_error_code() == Some(ErrorCode::DiskFull),
+            StoreError::Io { err, .. } => io_is_disk_full(err),
+            _ => false,
+        }
+    }
+}
+
+/// Whether an I/O error says the file system has no room.
+pub fn io_is_disk_full(err: &io::Error) -> bool {
+    matches!(err.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
 }
 
 impl Error for StoreError {

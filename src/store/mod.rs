@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 use rusqlite::{ffi, params, Connection, OptionalExtension, Row};
 use serde_json::Value;
 
-pub use error::StoreError;
 use error::{classify, no_row, sql};
+pub use error::{io_is_disk_full, StoreError};
 use schema::check;
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 

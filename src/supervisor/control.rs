@@ -281,9 +281,10 @@ fn spawn(
         info.pinned = pinned.clone();
         info.docker = docker.clone();
         s.record_started(info);
-        s.reset_logs(writer.clone());
-        s.describe_process()
+        let previous = s.reset_logs(writer.clone());
+        (s.describe_process(), previous)
     });
+    let described = described.map(|(process, _previous)| process);
     if let Some(process) = described {
         hub.notify(Note::Process {
             session: id.to_string(),

@@ -6,10 +6,15 @@
 //! over an unbounded channel (the budget is the bound). That thread alone
 //! opens (lazily, create + append, 0600) and writes the file. Drops are
 //! counted and reported by a caller-built omission marker before the next
-//! admitted record; an open or write failure disables the writer for good.
-//! A thread with nothing to write for [`IDLE_EXIT`] closes the file and
-//! exits (a session whose worker stopped keeps no thread); the next record
-//! starts a new one.
+//! admitted record. A full disk (`ENOSPC`, `EDQUOT`) drops the batch it
+//! met (a partly written one is cut back to its last whole line) and
+//! counts it the same way: the writer tries again with the next record,
+//! whose marker reports what the full disk cost. Any other open or write
+//! failure disables the writer for good. A thread with nothing to write
+//! for [`IDLE_EXIT`] closes the file and exits (a session whose worker
+//! stopped keeps no thread); the next record starts a new one. Closing a
+//! writer with nothing pending is no event; a dropped writer never waits
+//! (its thread writes what it was given and ends by itself).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -27,9 +32,6 @@ pub const DEFAULT_BUDGET: usize = 1 << 20;
 
 /// The production shutdown flush deadline.
 pub const CLOSE_DEADLINE: Duration = Duration::from_secs(1);
-
-/// How long `Drop` waits for pending data when `close` was not called.
-const DROP_DEADLINE: Duration = Duration::from_millis(100);
 
 /// At most this many bytes are gathered from the channel into one write.
 const BATCH_BYTES: usize = 64 * 1024;
@@ -63,6 +65,9 @@ struct Chunk {
     data: Vec<u8>,
     /// The record's own bytes (without the newline), for drop accounting.
     record_bytes: u64,
+    /// The drops its marker line reports (records, bytes); reported again
+    /// by a later marker if the disk was full when this chunk was due.
+    reported: (u64, u64),
 }
 
 /// State the caller threads and the writer thread share.
@@ -75,9 +80,12 @@ struct Shared {
     failed: AtomicBool,
     /// Set when `close` stopped waiting: the thread discards the rest.
     abandoned: AtomicBool,
+    /// Set while writes meet a full disk (one warning per episode).
+    out_of_space: AtomicBool,
     /// Warnings logged (tests check "exactly one").
     warnings: AtomicUsize,
-    /// Admission state; the writer thread takes it only to retire itself.
+    /// Admission state; the writer thread takes it only to retire itself
+    /// and to hand back the drops of a batch the full disk refused.
     state: Mutex<State>,
 }
 
@@ -148,6 +156,7 @@ impl BoundedWriter {
                 dropped_bytes: AtomicU64::new(0),
                 failed: AtomicBool::new(false),
                 abandoned: AtomicBool::new(false),
+                out_of_space: AtomicBool::new(false),
                 warnings: AtomicUsize::new(0),
                 state: Mutex::new(State {
                     sender: None,
@@ -182,11 +191,9 @@ impl BoundedWriter {
         // Only admission adds to `pending`, under this lock, so the check
         // cannot race another admission past the budget. The marker is only
         // built when the record alone would fit.
-        let marker = if state.unreported_records > 0 && record.len() < room {
-            Some((self.marker)(
-                state.unreported_records,
-                state.unreported_bytes,
-            ))
+        let reported = (state.unreported_records, state.unreported_bytes);
+        let marker = if reported.0 > 0 && record.len() < room {
+            Some((self.marker)(reported.0, reported.1))
         } else {
             None
         };
@@ -215,7 +222,11 @@ impl BoundedWriter {
         }
         data.extend_from_slice(record.as_bytes());
         data.push(b'\n');
-        let chunk = Chunk { data, record_bytes };
+        let chunk = Chunk {
+            data,
+            record_bytes,
+            reported: if marker.is_some() { reported } else { (0, 0) },
+        };
 
         if state.sender.is_none() {
             if let Err(err) = self.spawn(&mut state) {
@@ -244,9 +255,11 @@ impl BoundedWriter {
     }
 
     /// Stops admitting, then waits at most `deadline` for the thread to
-    /// write what is pending. A thread still busy (a stalled sink) is
-    /// abandoned: it discards the rest at its next step and is not joined.
-    /// Later calls return at once.
+    /// write what is pending. A thread still busy with pending bytes (a
+    /// stalled sink) is abandoned with a warning: it discards the rest at
+    /// its next step and is not joined. A thread with nothing pending is
+    /// left to end by itself, silently (it has nothing to lose). Later
+    /// calls return at once.
     pub fn close(&self, deadline: Duration) {
         let (sender, done, handle) = {
             let mut state = self.lock();
@@ -264,15 +277,33 @@ impl BoundedWriter {
                 }
             }
             Err(RecvTimeoutError::Timeout) => {
+                // Admission is closed, so `pending` only falls from here.
+                let pending = self.shared.pending.load(Ordering::Acquire);
+                if pending == 0 {
+                    // Everything is written; the thread is on its way out.
+                    return;
+                }
                 self.shared.abandoned.store(true, Ordering::Release);
                 self.shared.warn(format_args!(
-                    "{} did not flush within {} ms; abandoning {} pending bytes",
+                    "{} did not flush within {} ms; abandoning {pending} pending bytes",
                     self.shared.path.display(),
                     deadline.as_millis(),
-                    self.shared.pending.load(Ordering::Acquire)
                 ));
             }
         }
+    }
+
+    /// Stops admitting without waiting: the thread writes what it was
+    /// given and ends by itself. Used when the owner lets go (`Drop`),
+    /// wherever that happens; a caller that must know the file is written
+    /// calls [`BoundedWriter::close`] instead.
+    pub fn detach(&self) {
+        let mut state = self.lock();
+        state.closed = true;
+        state.sender = None;
+        state.done = None;
+        // Dropping the handle detaches the thread.
+        state.thread = None;
     }
 
     /// Records dropped over the writer's lifetime (budget, failure, close).
@@ -341,7 +372,7 @@ impl std::fmt::Debug for BoundedWriter {
 
 impl Drop for BoundedWriter {
     fn drop(&mut self) {
-        self.close(DROP_DEADLINE);
+        self.detach();
     }
 }
 
@@ -373,6 +404,7 @@ fn run(shared: &Shared, rx: &Receiver<Chunk>) {
         };
         let mut records = 1u64;
         let mut record_bytes = first.record_bytes;
+        let mut reported = first.reported;
         batch.clear();
         batch.extend_from_slice(&first.data);
         while batch.len() < BATCH_BYTES {
@@ -381,14 +413,37 @@ fn run(shared: &Shared, rx: &Receiver<Chunk>) {
             };
             records += 1;
             record_bytes += next.record_bytes;
+            reported.0 += next.reported.0;
+            reported.1 += next.reported.1;
             batch.extend_from_slice(&next.data);
         }
 
-        let written = !shared.abandoned.load(Ordering::Acquire)
-            && !shared.failed.load(Ordering::Acquire)
-            && write_batch(shared, &mut file, &batch);
-        if !written {
-            shared.count_dropped(records, record_bytes);
+        let outcome =
+            if shared.abandoned.load(Ordering::Acquire) || shared.failed.load(Ordering::Acquire) {
+                Wrote::Failed
+            } else {
+                write_batch(shared, &mut file, &batch)
+            };
+        match outcome {
+            Wrote::All => {
+                if shared.out_of_space.swap(false, Ordering::AcqRel) {
+                    log::info!(
+                        "{}: {} is written again; an omission record counts what the full \
+                         disk cost",
+                        shared.name,
+                        shared.path.display()
+                    );
+                }
+            }
+            Wrote::Failed => shared.count_dropped(records, record_bytes),
+            Wrote::NoSpace => {
+                shared.count_dropped(records, record_bytes);
+                // Reported by the next admitted record's marker, together
+                // with whatever this batch's own markers reported.
+                let mut state = shared.lock();
+                state.unreported_records += records + reported.0;
+                state.unreported_bytes += record_bytes + reported.1;
+            }
         }
         shared.pending.fetch_sub(batch.len(), Ordering::AcqRel);
         // A single large record must not pin its buffer for the file's life.
@@ -405,9 +460,34 @@ fn run(shared: &Shared, rx: &Receiver<Chunk>) {
     }
 }
 
-/// Opens the file if needed and writes `batch`; false (writer disabled)
-/// on failure.
-fn write_batch(shared: &Shared, file: &mut Option<File>, batch: &[u8]) -> bool {
+/// What became of one batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wrote {
+    All,
+    /// The disk is full: nothing of the batch stays in the file; the
+    /// writer tries again with the next batch.
+    NoSpace,
+    /// The writer is disabled (or was abandoned).
+    Failed,
+}
+
+/// Whether `err` says the file system has no room (a full disk or quota).
+fn is_out_of_space(err: &std::io::Error) -> bool {
+    matches!(err.raw_os_error(), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+}
+
+/// Notes a full disk (warns once per episode).
+fn note_out_of_space(shared: &Shared, err: &std::io::Error) {
+    if !shared.out_of_space.swap(true, Ordering::AcqRel) {
+        shared.warn(format_args!(
+            "writing {} failed: {err}; records are dropped and counted until there is room again",
+            shared.path.display()
+        ));
+    }
+}
+
+/// Opens the file if needed and writes `batch`.
+fn write_batch(shared: &Shared, file: &mut Option<File>, batch: &[u8]) -> Wrote {
     if file.is_none() {
         match OpenOptions::new()
             .create(true)
@@ -417,26 +497,57 @@ fn write_batch(shared: &Shared, file: &mut Option<File>, batch: &[u8]) -> bool {
             .open(&shared.path)
         {
             Ok(opened) => *file = Some(opened),
+            Err(err) if is_out_of_space(&err) => {
+                note_out_of_space(shared, &err);
+                return Wrote::NoSpace;
+            }
             Err(err) => {
                 shared.fail("opening", &err);
-                return false;
+                return Wrote::Failed;
             }
         }
         // Opening may have blocked (a FIFO) past a close deadline.
         if shared.abandoned.load(Ordering::Acquire) {
-            return false;
+            return Wrote::Failed;
         }
     }
     let Some(open) = file.as_mut() else {
-        return false;
+        return Wrote::Failed;
     };
-    match open.write_all(batch) {
-        Ok(()) => true,
-        Err(err) => {
-            shared.fail("writing", &err);
-            false
+    let mut written = 0usize;
+    while written < batch.len() {
+        match open.write(&batch[written..]) {
+            Ok(0) => {
+                let err = std::io::Error::from(std::io::ErrorKind::WriteZero);
+                shared.fail("writing", &err);
+                return Wrote::Failed;
+            }
+            Ok(n) => written += n,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(err) if is_out_of_space(&err) => {
+                note_out_of_space(shared, &err);
+                // A full disk can cut a write short: the part that made it
+                // is taken back, so the file holds only whole lines (the
+                // file is appended to, so that part ends the file). Freeing
+                // blocks needs no room.
+                if written > 0 {
+                    let cut = open
+                        .metadata()
+                        .and_then(|m| open.set_len(m.len().saturating_sub(written as u64)));
+                    if let Err(err) = cut {
+                        shared.fail("cutting a partial line off", &err);
+                        return Wrote::Failed;
+                    }
+                }
+                return Wrote::NoSpace;
+            }
+            Err(err) => {
+                shared.fail("writing", &err);
+                return Wrote::Failed;
+            }
         }
     }
+    Wrote::All
 }
 
 #[cfg(test)]
@@ -785,6 +896,65 @@ mod tests {
             wait_until("flush", PATIENCE, || w.pending_bytes() == 0);
         }
         assert_eq!(fs::read_to_string(&path).unwrap(), "one\ntwo\n");
+    }
+
+    #[test]
+    fn a_dropped_writer_writes_what_it_was_given_without_waiting() {
+        let dir = TempDir::new("drop-pending");
+        let path = dir.join("w.log");
+        let mut want = String::new();
+        let started = Instant::now();
+        {
+            let w = writer(path.clone(), DEFAULT_BUDGET);
+            for i in 0..2000 {
+                let record = format!("line {i}");
+                assert_eq!(w.write_record(&record), Admit::Admitted);
+                want.push_str(&record);
+                want.push('\n');
+            }
+        }
+        assert!(started.elapsed() < Duration::from_secs(1));
+        wait_until("the detached thread's writes", PATIENCE, || {
+            fs::read_to_string(&path).is_ok_and(|text| text == want)
+        });
+    }
+
+    #[test]
+    fn closing_with_nothing_pending_is_no_event_even_at_a_zero_deadline() {
+        let dir = TempDir::new("close-idle");
+        let path = dir.join("w.log");
+        for deadline in [Duration::ZERO, Duration::from_millis(1)] {
+            let w = writer(path.clone(), 1024);
+            assert_eq!(w.write_record("x"), Admit::Admitted);
+            wait_until("flush", PATIENCE, || w.pending_bytes() == 0);
+            // The thread is alive (well within its idle exit) and has
+            // nothing left to write.
+            assert!(w.has_thread());
+            w.close(deadline);
+            assert_eq!(w.warnings_logged(), 0);
+            assert_eq!((w.dropped_records(), w.dropped_bytes()), (0, 0));
+            assert_eq!(w.write_record("late"), Admit::Disabled);
+        }
+        assert_eq!(fs::read_to_string(&path).unwrap(), "x\nx\n");
+    }
+
+    #[test]
+    fn a_full_disk_drops_and_counts_but_does_not_disable() {
+        // /dev/full answers every write with ENOSPC.
+        let w = writer(PathBuf::from("/dev/full"), 4096);
+        for round in 1..=3u64 {
+            assert_eq!(w.write_record("lost"), Admit::Admitted);
+            wait_until("the refused write", PATIENCE, || w.pending_bytes() == 0);
+            assert_eq!(w.dropped_records(), round, "the write is counted");
+        }
+        // Each later record carries a marker reporting every earlier drop
+        // (the marker lines were refused too, and are reported again).
+        assert_eq!(w.shared.lock().unreported_records, 3);
+        assert_eq!(w.shared.lock().unreported_bytes, 12);
+        assert!(!w.failed(), "a full disk is not a failure for good");
+        assert_eq!(w.warnings_logged(), 1, "one warning per full-disk episode");
+        w.close(CLOSE_DEADLINE);
+        assert_eq!(w.warnings_logged(), 1);
     }
 
     #[test]

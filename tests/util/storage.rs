@@ -60,3 +60,44 @@ pub fn make_read_only(dir: &Path, undo: &mut Undo) -> bool {
         true
     }
 }
+
+/// Mounts a tmpfs of `size` (`mount`'s spelling: `1m`, `8m`) on `dir`,
+/// unmounted when `undo` runs. False when this machine cannot (not root,
+/// or root without the right to mount).
+pub fn mount_tmpfs(dir: &Path, size: &str, undo: &mut Undo) -> bool {
+    if !is_root() {
+        return false;
+    }
+    let path = dir.to_str().unwrap().to_string();
+    let options = format!("size={size},mode=0700");
+    if !run("mount", &["-t", "tmpfs", "-o", &options, "tmpfs", &path]) {
+        return false;
+    }
+    undo.0.push(Box::new(move || {
+        run("umount", &["-l", &path]);
+    }));
+    true
+}
+
+/// Fills the file system holding `path` by writing `path` until the
+/// disk refuses (`ENOSPC`); returns the bytes written. Removing the file
+/// gives the room back.
+pub fn fill_disk(path: &Path) -> u64 {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path).unwrap();
+    let chunk = vec![0x5a_u8; 64 * 1024];
+    let mut written = 0u64;
+    loop {
+        match file.write(&chunk) {
+            Ok(0) => break,
+            Ok(n) => written += n as u64,
+            Err(err) if err.raw_os_error() == Some(libc::ENOSPC) => break,
+            Err(err) => panic!("filling {}: {err}", path.display()),
+        }
+    }
+    // Whatever a partial page left, one byte at a time.
+    while file.write(&[0x5a]).is_ok_and(|n| n == 1) {
+        written += 1;
+    }
+    written
+}

@@ -3,7 +3,12 @@
 //! restart and force-kill paths' disk writers. Each test prints the
 //! figure `docs/security.md` records.
 
-use std::time::Duration;
+use std::io::{ErrorKind, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
@@ -288,4 +293,379 @@ fn a_full_data_directory_refuses_writes_clearly_and_recovers_without_a_restart()
         log_counts.1,
         acknowledged.len()
     );
+}
+
+/// A worker event frame with a run id (`run_started` and the like).
+fn run_event(session: &str, seq: u64, event: &str, run: &str) -> String {
+    json!({
+        "type": "event", "event": event, "session_id": session, "worker_id": "w",
+        "request_id": "req-1", "run_id": run, "sequence": seq, "data": {},
+    })
+    .to_string()
+}
+
+/// One `plan/replace` exchange on the tools listener: `Ok(true)` when it
+/// succeeded, `Ok(false)` for any other answer, `Err(status)` when the
+/// upgrade was refused (503 at the cap).
+fn plan_exchange(tools: SocketAddr, path: &str, frame: &str) -> Result<bool, u16> {
+    let mut ws = RawWs::connect(tools, path, &[])?;
+    ws.s.set_read_timeout(Some(DEADLINE)).unwrap();
+    if ws.write(&frame_of(frame)).is_err() {
+        return Ok(false);
+    }
+    while let Ok((_, opcode, payload)) = ws.read_frame() {
+        if opcode == op::TEXT {
+            let v: Value = serde_json::from_slice(&payload).unwrap_or(Value::Null);
+            return Ok(v["data"]["status"] == "succeeded");
+        }
+        if opcode == op::CLOSE {
+            break;
+        }
+    }
+    Ok(false)
+}
+
+fn frame_of(text: &str) -> Vec<u8> {
+    frame(true, op::TEXT, text.as_bytes())
+}
+
+/// Reads every frame of a panel until `stop`; returns the bytes read.
+fn drain_panel(mut ws: RawWs, stop: Arc<AtomicBool>) -> u64 {
+    ws.s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut read = 0u64;
+    loop {
+        match ws.read_frame() {
+            Ok((_, opcode, payload)) => {
+                read += payload.len() as u64;
+                if opcode == op::CLOSE {
+                    return read;
+                }
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                if stop.load(Ordering::Acquire) {
+                    return read;
+                }
+            }
+            Err(_) => return read,
+        }
+    }
+}
+
+/// Every socket kind flooded at once: worker event sockets, confirmation
+/// sockets, tool sockets on the remote-tools listener, panels (reading
+/// and not reading) and HTTP (requests and a crowd of unfinished heads).
+/// The hub's peak RSS (`VmHWM`) stays under a ceiling computed from the
+/// configured limits, and it answers `GET /api/meta` afterwards. (Shard
+/// connections are not part of it: `/shard/ws` admits and closes, it has
+/// no protocol yet.)
+#[test]
+fn a_flood_on_every_socket_kind_at_once_stays_under_the_computed_ceiling() {
+    let _heavy = heavy();
+    let dir = TempDir::new("faults-everyflood");
+    const KB: u64 = 1024;
+    let sessions = 4usize;
+    let confirming = 1usize; // sessions whose confirmation socket is flooded
+    let confirm_sockets = 80usize; // per confirming session: 64 open, 16 denied
+    let max_message = 16 * KB;
+    let transcript_bytes = 1024 * KB;
+    let tool_cap = 16usize;
+    let tool_flooders = 24usize;
+    let handler_cap = 2usize;
+    let http_crowd = 200usize;
+    let (reading_panels, silent_panels) = (1usize, 2usize);
+    let events_per_session = 2000u64;
+    let hub = hub_with(
+        &dir,
+        json!({
+            "limits": {"transcriptBytes": transcript_bytes, "maxMessageBytes": max_message},
+            "toolRequests": {"maxConnections": tool_cap},
+            "http": {"maxHandlerThreads": handler_cap, "idleTimeoutMs": 5000},
+        }),
+    );
+    let tools = hub.tools_addr.expect("the tools listener");
+    let ids: Vec<String> = (0..sessions).map(|i| format!("f{i}")).collect();
+    for id in &ids {
+        create_session(&hub, id);
+    }
+    // Each session's worker: identified, with an active run for its plans.
+    let mut workers = Vec::new();
+    for id in &ids {
+        let mut ws = RawWs::open(hub.addr, &events_path(&hub, id));
+        ws.s.set_write_timeout(Some(Duration::from_secs(120)))
+            .unwrap();
+        ws.text(&run_event(id, 1, "input_admitted", "r1"));
+        ws.text(&run_event(id, 2, "run_started", "r1"));
+        workers.push(ws);
+    }
+    for id in &ids {
+        wait_session(&hub, id, |s| s["identity"]["state"] == "live");
+    }
+    let baseline_threads = hub.threads();
+    let rss_before = hub.rss_kib();
+
+    // Panels subscribed to every session: some read everything, some
+    // never read (they are cut at their outbound budget).
+    let subscribe_all = |ws: &mut RawWs| {
+        for id in &ids {
+            ws.text(&format!(r#"{{"v":1,"type":"subscribe","session":"{id}"}}"#));
+        }
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut panel_readers = Vec::new();
+    for _ in 0..reading_panels {
+        let mut ws = RawWs::panel(&hub);
+        subscribe_all(&mut ws);
+        let stop = stop.clone();
+        panel_readers.push(thread::spawn(move || drain_panel(ws, stop)));
+    }
+    let mut silent = Vec::new();
+    for _ in 0..silent_panels {
+        let mut ws = RawWs::panel(&hub);
+        subscribe_all(&mut ws);
+        silent.push(ws);
+    }
+
+    let started = Instant::now();
+    let mut floods = Vec::new();
+    // Worker events: 15 KiB each, far above the 1 MiB transcripts.
+    let pad = "e".repeat(15 * KB as usize);
+    for (i, mut ws) in workers.into_iter().enumerate() {
+        let id = ids[i].clone();
+        let pad = pad.clone();
+        floods.push(thread::spawn(move || {
+            let mut batch = Vec::with_capacity(1 << 20);
+            let mut sent = 0u64;
+            for seq in 3..3 + events_per_session {
+                let text = envelope(&id, "w", seq, "model_response", json!({"pad": pad}));
+                sent += text.len() as u64;
+                batch.extend_from_slice(&frame_of(&text));
+                if batch.len() >= 1 << 20 {
+                    ws.write(&batch).unwrap();
+                    batch.clear();
+                }
+            }
+            ws.write(&batch).unwrap();
+            (sent, Some(ws), Vec::new())
+        }));
+    }
+    // Confirmation sockets: one request of 4 KiB arguments each, kept open.
+    for id in ids.iter().take(confirming) {
+        let addr = hub.addr;
+        let path = confirm_path(&hub, id);
+        let id = id.clone();
+        floods.push(thread::spawn(move || {
+            let mut kept = Vec::new();
+            let mut sent = 0u64;
+            let command = "c".repeat(4 * KB as usize);
+            for n in 0..confirm_sockets {
+                let Ok(mut ws) = RawWs::connect(addr, &path, &[]) else {
+                    continue;
+                };
+                let text =
+                    confirmation_request(&id, "w", &format!("c{n}"), json!({"command": command}));
+                sent += text.len() as u64;
+                if ws.write(&frame_of(&text)).is_ok() {
+                    kept.push(ws);
+                }
+            }
+            (sent, None, kept)
+        }));
+    }
+    // Tool sockets: plan replacements of 12 KiB from more clients than the
+    // cap admits (the rest are refused with 503 and try again).
+    let outcomes = Arc::new(Mutex::new((0u64, 0u64, 0u64))); // ok, other, 503
+    let mut tool_threads = Vec::new();
+    for t in 0..tool_flooders {
+        let id = ids[t % sessions].clone();
+        let path = format!(
+            "/agent/{id}/tools/plan/replace?token={}",
+            worker_token(&hub.data_dir, &id)
+        );
+        let stop = stop.clone();
+        let outcomes = outcomes.clone();
+        tool_threads.push(thread::spawn(move || {
+            let mut sent = 0u64;
+            let mut n = 0u64;
+            while !stop.load(Ordering::Acquire) {
+                n += 1;
+                let markdown = format!("# plan {t}-{n}\n{}", "p".repeat(12 * KB as usize));
+                let frame = json!({"type": "tool_request", "data": {
+                    "worker_id": "w", "session_id": id, "run_id": "r1",
+                    "request_id": format!("t{t}-{n}"), "arguments": {"markdown": markdown},
+                }})
+                .to_string();
+                sent += frame.len() as u64;
+                let result = plan_exchange(tools, &path, &frame);
+                {
+                    let mut o = outcomes.lock().unwrap();
+                    match result {
+                        Ok(true) => o.0 += 1,
+                        Ok(false) => o.1 += 1,
+                        Err(503) => o.2 += 1,
+                        Err(other) => panic!("a tool upgrade refused with {other}"),
+                    }
+                }
+                if result.is_err() {
+                    // the refused client's pace: it tries again 20 ms later
+                    thread::sleep(Duration::from_millis(20));
+                }
+            }
+            sent
+        }));
+    }
+    // HTTP: a crowd of unfinished heads, and transcript reads as fast as
+    // the handler threads allow.
+    let crowd: Vec<TcpStream> = (0..http_crowd)
+        .filter_map(|_| {
+            let mut s = TcpStream::connect(hub.addr).ok()?;
+            s.write_all(b"GET /api/meta HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Half: ")
+                .ok()?;
+            Some(s)
+        })
+        .collect();
+    let mut readers = Vec::new();
+    for i in 0..handler_cap {
+        let addr = hub.addr;
+        let path = format!("/api/sessions/{}/events", ids[i % sessions]);
+        let stop = stop.clone();
+        readers.push(thread::spawn(move || {
+            let mut read = 0u64;
+            while !stop.load(Ordering::Acquire) {
+                read += request_at(addr, "GET", &path, b"").body.len() as u64;
+                // the reader's pace: a full transcript page every 100 ms
+                thread::sleep(Duration::from_millis(100));
+            }
+            read
+        }));
+    }
+
+    // The floods run; the peak is sampled meanwhile.
+    let mut sent = 0u64;
+    let mut kept_workers = Vec::new();
+    let mut kept_prompts = Vec::new();
+    let mut max_threads = 0usize;
+    for flood in floods {
+        while !flood.is_finished() {
+            max_threads = max_threads.max(hub.threads());
+            // the sampling pace of the probe
+            thread::sleep(Duration::from_millis(50));
+        }
+        let (bytes, worker, prompts) = flood.join().unwrap();
+        sent += bytes;
+        kept_workers.extend(worker);
+        kept_prompts.extend(prompts);
+    }
+    for id in &ids {
+        let mut last = Value::Null;
+        let ingested = wait_until(Duration::from_secs(120), || {
+            max_threads = max_threads.max(hub.threads());
+            last = get_session(&hub, id);
+            last["stats"]["events"] == 2 + events_per_session
+        });
+        assert!(ingested, "{id}: {}", last["stats"]);
+    }
+    for id in ids.iter().take(confirming) {
+        wait_session(&hub, id, |s| {
+            s["confirmations"].as_array().map(Vec::len) == Some(64)
+        });
+    }
+    stop.store(true, Ordering::Release);
+    let mut tool_bytes = 0u64;
+    for t in tool_threads {
+        tool_bytes += t.join().unwrap();
+    }
+    sent += tool_bytes;
+    let mut http_read = 0u64;
+    for r in readers {
+        http_read += r.join().unwrap();
+    }
+    let mut panel_read = 0u64;
+    for r in panel_readers {
+        panel_read += r.join().unwrap();
+    }
+    let took = started.elapsed();
+    max_threads = max_threads.max(hub.threads());
+    let peak = hub.peak_rss_kib();
+
+    // It still answers, and the silent panels were cut at their budgets.
+    assert!(answers_within(&hub, Duration::from_secs(5)));
+    for mut ws in silent {
+        let (ended, _) = ws.ends(DEADLINE);
+        assert!(ended, "a panel that never reads was not cut");
+    }
+    let (plans_ok, plans_other, refused) = *outcomes.lock().unwrap();
+    assert!(plans_ok > 0, "no plan replacement succeeded");
+    assert!(refused > 0, "the tool cap never refused a connection");
+
+    // The ceiling, from the configured limits (KiB):
+    let frame_cap = max_message.min(1024 * KB) / KB; // confirmation and tool frames
+    let per_session = transcript_bytes / KB // the transcript ring
+        + 5000 * 256 / KB // its per-entry bookkeeping
+        + MIB // the events.jsonl writer's pending budget
+        + 2 * 64; // the plan (64 KiB of markdown) in the store cache and the panel cache
+    let per_event_socket = 4 * max_message / KB; // reader buffer, one message parsed and re-encoded
+                                                 // An open prompt: its frame, the parsed arguments and the previews.
+    let per_prompt = 3 * frame_cap;
+    // A tool exchange: its frame, the parsed request, and a response of at
+    // most 256 KiB.
+    let per_tool_socket = 2 * frame_cap + 256;
+    // A panel: the 4 MiB outbound budget and one client message of at most
+    // 4 MiB being read.
+    let per_panel = 4 * MIB + 4 * MIB;
+    // An HTTP handler: a transcript page of up to transcriptBytes, as
+    // entries, as JSON text and as the response buffer.
+    let per_handler = 3 * transcript_bytes / KB;
+    // A connection waiting for its head: at most maxHeaderBytes + 1 KiB.
+    let per_waiting = 16 + 1;
+    // Threads: one per event socket, open prompt, tool socket, handler,
+    // panel (writer and reader) and disk writer, over the idle hub's; each
+    // touches at most 64 KiB of its stack and thread state.
+    let threads_bound = baseline_threads
+        + sessions
+        + confirming * 64
+        + tool_cap
+        + handler_cap
+        + 2 * (reading_panels + silent_panels)
+        + 2 * sessions;
+    let ceiling = rss_before
+        + sessions as u64 * (per_session + per_event_socket)
+        + (confirming * 64) as u64 * per_prompt
+        + tool_cap as u64 * per_tool_socket
+        + (reading_panels + silent_panels) as u64 * per_panel
+        + handler_cap as u64 * per_handler
+        + http_crowd as u64 * per_waiting
+        + threads_bound as u64 * 64
+        + ALLOCATOR_SLACK_KIB;
+    assert!(
+        max_threads <= threads_bound,
+        "{max_threads} threads over the bound {threads_bound}"
+    );
+    assert!(
+        peak <= ceiling,
+        "peak RSS {peak} KiB over the ceiling {ceiling} KiB (start {rss_before} KiB)"
+    );
+    // The flood is far larger than the ceiling: keeping what it sent would
+    // overshoot it.
+    assert!(sent / KB > ceiling, "sent only {} KiB", sent / KB);
+    eprintln!(
+        "every socket at once: {} MiB sent in {took:?} ({} sessions x {events_per_session} \
+         events, {} prompts, {plans_ok} plans replaced ({plans_other} other, {refused} tool \
+         upgrades refused at the cap of {tool_cap}), {} panels ({} MiB read by {reading_panels}, \
+         {silent_panels} silent cut), {http_crowd} unfinished heads, {} MiB of transcript \
+         pages); peak RSS {} MiB (start {} MiB, ceiling {} MiB); threads {max_threads} \
+         (bound {threads_bound})",
+        sent / KB / KB,
+        sessions,
+        kept_prompts.len(),
+        reading_panels + silent_panels,
+        panel_read / KB / KB,
+        http_read / KB / KB,
+        peak / KB,
+        rss_before / KB,
+        ceiling / KB,
+    );
+    drop(crowd);
+    drop(kept_prompts);
+    drop(kept_workers);
 }

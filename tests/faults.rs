@@ -4,7 +4,7 @@
 //! figure `docs/security.md` records.
 
 use std::io::{ErrorKind, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -304,27 +304,6 @@ fn run_event(session: &str, seq: u64, event: &str, run: &str) -> String {
     .to_string()
 }
 
-/// One `plan/replace` exchange on the tools listener: `Ok(true)` when it
-/// succeeded, `Ok(false)` for any other answer, `Err(status)` when the
-/// upgrade was refused (503 at the cap).
-fn plan_exchange(tools: SocketAddr, path: &str, frame: &str) -> Result<bool, u16> {
-    let mut ws = RawWs::connect(tools, path, &[])?;
-    ws.s.set_read_timeout(Some(DEADLINE)).unwrap();
-    if ws.write(&frame_of(frame)).is_err() {
-        return Ok(false);
-    }
-    while let Ok((_, opcode, payload)) = ws.read_frame() {
-        if opcode == op::TEXT {
-            let v: Value = serde_json::from_slice(&payload).unwrap_or(Value::Null);
-            return Ok(v["data"]["status"] == "succeeded");
-        }
-        if opcode == op::CLOSE {
-            break;
-        }
-    }
-    Ok(false)
-}
-
 fn frame_of(text: &str) -> Vec<u8> {
     frame(true, op::TEXT, text.as_bytes())
 }
@@ -496,12 +475,12 @@ fn a_flood_on_every_socket_kind_at_once_stays_under_the_computed_ceiling() {
                 }})
                 .to_string();
                 sent += frame.len() as u64;
-                let result = plan_exchange(tools, &path, &frame);
+                let result = tool_exchange(tools, &path, &frame);
                 {
                     let mut o = outcomes.lock().unwrap();
-                    match result {
-                        Ok(true) => o.0 += 1,
-                        Ok(false) => o.1 += 1,
+                    match &result {
+                        Ok(v) if v["data"]["status"] == "succeeded" => o.0 += 1,
+                        Ok(_) | Err(0) => o.1 += 1,
                         Err(503) => o.2 += 1,
                         Err(other) => panic!("a tool upgrade refused with {other}"),
                     }

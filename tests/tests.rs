@@ -55,3 +55,5 @@ mod wire_drift;
 mod worker_config_yaml;
 // Faults tried with figures: a full data directory, a flood on every socket, disk writers.
 mod faults;
+// Fifty SIGKILLs of the hub while it writes sessions, plans, receipts and configurations.
+mod kill_trials;

@@ -101,6 +101,22 @@ impl RawWs {
         }
     }
 
+    /// `connect` for a peer that may be gone: a connection that fails or
+    /// ends before the upgrade's answer is `Err(0)`.
+    pub fn try_connect(addr: SocketAddr, path: &str) -> Result<RawWs, u16> {
+        let mut s = TcpStream::connect(addr).map_err(|_| 0u16)?;
+        let _ = s.set_read_timeout(Some(DEADLINE));
+        let _ = s.set_write_timeout(Some(DEADLINE));
+        let _ = s.set_nodelay(true);
+        s.write_all(upgrade_request(addr, path, &[]).as_bytes())
+            .map_err(|_| 0u16)?;
+        let head = read_head(&mut s).map_err(|_| 0u16)?;
+        match status_line_code(&head) {
+            101 => Ok(RawWs { s }),
+            other => Err(other),
+        }
+    }
+
     pub fn open(addr: SocketAddr, path: &str) -> RawWs {
         RawWs::connect(addr, path, &[]).unwrap_or_else(|code| panic!("{path}: {code}"))
     }
@@ -216,5 +232,26 @@ impl RawWs {
             }
         }
         (false, code)
+    }
+}
+
+/// One exchange on the remote-tools listener at `tools`: the upgrade of
+/// `path` (`/agent/<id>/tools/<route>?token=…`), one `tool_request` frame
+/// and its `tool_response`. `Err(status)` when the upgrade is refused
+/// (503 at the connection cap), `Err(0)` when the hub is gone or the
+/// socket ends without a response. Never panics: for floods and for a
+/// hub killed mid-exchange.
+pub fn tool_exchange(tools: SocketAddr, path: &str, request: &str) -> Result<Value, u16> {
+    let mut ws = RawWs::try_connect(tools, path)?;
+    ws.write(&frame(true, op::TEXT, request.as_bytes()))
+        .map_err(|_| 0u16)?;
+    loop {
+        match ws.read_frame() {
+            Ok((_, op::TEXT, payload)) => {
+                return serde_json::from_slice(&payload).map_err(|_| 0u16);
+            }
+            Ok((_, op::CLOSE, _)) | Err(_) => return Err(0),
+            Ok(_) => {}
+        }
     }
 }

@@ -976,8 +976,9 @@ impl Hub {
     }
 
     /// Closes every worker and confirmation socket (prompts are retired by
-    /// their threads), flushes the events files with a one-second
-    /// deadline, then checkpoints and closes the store.
+    /// their threads), flushes the events files and the worker logs with
+    /// a one-second deadline for all, then checkpoints and closes the
+    /// store.
     pub fn shutdown(&self) {
         self.shutting_down.store(true, Ordering::Release);
         self.close_sockets();
@@ -985,7 +986,8 @@ impl Hub {
             .sessions()
             .list()
             .into_iter()
-            .filter_map(|s| s.events_file().cloned())
+            .flat_map(|s| [s.events_file().cloned(), s.log_file().cloned()])
+            .flatten()
             .collect();
         let deadline = std::time::Instant::now() + bounded_writer::CLOSE_DEADLINE;
         for file in files {

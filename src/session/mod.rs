@@ -781,6 +781,11 @@ impl Session {
         self.events_file.as_ref()
     }
 
+    /// The current process's `worker.log` writer.
+    pub fn log_file(&self) -> Option<&Arc<BoundedWriter>> {
+        self.log_file.as_ref()
+    }
+
     /// Captured worker output of the current process.
     pub fn logs(&self) -> &LogRing {
         &self.logs

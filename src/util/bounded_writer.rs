@@ -528,8 +528,10 @@ fn write_batch(shared: &Shared, file: &mut Option<File>, batch: &[u8]) -> Wrote 
                 note_out_of_space(shared, &err);
                 // A full disk can cut a write short: the part that made it
                 // is taken back, so the file holds only whole lines (the
-                // file is appended to, so that part ends the file). Freeing
-                // blocks needs no room.
+                // file is appended to, so that part ends the file, unless
+                // a previous worker's writer appended to the same log in
+                // between, whose tail is then cut too). Freeing blocks
+                // needs no room.
                 if written > 0 {
                     let cut = open
                         .metadata()

@@ -502,7 +502,8 @@ fn fifty_sigkills_at_random_moments_lose_no_acknowledged_write() {
          {created} sessions created and {deleted} deleted, {plans} plan revisions (last \
          {acked_revision}), {sends} subagent receipts, \
          {starts} starts' configuration files; integrity_check ok {TRIALS} times; {files_checked} \
-         hub-written files whole; at most {max_temps} temporary files left by cut writes",
+         hub-written files whole; {max_temps} temporary files left behind by writes cut before \
+         their rename (never read)",
         moments[0],
         moments[moments.len() - 1],
         moments[moments.len() / 2],

@@ -323,9 +323,11 @@ fn a_stale_pid_file_is_never_followed() {
     let launcher = action(&hub, "s", "start").json()["pid"].as_u64().unwrap() as u32;
     let s = wait_session(&hub, "s", |s| s["process"]["state"] == "exited");
     assert_eq!(s["process"]["pid"], launcher, "{s}");
+    // The log is read by a thread of the test; the line may trail the state.
     assert!(
-        hub.log_text()
-            .contains("names no live worker started after it"),
+        wait_until(DEADLINE, || hub
+            .log_text()
+            .contains("names no live worker started after it")),
         "{}",
         hub.log_text()
     );

@@ -109,7 +109,8 @@ fn worker_log_counts(path: &std::path::Path) -> (u64, u64, u64) {
 
 /// The whole data directory (hub.db, its WAL, every session file) on a
 /// small tmpfs, filled to the last byte: SQLite writes are refused with
-/// `storage_error` (reason `disk_full`) on both APIs, reads keep being
+/// `storage_error` (reason `disk_full`) on the JSON API and the panel, and
+/// with a message saying so on Shard; reads keep being
 /// served, the events file and `worker.log` count what they drop and
 /// report it once there is room, new writes succeed again without a
 /// restart, and nothing acknowledged is lost.
@@ -200,6 +201,20 @@ fn a_full_data_directory_refuses_writes_clearly_and_recovers_without_a_restart()
     let error = panel.next_text(|v| v["type"] == "error");
     assert_eq!(error["error"], "storage_error", "{error}");
 
+    // A Shard client's create fails too, saying why.
+    let mut shard = ShardClient::connect(&hub);
+    let created =
+        shard.request(json!({"type": "agent.create", "cwd": dir.path(), "name": "shard-during"}));
+    assert_eq!(created["success"], false, "{created}");
+    assert_eq!(created["error"]["code"], "INTERNAL_ERROR", "{created}");
+    assert!(
+        created["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("disk"),
+        "{created}"
+    );
+
     // Reads keep being served.
     assert_eq!(hub.get("/api/meta").status, 200);
     let listed = session_ids(&hub);
@@ -209,7 +224,7 @@ fn a_full_data_directory_refuses_writes_clearly_and_recovers_without_a_restart()
             "{id} not listed while the disk is full"
         );
     }
-    assert!(!listed.iter().any(|id| id == "panel-during"));
+    assert!(!listed.iter().any(|id| id.ends_with("-during")));
     assert_eq!(get_session(&hub, "kept")["session_id"], "kept");
     assert_eq!(hub.get("/api/sessions/logged/events?limit=5").status, 200);
     assert!(panel.panel_round_trip() < Duration::from_secs(5));
@@ -308,6 +323,30 @@ fn frame_of(text: &str) -> Vec<u8> {
     frame(true, op::TEXT, text.as_bytes())
 }
 
+/// Reads every message of a Shard connection until `stop`; returns the
+/// bytes read.
+fn drain_shard(mut client: ShardClient, stop: Arc<AtomicBool>) -> u64 {
+    client
+        .ws
+        .get_ref()
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut read = 0u64;
+    loop {
+        match client.ws.read() {
+            Ok(message) => read += message.len() as u64,
+            Err(tungstenite::Error::Io(e))
+                if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) =>
+            {
+                if stop.load(Ordering::Acquire) {
+                    return read;
+                }
+            }
+            Err(_) => return read,
+        }
+    }
+}
+
 /// Reads every frame of a panel until `stop`; returns the bytes read.
 fn drain_panel(mut ws: RawWs, stop: Arc<AtomicBool>) -> u64 {
     ws.s.set_read_timeout(Some(Duration::from_millis(200)))
@@ -332,12 +371,11 @@ fn drain_panel(mut ws: RawWs, stop: Arc<AtomicBool>) -> u64 {
 }
 
 /// Every socket kind flooded at once: worker event sockets, confirmation
-/// sockets, tool sockets on the remote-tools listener, panels (reading
-/// and not reading) and HTTP (requests and a crowd of unfinished heads).
-/// The hub's peak RSS (`VmHWM`) stays under a ceiling computed from the
-/// configured limits, and it answers `GET /api/meta` afterwards. (Shard
-/// connections are not part of it: `/shard/ws` admits and closes, it has
-/// no protocol yet.)
+/// sockets, tool sockets on the remote-tools listener, panels and Shard
+/// connections (reading and not reading) and HTTP (requests and a crowd
+/// of unfinished heads). The hub's peak RSS (`VmHWM`) stays under a
+/// ceiling computed from the configured limits, and it answers `GET
+/// /api/meta` afterwards.
 #[test]
 fn a_flood_on_every_socket_kind_at_once_stays_under_the_computed_ceiling() {
     let _heavy = heavy();
@@ -353,6 +391,7 @@ fn a_flood_on_every_socket_kind_at_once_stays_under_the_computed_ceiling() {
     let handler_cap = 2usize;
     let http_crowd = 200usize;
     let (reading_panels, silent_panels) = (1usize, 2usize);
+    let (reading_shards, silent_shards) = (1usize, 1usize);
     let events_per_session = 2000u64;
     let hub = hub_with(
         &dir,
@@ -404,6 +443,25 @@ fn a_flood_on_every_socket_kind_at_once_stays_under_the_computed_ceiling() {
         subscribe_all(&mut ws);
         silent.push(ws);
     }
+    // Shard connections attached to every session, the same way.
+    let attach_all = |client: &mut ShardClient| {
+        for id in &ids {
+            client.attach(id, "observer");
+        }
+    };
+    let mut shard_readers = Vec::new();
+    for _ in 0..reading_shards {
+        let mut client = ShardClient::connect(&hub);
+        attach_all(&mut client);
+        let stop = stop.clone();
+        shard_readers.push(thread::spawn(move || drain_shard(client, stop)));
+    }
+    let mut silent_shard = Vec::new();
+    for _ in 0..silent_shards {
+        let mut client = ShardClient::connect(&hub);
+        attach_all(&mut client);
+        silent_shard.push(client);
+    }
 
     let started = Instant::now();
     let mut floods = Vec::new();
@@ -416,7 +474,9 @@ fn a_flood_on_every_socket_kind_at_once_stays_under_the_computed_ceiling() {
             let mut batch = Vec::with_capacity(1 << 20);
             let mut sent = 0u64;
             for seq in 3..3 + events_per_session {
-                let text = envelope(&id, "w", seq, "model_response", json!({"pad": pad}));
+                // (a text part: panels and Shard clients both get it)
+                let content = json!([{"type": "text", "modality": "text", "raw": pad}]);
+                let text = envelope(&id, "w", seq, "model_response", json!({"content": content}));
                 sent += text.len() as u64;
                 batch.extend_from_slice(&frame_of(&text));
                 if batch.len() >= 1 << 20 {
@@ -474,8 +534,10 @@ fn a_flood_on_every_socket_kind_at_once_stays_under_the_computed_ceiling() {
                     "request_id": format!("t{t}-{n}"), "arguments": {"markdown": markdown},
                 }})
                 .to_string();
-                sent += frame.len() as u64;
                 let result = tool_exchange(tools, &path, &frame);
+                if result != Err(503) {
+                    sent += frame.len() as u64; // the upgrade was accepted
+                }
                 {
                     let mut o = outcomes.lock().unwrap();
                     match &result {
@@ -512,8 +574,8 @@ fn a_flood_on_every_socket_kind_at_once_stays_under_the_computed_ceiling() {
             let mut read = 0u64;
             while !stop.load(Ordering::Acquire) {
                 read += request_at(addr, "GET", &path, b"").body.len() as u64;
-                // the reader's pace: a full transcript page every 100 ms
-                thread::sleep(Duration::from_millis(100));
+                // the reader's pace: a full transcript page every 500 ms
+                thread::sleep(Duration::from_millis(500));
             }
             read
         }));
@@ -563,6 +625,10 @@ fn a_flood_on_every_socket_kind_at_once_stays_under_the_computed_ceiling() {
     for r in panel_readers {
         panel_read += r.join().unwrap();
     }
+    let mut shard_read = 0u64;
+    for r in shard_readers {
+        shard_read += r.join().unwrap();
+    }
     let took = started.elapsed();
     max_threads = max_threads.max(hub.threads());
     let peak = hub.peak_rss_kib();
@@ -572,6 +638,12 @@ fn a_flood_on_every_socket_kind_at_once_stays_under_the_computed_ceiling() {
     for mut ws in silent {
         let (ended, _) = ws.ends(DEADLINE);
         assert!(ended, "a panel that never reads was not cut");
+    }
+    for mut client in silent_shard {
+        assert!(
+            client.ends_within(DEADLINE),
+            "a Shard client that never reads was not cut"
+        );
     }
     let (plans_ok, plans_other, refused) = *outcomes.lock().unwrap();
     assert!(plans_ok > 0, "no plan replacement succeeded");
@@ -592,6 +664,9 @@ fn a_flood_on_every_socket_kind_at_once_stays_under_the_computed_ceiling() {
     // A panel: the 4 MiB outbound budget and one client message of at most
     // 4 MiB being read.
     let per_panel = 4 * MIB + 4 * MIB;
+    // A Shard connection: the same, and an attachment's window being built
+    // (at most 1 MiB of entries read back, 256 KiB of messages rendered).
+    let per_shard = 4 * MIB + 4 * MIB + MIB + 256;
     // An HTTP handler: a transcript page of up to transcriptBytes, as
     // entries, as JSON text and as the response buffer.
     let per_handler = 3 * transcript_bytes / KB;
@@ -605,13 +680,14 @@ fn a_flood_on_every_socket_kind_at_once_stays_under_the_computed_ceiling() {
         + confirming * 64
         + tool_cap
         + handler_cap
-        + 2 * (reading_panels + silent_panels)
+        + 2 * (reading_panels + silent_panels + reading_shards + silent_shards)
         + 2 * sessions;
     let ceiling = rss_before
         + sessions as u64 * (per_session + per_event_socket)
         + (confirming * 64) as u64 * per_prompt
         + tool_cap as u64 * per_tool_socket
         + (reading_panels + silent_panels) as u64 * per_panel
+        + (reading_shards + silent_shards) as u64 * per_shard
         + handler_cap as u64 * per_handler
         + http_crowd as u64 * per_waiting
         + threads_bound as u64 * 64
@@ -624,14 +700,18 @@ fn a_flood_on_every_socket_kind_at_once_stays_under_the_computed_ceiling() {
         peak <= ceiling,
         "peak RSS {peak} KiB over the ceiling {ceiling} KiB (start {rss_before} KiB)"
     );
-    // The flood is far larger than the ceiling: keeping what it sent would
-    // overshoot it.
-    assert!(sent / KB > ceiling, "sent only {} KiB", sent / KB);
+    // Keeping what the flood sent would overshoot the ceiling.
+    assert!(
+        rss_before + sent / KB > ceiling,
+        "sent only {} KiB",
+        sent / KB
+    );
     eprintln!(
         "every socket at once: {} MiB sent in {took:?} ({} sessions x {events_per_session} \
          events, {} prompts, {plans_ok} plans replaced ({plans_other} other, {refused} tool \
          upgrades refused at the cap of {tool_cap}), {} panels ({} MiB read by {reading_panels}, \
-         {silent_panels} silent cut), {http_crowd} unfinished heads, {} MiB of transcript \
+         {silent_panels} silent cut), {} Shard connections ({} MiB read by {reading_shards}, \
+         {silent_shards} silent cut), {http_crowd} unfinished heads, {} MiB of transcript \
          pages); peak RSS {} MiB (start {} MiB, ceiling {} MiB); threads {max_threads} \
          (bound {threads_bound})",
         sent / KB / KB,
@@ -639,6 +719,8 @@ fn a_flood_on_every_socket_kind_at_once_stays_under_the_computed_ceiling() {
         kept_prompts.len(),
         reading_panels + silent_panels,
         panel_read / KB / KB,
+        reading_shards + silent_shards,
+        shard_read / KB / KB,
         http_read / KB / KB,
         peak / KB,
         rss_before / KB,

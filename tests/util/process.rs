@@ -84,3 +84,29 @@ pub fn proc_start_time(pid: u32) -> String {
     let after_name = &stat[stat.rfind(')').unwrap() + 1..];
     after_name.split_whitespace().nth(19).unwrap().to_string()
 }
+
+/// Sends SIGKILL to every process whose working directory is `dir` or
+/// under it (workers a test's hubs started there and no hub knows of any
+/// more); returns how many. Only the test's own temporary directories are
+/// passed here.
+pub fn kill_processes_under(dir: &std::path::Path) -> usize {
+    let mut killed = 0;
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cwd) = std::fs::read_link(entry.path().join("cwd")) else {
+            continue;
+        };
+        // A removed directory reads as "<path> (deleted)".
+        let cwd = cwd
+            .to_string_lossy()
+            .trim_end_matches(" (deleted)")
+            .to_string();
+        if std::path::Path::new(&cwd).starts_with(dir) && pid_alive(pid) {
+            signal(pid, libc::SIGKILL);
+            killed += 1;
+        }
+    }
+    killed
+}

@@ -325,6 +325,8 @@ pub struct Hub {
     /// Asks the process's main thread to run the ordinary shutdown (set by
     /// `entry.rs`; absent when the hub runs inside another program).
     shutdown_request: OnceLock<Box<dyn Fn() + Send + Sync>>,
+    /// The configuration library (`<dataDir>/configs`).
+    pub library: crate::library::store::Library,
 }
 
 impl Hub {
@@ -341,6 +343,11 @@ impl Hub {
                 err,
             })?;
         }
+        let library =
+            crate::library::store::Library::open(&data_dir).map_err(|err| StartError::DataDir {
+                path: data_dir.join("configs"),
+                err,
+            })?;
         let mut store = Store::open(&data_dir.join("hub.db")).map_err(StartError::Store)?;
         // An existing Node hub's sessions come along, once (docs/store.md).
         let pass_through = &config.launcher.docker_management_env;
@@ -350,6 +357,7 @@ impl Hub {
         .map_err(StartError::Store)?;
         let records = store.load_sessions().map_err(StartError::Store)?;
         let hub = Hub {
+            library,
             config,
             static_dir: options.static_dir,
             epoch: uuid::Uuid::new_v4().to_string(),
@@ -498,6 +506,16 @@ impl Hub {
 
     /// The port workers are told for remote tools: the port the tools
     /// listener is actually bound to (the configured one before binding).
+    /// The addresses workers dial: the main listener, and the tools
+    /// listener (bound elsewhere when `toolRequests.host` says so).
+    pub fn worker_addrs(&self) -> (SocketAddr, SocketAddr) {
+        let main = self.local_addr();
+        let tools = self
+            .tools_addr()
+            .unwrap_or_else(|| SocketAddr::new(main.ip(), self.tools_port()));
+        (main, tools)
+    }
+
     pub fn tools_port(&self) -> u16 {
         self.tools_addr
             .get()
@@ -850,23 +868,7 @@ impl Hub {
     }
 
     fn spec_defaults(&self) -> SpecDefaults {
-        let c = &self.config;
-        SpecDefaults {
-            provider: c.default_provider(),
-            profiles: c.provider_profiles.keys().cloned().collect(),
-            mock_profile: c.mock.profile.clone(),
-            threads: c.worker.threads,
-            max_exchanges: c.worker.max_exchanges,
-            auto_compact_threshold: c.worker.auto_compact_threshold,
-            max_auto_compactions: c.worker.max_auto_compactions,
-            event_capacity: c.worker.event_capacity,
-            system_prompt_file: c.worker.system_prompt_file.clone(),
-            workspace: c.worker.environment.workspace.clone(),
-            platform: c.worker.environment.platform.clone(),
-            software: c.worker.environment.software.clone(),
-            persistence_enabled: c.worker.persistence.enabled,
-            persistence_readable: c.worker.persistence.readable,
-        }
+        SpecDefaults::from_config(&self.config)
     }
 
     pub fn describe_sessions(&self) -> Vec<Value> {
@@ -899,13 +901,19 @@ impl Hub {
     }
 
     /// Creates a session: validates, records it durably, creates its
-    /// directory, then makes it visible.
-    pub fn create_session(&self, id: &str, spec: Option<&Value>) -> Result<Value, HubError> {
+    /// directory, runs `prepare` on it (a configuration snapshot), then
+    /// makes it visible. A failed `prepare` undoes the creation.
+    pub fn create_session_with<E: From<HubError>>(
+        &self,
+        id: &str,
+        spec: Option<&Value>,
+        prepare: impl FnOnce(&Path) -> Result<(), E>,
+    ) -> Result<Value, E> {
         session::check_new_id(id).map_err(|e| HubError::InvalidSession(e.to_string()))?;
         let spec = session::normalize_spec(spec, &self.spec_defaults())
             .map_err(|e| HubError::InvalidSession(e.to_string()))?;
         if self.sessions().contains(id) {
-            return Err(HubError::SessionExists(id.into()));
+            return Err(HubError::SessionExists(id.into()).into());
         }
         let record = SessionRecord {
             id: id.into(),
@@ -918,14 +926,22 @@ impl Hub {
         match self.store().insert_session(&record) {
             Ok(()) => {}
             Err(StoreError::SessionExists { .. }) => {
-                return Err(HubError::SessionExists(id.into()))
+                return Err(HubError::SessionExists(id.into()).into())
             }
-            Err(err) => return Err(HubError::Store(err)),
+            Err(err) => return Err(HubError::Store(err).into()),
         }
         let dir = self.session_dir(id);
+        let existed = std::fs::symlink_metadata(&dir).is_ok();
         if let Err(err) = fsutil::create_private_dir(&dir) {
             let _ = self.store().delete_session(id);
-            return Err(HubError::Files { path: dir, err });
+            return Err(HubError::Files { path: dir, err }.into());
+        }
+        if let Err(err) = prepare(&dir) {
+            let _ = self.store().delete_session(id);
+            if !existed {
+                let _ = remove_session_dir(&dir);
+            }
+            return Err(err);
         }
         let session = self.new_session(record);
         let described = session.describe();
@@ -1097,7 +1113,8 @@ mod tests {
     fn plans_bump_only_on_change_and_are_mirrored() {
         let tmp = TempDir::new("hub-plan");
         let hub = open_hub(&tmp, json!({}));
-        hub.create_session("p", None).unwrap();
+        hub.create_session_with("p", None, |_| Ok::<(), HubError>(()))
+            .unwrap();
         assert_eq!(hub.read_plan("p").unwrap(), PlanRecord::default());
         let first = hub.replace_plan("p", "# one").unwrap();
         assert!(first.changed);

@@ -13,6 +13,7 @@ mod entry;
 pub mod harness;
 pub(crate) mod http;
 pub(crate) mod hub;
+pub(crate) mod library;
 pub(crate) mod mock_provider;
 pub(crate) mod mock_worker;
 pub(crate) mod ops;

@@ -19,6 +19,8 @@ mod worker_runs;
 mod supervisor;
 // Docker launches: stopped by container, judged by inspect, after restarts and for children.
 mod docker;
+// The configuration library: files, revisions, templates, snapshots, library sessions.
+mod configurations;
 // A Node hub's configuration: its first-run file, spec fields, pid files, advertised endpoints.
 mod node_config;
 // The panel WebSocket protocol.

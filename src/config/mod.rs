@@ -133,7 +133,7 @@ impl LauncherKind {
 }
 
 /// `launcher.*`: how a worker process is started.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Launcher {
     pub kind: LauncherKind,
     /// Argv template; non-empty when `kind` is `Command`.
@@ -506,6 +506,21 @@ pub fn resolve(
         source,
         resolved: merged,
     })
+}
+
+/// Validates the launch settings of a configuration-library launch file
+/// (`layer`: an object with any of `launcher`, `worker` and `endpoints`,
+/// already limited by the caller to the keys a launch file may hold) with
+/// the same rules as the hub configuration, against the built-in defaults
+/// rather than this hub's settings: an omitted key means the same whatever
+/// configuration the hub runs with. Paths are not resolved (`worker.bin`
+/// stays as written). The caller reads `launcher`, `endpoints` and the
+/// launch fields of `worker` from the result.
+pub fn launch_profile(layer: &Map<String, Value>) -> Result<Config, ConfigError> {
+    schema::check_keys(layer, BUILT_FEATURES)?;
+    let mut merged = schema::defaults();
+    schema::merge(&mut merged, &Value::Object(layer.clone()));
+    validate::build(&merged, BUILT_FEATURES)
 }
 
 /// Test helper: `text` resolved as the file `/etc/simplex/hub.jsonc` with no

@@ -68,6 +68,10 @@ fn route(
         }
     }
     match segments.as_slice() {
+        ["configurations", rest @ ..] => {
+            super::library::configurations(hub, rq, method, rest, query)
+        }
+        ["sessions", id, "configurations"] if post => super::library::apply(hub, rq, id),
         ["sessions"] if get => Ok(ok(json!({"sessions": ops::sessions::list(hub)}))),
         ["sessions"] if post => {
             let body = read_json_body(hub, rq)?;
@@ -140,7 +144,7 @@ fn route(
         }
         ["sessions", id, "logs"] if get => logs(hub, id, query),
         ["sessions", id, "snapshot"] if get => Ok(ok(ops::sessions::snapshot(hub, id)?)),
-        ["sessions", _, "subagent-policy" | "recover" | "answer" | "input" | "signal"]
+        ["sessions", _, "subagent-policy" | "recover" | "answer" | "input" | "signal" | "configurations"]
         | ["sessions", _, "start" | "stop" | "restart" | "force-kill"]
         | ["sessions", _, "confirmations", _] => Err(method_not_allowed("POST")),
         ["sessions", _, "recovery" | "logs" | "snapshot" | "events"]

@@ -55,6 +55,11 @@ pub mod code {
     pub const TOO_MANY_QUERIES: &str = "too_many_queries";
     pub const ANSWER_UNAVAILABLE: &str = "answer_unavailable";
     pub const STORAGE_ERROR: &str = "storage_error";
+    // The configuration library.
+    pub const INVALID_CONFIGURATION: &str = "invalid_configuration";
+    pub const CONFIGURATION_NOT_FOUND: &str = "configuration_not_found";
+    pub const CONFIGURATION_CONFLICT: &str = "configuration_conflict";
+    pub const CONFIGURATION_TOO_LARGE: &str = "configuration_too_large";
     pub const INTERNAL_ERROR: &str = "internal_error";
 }
 
@@ -111,6 +116,13 @@ pub enum ErrorKind {
     TooManyQueries,
     /// A complete-answer page could not be read from the worker.
     AnswerUnavailable,
+    /// A configuration kind, id, request or document is not acceptable.
+    InvalidConfiguration,
+    ConfigurationNotFound,
+    /// A stale revision, or a new configuration's id is taken.
+    ConfigurationConflict,
+    /// A configuration file or text over 1 MiB.
+    ConfigurationTooLarge,
     /// The store or a session file could not be written.
     Storage,
     /// A defect of the hub.
@@ -140,6 +152,10 @@ impl ErrorKind {
             DisplaySnapshotTooLarge => code::DISPLAY_SNAPSHOT_TOO_LARGE,
             TooManyQueries => code::TOO_MANY_QUERIES,
             AnswerUnavailable => code::ANSWER_UNAVAILABLE,
+            InvalidConfiguration => code::INVALID_CONFIGURATION,
+            ConfigurationNotFound => code::CONFIGURATION_NOT_FOUND,
+            ConfigurationConflict => code::CONFIGURATION_CONFLICT,
+            ConfigurationTooLarge => code::CONFIGURATION_TOO_LARGE,
             Storage => code::STORAGE_ERROR,
             Internal => code::INTERNAL_ERROR,
         }
@@ -150,6 +166,10 @@ impl ErrorKind {
         use ErrorKind::*;
         match self {
             InvalidSession | InvalidPolicy | InvalidArguments => 400,
+            InvalidConfiguration => 400,
+            ConfigurationNotFound => 404,
+            ConfigurationConflict => 409,
+            ConfigurationTooLarge => 413,
             InputNotSent(NotSent::Invalid) | SignalNotSent(NotSent::Invalid) => 400,
             UnknownSession | UnknownConfirmation | UnknownChoice => 404,
             SessionExists | SessionBusy | HeadlessRestricted | StaleLifecycle
@@ -247,6 +267,21 @@ impl From<HubError> for OpError {
     }
 }
 
+/// The configuration library's refusals.
+impl From<crate::library::LibraryError> for OpError {
+    fn from(err: crate::library::LibraryError) -> OpError {
+        use crate::library::LibraryError as L;
+        let kind = match &err {
+            L::Invalid(_) => ErrorKind::InvalidConfiguration,
+            L::NotFound(_) => ErrorKind::ConfigurationNotFound,
+            L::Conflict(_) => ErrorKind::ConfigurationConflict,
+            L::TooLarge(_) => ErrorKind::ConfigurationTooLarge,
+            L::Storage(_) => ErrorKind::Storage,
+        };
+        OpError::new(kind, err.message())
+    }
+}
+
 /// Confirmation decisions.
 impl From<DecideError> for OpError {
     fn from(err: DecideError) -> OpError {
@@ -319,7 +354,7 @@ mod tests {
     use super::*;
 
     /// Every kind (each `NotSent` reason once).
-    const ALL: [ErrorKind; 24] = {
+    const ALL: [ErrorKind; 28] = {
         use ErrorKind::*;
         [
             UnknownSession,
@@ -344,6 +379,10 @@ mod tests {
             DisplaySnapshotTooLarge,
             TooManyQueries,
             AnswerUnavailable,
+            InvalidConfiguration,
+            ConfigurationNotFound,
+            ConfigurationConflict,
+            ConfigurationTooLarge,
             Storage,
             Internal,
         ]
@@ -365,6 +404,10 @@ mod tests {
             (UnknownConfirmation, "unknown_confirmation", 404),
             (ConfirmationRejected, "confirmation_rejected", 409),
             (Storage, "storage_error", 500),
+            (InvalidConfiguration, "invalid_configuration", 400),
+            (ConfigurationNotFound, "configuration_not_found", 404),
+            (ConfigurationConflict, "configuration_conflict", 409),
+            (ConfigurationTooLarge, "configuration_too_large", 413),
         ];
         for (kind, code, status) in cases {
             assert_eq!(

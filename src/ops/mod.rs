@@ -11,6 +11,9 @@
 //! - [`confirm`]: an operator's decision on an open confirmation.
 //! - [`headless`]: the operator's policy and recovery of headless children.
 //! - [`daemon`]: a client's request for the hub's ordinary shutdown.
+//! - [`configurations`]: the configuration library (list, templates, read,
+//!   save, delete, rename, validate, endpoint preview) and replacing a
+//!   stopped session's snapshot.
 //!
 //! Which commands a headless session takes is decided here too: each
 //! command that is not for one refuses it with `headless_restricted`
@@ -20,6 +23,7 @@
 //! publisher), so every front-end's subscribers hear of a change whichever
 //! front-end asked for it.
 
+pub mod configurations;
 pub mod confirm;
 pub mod daemon;
 pub mod error;

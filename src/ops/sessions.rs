@@ -20,12 +20,29 @@ pub fn describe(hub: &Hub, id: &str) -> Result<Value, OpError> {
 }
 
 /// Creates a session and announces it. A headless child's id is refused
-/// (its spec is not the operator's to replace).
+/// (its spec is not the operator's to replace). A spec naming a library
+/// pair (`launchConfig`, `workerConfig`) has both files read and validated
+/// first (a refusal is `invalid_session`, as with the Node hub), and their
+/// snapshot published into the new session's `config/` before the session
+/// becomes visible.
 pub fn create(hub: &Hub, id: &str, spec: Option<&Value>) -> Result<Value, OpError> {
     if hub.session_kind(id) == Some(true) {
         return Err(OpError::headless_restricted("a new spec", id));
     }
-    let described = hub.create_session(id, spec)?;
+    let invalid =
+        |e: crate::library::LibraryError| OpError::new(ErrorKind::InvalidSession, e.message());
+    let selection = match spec {
+        Some(Value::Object(map)) => crate::library::Selection::from_object(map).map_err(invalid)?,
+        _ => None,
+    };
+    let snapshot = match &selection {
+        Some(selection) => Some(hub.library.prepare_snapshot(selection).map_err(invalid)?),
+        None => None,
+    };
+    let described = hub.create_session_with(id, spec, |dir| match &snapshot {
+        Some(snapshot) => snapshot.publish(dir).map_err(OpError::from),
+        None => Ok(()),
+    })?;
     hub.notify(Note::SessionChanged {
         session: id.to_string(),
     });

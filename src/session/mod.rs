@@ -112,6 +112,28 @@ pub struct SpecDefaults {
     pub persistence_readable: bool,
 }
 
+impl SpecDefaults {
+    /// The defaults a hub with configuration `c` gives a spec.
+    pub fn from_config(c: &crate::config::Config) -> SpecDefaults {
+        SpecDefaults {
+            provider: c.default_provider(),
+            profiles: c.provider_profiles.keys().cloned().collect(),
+            mock_profile: c.mock.profile.clone(),
+            threads: c.worker.threads,
+            max_exchanges: c.worker.max_exchanges,
+            auto_compact_threshold: c.worker.auto_compact_threshold,
+            max_auto_compactions: c.worker.max_auto_compactions,
+            event_capacity: c.worker.event_capacity,
+            system_prompt_file: c.worker.system_prompt_file.clone(),
+            workspace: c.worker.environment.workspace.clone(),
+            platform: c.worker.environment.platform.clone(),
+            software: c.worker.environment.software.clone(),
+            persistence_enabled: c.worker.persistence.enabled,
+            persistence_readable: c.worker.persistence.readable,
+        }
+    }
+}
+
 const SPEC_KEYS: &[&str] = &[
     "provider",
     "model",
@@ -129,6 +151,8 @@ const SPEC_KEYS: &[&str] = &[
     "restore",
     "env",
     "extraArgs",
+    "launchConfig",
+    "workerConfig",
 ];
 
 /// Normalizes a session spec: every field present, defaults filled in,
@@ -224,7 +248,8 @@ pub fn normalize_spec(input: Option<&Value>, d: &SpecDefaults) -> Result<Value, 
         Some(_) => return Err(SpecError::new("env", "must be an object of strings")),
     };
     let extra_args = opt_strings(input, "extraArgs")?.unwrap_or_default();
-    Ok(json!({
+    let selection = library_selection(input)?;
+    let mut spec = json!({
         "provider": provider,
         "model": model,
         "threads": threads,
@@ -241,7 +266,38 @@ pub fn normalize_spec(input: Option<&Value>, d: &SpecDefaults) -> Result<Value, 
         "restore": restore,
         "env": env,
         "extraArgs": extra_args,
-    }))
+    });
+    if let (Some((launch, worker)), Value::Object(map)) = (selection, &mut spec) {
+        map.insert("launchConfig".into(), Value::String(launch));
+        map.insert("workerConfig".into(), Value::String(worker));
+    }
+    Ok(spec)
+}
+
+/// `launchConfig` and `workerConfig`: the configuration-library files a
+/// session was created from (its snapshot's sources), both or neither,
+/// each an id of the library's form (the same rule as session ids).
+fn library_selection(input: &Map<String, Value>) -> Result<Option<(String, String)>, SpecError> {
+    let launch = opt_string(input, "launchConfig")?;
+    let worker = opt_string(input, "workerConfig")?;
+    match (launch, worker) {
+        (None, None) => Ok(None),
+        (Some(launch), Some(worker)) => {
+            for (key, id) in [("launchConfig", &launch), ("workerConfig", &worker)] {
+                if !is_valid_id(id) {
+                    return Err(SpecError::new(
+                        key,
+                        "must be a configuration id of 1-128 characters of [A-Za-z0-9_-]",
+                    ));
+                }
+            }
+            Ok(Some((launch, worker)))
+        }
+        _ => Err(SpecError::new(
+            "spec",
+            "launchConfig and workerConfig select a pair: give both or neither",
+        )),
+    }
 }
 
 /// The largest integer JavaScript holds exactly: the Node hub's ceiling for
@@ -568,6 +624,9 @@ pub struct Session {
     kind: String,
     /// Set while a delete is in progress; the session is busy meanwhile.
     removing: bool,
+    /// Set while a configuration snapshot is being replaced; no start and
+    /// no delete meanwhile.
+    reconfiguring: bool,
     link: Option<WorkerLink>,
     identity: IdentityState,
     worker_id: Option<String>,
@@ -694,6 +753,7 @@ impl Session {
             lifecycle_id,
             kind: "ordinary".into(),
             removing: false,
+            reconfiguring: false,
             link: None,
             identity: IdentityState::Unknown,
             worker_id: None,
@@ -838,6 +898,24 @@ impl Session {
         self.removing = false;
     }
 
+    /// A configuration snapshot replacement begins: refused with the
+    /// reason while the session is busy (a worker active or connected, a
+    /// delete or another replacement under way); until
+    /// [`Session::end_reconfigure`] no start is reserved and no delete
+    /// begins.
+    pub fn begin_reconfigure(&mut self) -> Result<(), &'static str> {
+        if let Some(reason) = self.busy_reason() {
+            return Err(reason);
+        }
+        self.reconfiguring = true;
+        Ok(())
+    }
+
+    /// The replacement ended (done or failed).
+    pub fn end_reconfigure(&mut self) {
+        self.reconfiguring = false;
+    }
+
     /// Retains one event in the transcript: `entry` renders it with its
     /// hub sequence, `omission` the record of an event dropped to stay in
     /// bounds. Returns the sequence and the rendered entry.
@@ -931,6 +1009,8 @@ impl Session {
     pub fn busy_reason(&self) -> Option<&'static str> {
         if self.removing {
             Some("the session is being removed")
+        } else if self.reconfiguring {
+            Some("the session's configuration is being replaced")
         } else if self.process.as_ref().is_some_and(|p| p.state.is_active()) {
             Some("a worker process is running; stop it first")
         } else if self.connected() {
@@ -1127,7 +1207,25 @@ mod tests {
             json!({"enabled": true, "readable": false})
         );
         assert_eq!(spec["restore"], "if_present");
-        assert_eq!(spec.as_object().unwrap().len(), SPEC_KEYS.len());
+        // Every key but the library pair, which only a library session has.
+        assert_eq!(spec.as_object().unwrap().len(), SPEC_KEYS.len() - 2);
+    }
+
+    #[test]
+    fn a_library_pair_is_both_or_neither() {
+        let d = defaults();
+        let both = json!({"launchConfig": "local", "workerConfig": "default"});
+        let spec = normalize_spec(Some(&both), &d).unwrap();
+        assert_eq!(spec["launchConfig"], "local");
+        assert_eq!(spec["workerConfig"], "default");
+        for bad in [
+            json!({"launchConfig": "local"}),
+            json!({"workerConfig": "default"}),
+            json!({"launchConfig": "../x", "workerConfig": "default"}),
+            json!({"launchConfig": "local", "workerConfig": 3}),
+        ] {
+            assert!(normalize_spec(Some(&bad), &d).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -40,8 +40,12 @@ impl Session {
 
     /// Reserves a start under `lifecycle_id` (`starting`, its `started_at`
     /// `now` until the spawn records the real time); refused while a worker
-    /// is starting, running or stopping.
+    /// is starting, running or stopping, and while the session's
+    /// configuration snapshot is being replaced.
     pub fn reserve_start(&mut self, lifecycle_id: &str, now: &str) -> Result<(), String> {
+        if self.reconfiguring {
+            return Err("the session's configuration is being replaced".into());
+        }
         if let Some(p) = &self.process {
             if p.state.is_active() {
                 return Err(format!(

@@ -57,9 +57,12 @@ impl Code {
         use ErrorKind::*;
         match kind {
             UnknownSession | UnknownConfirmation | UnknownChoice => Code::NotFound,
+            ConfigurationNotFound => Code::NotFound,
             InvalidSession | InvalidPolicy | InvalidArguments | DisplaySnapshotTooLarge => {
                 Code::InvalidRequest
             }
+            InvalidConfiguration | ConfigurationTooLarge => Code::InvalidRequest,
+            ConfigurationConflict => Code::Conflict,
             InputNotSent(NotSent::Invalid) | SignalNotSent(NotSent::Invalid) => {
                 Code::InvalidRequest
             }

@@ -453,7 +453,7 @@ pub fn state_dir(doc: &Value) -> Option<PathBuf> {
 }
 
 /// `text` as a path when it is nonempty, relative and has no `..`.
-pub(super) fn relative_path(text: &str) -> Option<PathBuf> {
+pub(crate) fn relative_path(text: &str) -> Option<PathBuf> {
     let path = PathBuf::from(text);
     let plain = path
         .components()

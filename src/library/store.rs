@@ -1,0 +1,385 @@
+//! The library's files and a session's snapshot of them, on disk.
+//!
+//! ```text
+//! <dataDir>/configs/launch/<id>.jsonc     launch files
+//! <dataDir>/configs/worker/<id>.yaml      worker files
+//! <dataDir>/sessions/<id>/config/         a session's snapshot:
+//!     launch.jsonc  config.yaml  source.json
+//! ```
+//!
+//! Directories are 0700 and files 0600, every write is atomic
+//! (`util::fsutil`), and nothing is read through a symbolic link: a file is
+//! opened with `O_NOFOLLOW` and must be a regular file of at most
+//! [`MAX_FILE_BYTES`]; listings skip anything that is not one. One hub
+//! process owns the library: a mutex makes each check-then-write (the
+//! revision compare and the write, a rename's copy and delete) one step
+//! against the other requests of this process. It is held across that file
+//! I/O, and nothing else is ever taken while it is held.
+
+use std::fs::{self, OpenOptions};
+use std::io::{self, Read};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use serde_json::{json, Value};
+
+use super::{check_id, launch, revision, worker, Kind, LibraryError, Selection, MAX_FILE_BYTES};
+use crate::util::fsutil;
+use crate::util::yaml_edit::{self, Edit};
+
+/// The snapshot files in a session's `config/` directory.
+pub const SNAPSHOT_LAUNCH: &str = "launch.jsonc";
+pub const SNAPSHOT_WORKER: &str = "config.yaml";
+pub const SNAPSHOT_SOURCE: &str = "source.json";
+
+/// One library file: its exact text and revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigFile {
+    pub kind: Kind,
+    pub id: String,
+    pub text: String,
+    pub revision: String,
+}
+
+impl ConfigFile {
+    /// `{kind, id, text, revision}`, the Node hub's file record.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "kind": self.kind.as_str(),
+            "id": self.id,
+            "text": self.text,
+            "revision": self.revision,
+        })
+    }
+}
+
+/// The configuration library of one data directory.
+pub struct Library {
+    root: PathBuf,
+    lock: Mutex<()>,
+}
+
+impl Library {
+    /// Opens `<data_dir>/configs`, creating its two folders (0700), and
+    /// seeds `local`, `docker` and `default` when they are absent. Other
+    /// files are never touched.
+    pub fn open(data_dir: &Path) -> io::Result<Library> {
+        let library = Library {
+            root: data_dir.join("configs"),
+            lock: Mutex::new(()),
+        };
+        for kind in Kind::ALL {
+            let dir = library.dir(kind);
+            fsutil::create_private_dir(&dir)?;
+            if !fs::symlink_metadata(&dir)?.is_dir() {
+                return Err(io::Error::other(format!(
+                    "{} is not a directory",
+                    dir.display()
+                )));
+            }
+        }
+        for (kind, id, text) in super::SEEDS {
+            let path = library.path(kind, id);
+            match fs::symlink_metadata(&path) {
+                Ok(_) => {}
+                Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                    fsutil::write_private_atomic(&path, text.as_bytes())?;
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        Ok(library)
+    }
+
+    fn guard(&self) -> MutexGuard<'_, ()> {
+        self.lock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn dir(&self, kind: Kind) -> PathBuf {
+        self.root.join(kind.as_str())
+    }
+
+    /// The file of a (checked) id.
+    fn path(&self, kind: Kind, id: &str) -> PathBuf {
+        self.dir(kind).join(format!("{id}{}", kind.suffix()))
+    }
+
+    /// The ids of `kind`, sorted: regular files with the kind's suffix and
+    /// a valid id (symbolic links and anything else are left out).
+    pub fn list(&self, kind: Kind) -> Result<Vec<String>, LibraryError> {
+        let dir = self.dir(kind);
+        let entries = fs::read_dir(&dir).map_err(|err| storage(&dir, &err))?;
+        let mut ids = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|err| storage(&dir, &err))?;
+            let name = entry.file_name();
+            let Some(id) = name.to_str().and_then(|n| n.strip_suffix(kind.suffix())) else {
+                continue;
+            };
+            // `file_type` does not follow a symbolic link.
+            let regular = entry.file_type().is_ok_and(|t| t.is_file());
+            if regular && super::is_valid_id(id) {
+                ids.push(id.to_string());
+            }
+        }
+        ids.sort();
+        Ok(ids)
+    }
+
+    /// Reads one file.
+    pub fn read(&self, kind: Kind, id: &str) -> Result<ConfigFile, LibraryError> {
+        check_id(id)?;
+        let text = read_bounded(&self.path(kind, id))?;
+        Ok(ConfigFile {
+            kind,
+            id: id.to_string(),
+            revision: revision(&text),
+            text,
+        })
+    }
+
+    /// Validates `text` as a document of `kind`.
+    pub fn validate(kind: Kind, text: &str) -> Result<(), LibraryError> {
+        check_text(text)?;
+        match kind {
+            Kind::Launch => launch::parse(text).map(|_| ()),
+            Kind::Worker => worker::check(text),
+        }
+    }
+
+    /// Writes `text` as `id` when `expected` is the file's current
+    /// revision, or `None` and there is no such file (a new file). The
+    /// revision is compared before the text is validated.
+    pub fn save(
+        &self,
+        kind: Kind,
+        id: &str,
+        text: &str,
+        expected: Option<&str>,
+    ) -> Result<ConfigFile, LibraryError> {
+        check_id(id)?;
+        let _held = self.guard();
+        self.save_locked(kind, id, text, expected)
+    }
+
+    fn save_locked(
+        &self,
+        kind: Kind,
+        id: &str,
+        text: &str,
+        expected: Option<&str>,
+    ) -> Result<ConfigFile, LibraryError> {
+        let current = match self.read(kind, id) {
+            Ok(file) => Some(file.revision),
+            Err(LibraryError::NotFound(_)) => None,
+            Err(err) => return Err(err),
+        };
+        if current.as_deref() != expected {
+            return Err(LibraryError::Conflict(match current {
+                Some(_) if expected.is_none() => {
+                    "a configuration with this id exists; reload it before saving".into()
+                }
+                _ => "the configuration changed; reload it before saving".into(),
+            }));
+        }
+        Library::validate(kind, text)?;
+        let path = self.path(kind, id);
+        fsutil::write_private_atomic(&path, text.as_bytes()).map_err(|e| storage(&path, &e))?;
+        self.read(kind, id)
+    }
+
+    /// Deletes `id` when `expected` is its current revision.
+    pub fn remove(&self, kind: Kind, id: &str, expected: Option<&str>) -> Result<(), LibraryError> {
+        check_id(id)?;
+        let _held = self.guard();
+        self.remove_locked(kind, id, expected)
+    }
+
+    fn remove_locked(
+        &self,
+        kind: Kind,
+        id: &str,
+        expected: Option<&str>,
+    ) -> Result<(), LibraryError> {
+        let current = self.read(kind, id)?;
+        if Some(current.revision.as_str()) != expected {
+            return Err(LibraryError::Conflict(
+                "the configuration changed; reload it before deleting".into(),
+            ));
+        }
+        let path = self.path(kind, id);
+        fs::remove_file(&path).map_err(|e| storage(&path, &e))
+    }
+
+    /// Renames `id` to `to` when `expected` is its current revision and no
+    /// file `to` exists; returns the new file's record.
+    pub fn rename(
+        &self,
+        kind: Kind,
+        id: &str,
+        to: &str,
+        expected: Option<&str>,
+    ) -> Result<ConfigFile, LibraryError> {
+        check_id(id)?;
+        check_id(to)?;
+        let _held = self.guard();
+        let original = self.read(kind, id)?;
+        if Some(original.revision.as_str()) != expected {
+            return Err(LibraryError::Conflict(
+                "the configuration changed; reload it before renaming".into(),
+            ));
+        }
+        let saved = self.save_locked(kind, to, &original.text, None)?;
+        self.remove_locked(kind, id, Some(&original.revision))?;
+        Ok(saved)
+    }
+
+    /// Reads and validates the two files of `selection`: what a session's
+    /// snapshot will hold.
+    pub fn prepare_snapshot(&self, selection: &Selection) -> Result<Snapshot, LibraryError> {
+        let launch = self.read(Kind::Launch, &selection.launch)?;
+        let worker = self.read(Kind::Worker, &selection.worker)?;
+        Library::validate(Kind::Launch, &launch.text)?;
+        Library::validate(Kind::Worker, &worker.text)?;
+        Ok(Snapshot { launch, worker })
+    }
+}
+
+/// The two files a session is about to take a snapshot of.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub launch: ConfigFile,
+    pub worker: ConfigFile,
+}
+
+impl Snapshot {
+    /// `source.json`: the ids and revisions the snapshot was taken from.
+    pub fn source(&self) -> Value {
+        json!({
+            "launchConfig": self.launch.id,
+            "workerConfig": self.worker.id,
+            "launchRevision": self.launch.revision,
+            "workerRevision": self.worker.revision,
+        })
+    }
+
+    /// Publishes the snapshot as `<session_dir>/config/`: the three files
+    /// are written into a new private directory beside it, which then
+    /// replaces the old `config/` (kept until the new one is in place, and
+    /// put back if that fails). The worker file's `persistence.directory`
+    /// is set to the session directory; the other hub-owned fields keep
+    /// their placeholders until a launch fills them in.
+    pub fn publish(&self, session_dir: &Path) -> Result<(), LibraryError> {
+        let root = session_dir.display().to_string();
+        let worker_text = yaml_edit::edit(
+            &self.worker.text,
+            &[Edit::string(&["persistence", "directory"], &root)],
+        )
+        .map_err(|err| {
+            LibraryError::invalid(format!("the worker file cannot be snapshotted: {err}"))
+        })?
+        .text;
+        fsutil::create_private_dir(session_dir).map_err(|e| storage(session_dir, &e))?;
+        let tag = uuid::Uuid::new_v4().simple().to_string();
+        let fresh = session_dir.join(format!(".config-{tag}"));
+        let backup = session_dir.join(format!(".config-backup-{tag}"));
+        let destination = session_dir.join("config");
+        let result = (|| -> io::Result<()> {
+            fs::create_dir(&fresh)?;
+            fs::set_permissions(&fresh, std::os::unix::fs::PermissionsExt::from_mode(0o700))?;
+            let source = serde_json::to_string_pretty(&self.source()).expect("JSON encodes");
+            for (name, text) in [
+                (SNAPSHOT_LAUNCH, self.launch.text.as_str()),
+                (SNAPSHOT_WORKER, worker_text.as_str()),
+                (SNAPSHOT_SOURCE, source.as_str()),
+            ] {
+                fsutil::write_private_atomic(&fresh.join(name), text.as_bytes())?;
+            }
+            let moved = match fs::symlink_metadata(&destination) {
+                Ok(meta) if meta.is_dir() => {
+                    fs::rename(&destination, &backup)?;
+                    true
+                }
+                Ok(_) => {
+                    // Never follow or keep a link or file in its place.
+                    fs::remove_file(&destination)?;
+                    false
+                }
+                Err(err) if err.kind() == io::ErrorKind::NotFound => false,
+                Err(err) => return Err(err),
+            };
+            if let Err(err) = fs::rename(&fresh, &destination) {
+                if moved {
+                    let _ = fs::rename(&backup, &destination);
+                }
+                return Err(err);
+            }
+            if moved {
+                fs::remove_dir_all(&backup)?;
+            }
+            fs::File::open(session_dir)?.sync_all()
+        })();
+        if result.is_err() {
+            let _ = fs::remove_dir_all(&fresh);
+        }
+        result.map_err(|e| storage(&destination, &e))
+    }
+}
+
+/// The request text rules shared by validate and save.
+fn check_text(text: &str) -> Result<(), LibraryError> {
+    if text.len() > MAX_FILE_BYTES {
+        return Err(LibraryError::TooLarge(format!(
+            "a configuration is at most {MAX_FILE_BYTES} bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// Reads a library or snapshot file: never through a symbolic link, only
+/// a regular file, at most [`MAX_FILE_BYTES`], UTF-8.
+fn read_bounded(path: &Path) -> Result<String, LibraryError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path);
+    let file = match file {
+        Ok(file) => file,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {
+            return Err(LibraryError::NotFound("no such configuration".into()))
+        }
+        Err(err) if err.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(LibraryError::invalid(
+                "the configuration must be a regular file (not a symbolic link)",
+            ))
+        }
+        Err(err) => return Err(storage(path, &err)),
+    };
+    let meta = file.metadata().map_err(|e| storage(path, &e))?;
+    if !meta.is_file() {
+        return Err(LibraryError::invalid(
+            "the configuration must be a regular file",
+        ));
+    }
+    if meta.len() > MAX_FILE_BYTES as u64 {
+        return Err(LibraryError::TooLarge(format!(
+            "the configuration file exceeds {MAX_FILE_BYTES} bytes"
+        )));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| storage(path, &e))?;
+    if bytes.len() > MAX_FILE_BYTES {
+        return Err(LibraryError::TooLarge(format!(
+            "the configuration file exceeds {MAX_FILE_BYTES} bytes"
+        )));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| LibraryError::invalid("the configuration file is not UTF-8 text"))
+}
+
+fn storage(path: &Path, err: &io::Error) -> LibraryError {
+    LibraryError::Storage(format!("cannot use {}: {err}", path.display()))
+}

@@ -339,7 +339,10 @@ fn symbolic_links_are_never_followed() {
         "invalid_configuration",
     );
     let fifo = dir.path().join("configs/worker/pipe.yaml");
-    let made = std::process::Command::new("mkfifo").arg(&fifo).status().unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
     assert!(made.success());
     refused(
         &hub.get("/api/configurations/worker/pipe"),
@@ -686,4 +689,266 @@ fn a_stopped_session_takes_a_new_snapshot() {
     drop(hub);
     let hub = TestHub::start(dir.path(), &[]);
     assert_eq!(get_session(&hub, "plain")["spec"]["launchConfig"], "docker");
+}
+
+/// The environment of process `pid` (`/proc/<pid>/environ`).
+fn environ(pid: u64) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .collect()
+}
+
+/// Saves `text` as a new library file.
+#[track_caller]
+fn save_new(hub: &TestHub, kind: &str, id: &str, text: &str) {
+    let res = put(
+        hub,
+        &format!("/api/configurations/{kind}/{id}"),
+        json!({"text": text, "revision": null}),
+    );
+    assert_eq!(res.status, 200, "{}", res.text());
+}
+
+#[track_caller]
+fn start_and_connect(hub: &TestHub, id: &str) -> Value {
+    let res = action(hub, id, "start");
+    assert_eq!(res.status, 200, "{}", res.text());
+    wait_session(hub, id, |s| s["connected"] == true)
+}
+
+#[test]
+fn library_sessions_launch_with_their_own_launchers() {
+    let dir = TempDir::new("cfg-launch");
+    // The hub-wide launcher is the built-in worker.
+    let hub = TestHub::start(dir.path(), &[]);
+    save_new(&hub, "worker", "mockw", MOCK_WORKER_YAML);
+    save_new(
+        &hub,
+        "launch",
+        "direct",
+        &mock_worker_launch(2, json!({"LIB_MARK": "direct"})),
+    );
+    // A second launcher: a shell wrapper that announces itself, then
+    // becomes the same built-in worker.
+    let wrapped = format!(
+        r#"{{"launcher": {{"kind": "command", "command": ["/bin/sh", "-c",
+            "echo wrapped-launch \"$3\"; exec \"$0\" mock-worker --config \"$1\" --session \"$2\" --threads \"$3\"",
+            {bin:?}, "{{config}}", "{{session}}", "{{threads}}"]}},
+          "worker": {{"threads": 3, "stopTimeoutMs": 1500, "sigtermGraceMs": 1000, "sigkillGraceMs": 3000}},
+          "env": {{"LIB_MARK": "wrapped"}}}}"#,
+        bin = BIN
+    );
+    save_new(&hub, "launch", "wrapped", &wrapped);
+    create_session_with_spec(
+        &hub,
+        "a",
+        json!({"launchConfig": "direct", "workerConfig": "mockw", "threads": 7}),
+    );
+    create_session_with_spec(
+        &hub,
+        "b",
+        json!({"launchConfig": "wrapped", "workerConfig": "mockw"}),
+    );
+    create_session(&hub, "legacy");
+
+    let a = start_and_connect(&hub, "a");
+    let b = start_and_connect(&hub, "b");
+    let legacy = start_and_connect(&hub, "legacy");
+
+    // Each session ran its own launcher.
+    let args = |s: &Value| -> Vec<String> {
+        serde_json::from_value(s["process"]["args"].clone()).unwrap()
+    };
+    assert_eq!(a["process"]["command"], BIN);
+    let a_args = args(&a);
+    assert_eq!(a_args[0], "mock-worker");
+    let threads = a_args.iter().position(|x| x == "--threads").unwrap();
+    assert_eq!(a_args[threads + 1], "2", "{a_args:?}");
+    assert_eq!(b["process"]["command"], "/bin/sh");
+    assert!(args(&b).last().unwrap() == "3", "{:?}", args(&b));
+    assert!(
+        wait_until(DEADLINE, || logs_text(&hub, "b")
+            .contains("wrapped-launch 3")),
+        "{}",
+        logs_text(&hub, "b")
+    );
+    // The legacy session kept the hub-wide built-in launcher.
+    assert_eq!(args(&legacy)[0], "mock-worker");
+    assert!(legacy["spec"].get("launchConfig").is_none());
+    // Threads and environment come from the launch file, and the
+    // environment is never shown in the spec.
+    assert_eq!(a["spec"]["threads"], 2);
+    assert_eq!(b["spec"]["threads"], 3);
+    assert_eq!(a["spec"]["env"], json!({}));
+    let env_a = environ(a["process"]["pid"].as_u64().unwrap());
+    let env_b = environ(b["process"]["pid"].as_u64().unwrap());
+    assert!(env_a.contains(&"LIB_MARK=direct".to_string()), "{env_a:?}");
+    assert!(env_b.contains(&"LIB_MARK=wrapped".to_string()), "{env_b:?}");
+    let env_legacy = environ(legacy["process"]["pid"].as_u64().unwrap());
+    assert!(!env_legacy.iter().any(|v| v.starts_with("LIB_MARK=")));
+
+    // The placeholders were filled in at launch, in place.
+    let config = std::fs::read_to_string(dir.path().join("sessions/a/config/config.yaml")).unwrap();
+    assert!(config.starts_with("# a worker file"), "{config}");
+    assert!(!config.contains("{{"), "{config}");
+    let token = worker_token(dir.path(), "a");
+    let port = hub.addr.port();
+    assert!(
+        config.contains(&format!(
+            "ws://127.0.0.1:{port}/agent/a/events?token={token}"
+        )),
+        "{config}"
+    );
+    assert!(config.contains("/agent/a/confirm?token="), "{config}");
+    assert!(
+        config.contains(&format!(
+            "directory: '{}'",
+            dir.path().join("sessions/a").display()
+        )),
+        "{config}"
+    );
+    // The library file itself still holds the placeholders.
+    let library = hub.get("/api/configurations/worker/mockw").json();
+    assert_eq!(library["text"], MOCK_WORKER_YAML);
+
+    // A running session's snapshot is not replaced.
+    let before =
+        std::fs::read_to_string(dir.path().join("sessions/a/config/launch.jsonc")).unwrap();
+    let res = post(
+        &hub,
+        "/api/sessions/a/configurations",
+        json!({"launchConfig": "wrapped", "workerConfig": "mockw"}),
+    );
+    refused(&res, 409, "session_busy");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("sessions/a/config/launch.jsonc")).unwrap(),
+        before
+    );
+    assert_eq!(get_session(&hub, "a")["spec"]["launchConfig"], "direct");
+
+    // Stopped, it takes the new pair, and the next start uses it.
+    let stop = action(&hub, "a", "stop");
+    assert_eq!(stop.status, 200, "{}", stop.text());
+    wait_session(&hub, "a", |s| s["connected"] == false);
+    let res = post(
+        &hub,
+        "/api/sessions/a/configurations",
+        json!({"launchConfig": "wrapped", "workerConfig": "mockw"}),
+    );
+    assert_eq!(res.status, 200, "{}", res.text());
+    let a = start_and_connect(&hub, "a");
+    assert_eq!(a["process"]["command"], "/bin/sh");
+    assert_eq!(a["spec"]["threads"], 3);
+    assert!(
+        environ(a["process"]["pid"].as_u64().unwrap()).contains(&"LIB_MARK=wrapped".to_string())
+    );
+}
+
+#[test]
+fn a_library_session_survives_a_restart_and_stops_with_its_own_timings() {
+    let dir = TempDir::new("cfg-restart");
+    let hub = TestHub::start(dir.path(), &[]);
+    save_new(&hub, "worker", "mockw", MOCK_WORKER_YAML);
+    save_new(&hub, "launch", "direct", &mock_worker_launch(1, json!({})));
+    create_session_with_spec(
+        &hub,
+        "s",
+        json!({"launchConfig": "direct", "workerConfig": "mockw"}),
+    );
+    // The library files are not needed any more once the snapshot exists.
+    for (kind, id) in [("worker", "mockw"), ("launch", "direct")] {
+        let path = format!("/api/configurations/{kind}/{id}");
+        let rev = hub.get(&path).json()["revision"].clone();
+        assert_eq!(delete(&hub, &path, json!({"revision": rev})).status, 200);
+    }
+    start_and_connect(&hub, "s");
+    drop(hub);
+    let hub = TestHub::start(dir.path(), &[]);
+    let s = start_and_connect(&hub, "s");
+    assert_eq!(s["spec"]["launchConfig"], "direct");
+    // A restart (its start runs where the stop ended) launches from the
+    // snapshot again.
+    let first_pid = s["process"]["pid"].clone();
+    let restart = action(&hub, "s", "restart");
+    assert_eq!(restart.status, 200, "{}", restart.text());
+    let s = wait_session(&hub, "s", |s| {
+        s["connected"] == true && s["process"]["pid"] != first_pid
+    });
+    assert_eq!(s["process"]["args"][0], "mock-worker");
+    // A broken snapshot fails the start with its reason and runs nothing.
+    let stop = action(&hub, "s", "stop");
+    assert_eq!(stop.status, 200, "{}", stop.text());
+    wait_session(&hub, "s", |s| s["connected"] == false);
+    std::fs::write(dir.path().join("sessions/s/config/launch.jsonc"), "{").unwrap();
+    let res = action(&hub, "s", "start");
+    assert_eq!(res.status, 409, "{}", res.text());
+    assert!(res.text().contains("launch snapshot"), "{}", res.text());
+    wait_session(&hub, "s", |s| s["process"]["state"] == "failed");
+
+    // The stop ladder uses the launch file's timings: a worker that
+    // ignores SIGTERM is killed after its 200 ms grace, not the hub's 5 s.
+    save_new(
+        &hub,
+        "launch",
+        "stubborn",
+        r#"{"launcher": {"kind": "command", "command": ["/bin/sh", "-c", "trap '' TERM; exec sleep 60"]},
+            "worker": {"stopTimeoutMs": 100, "sigtermGraceMs": 200, "sigkillGraceMs": 3000}}"#,
+    );
+    save_new(&hub, "worker", "mockw", MOCK_WORKER_YAML);
+    let res = post(
+        &hub,
+        "/api/sessions/s/configurations",
+        json!({"launchConfig": "stubborn", "workerConfig": "mockw"}),
+    );
+    assert_eq!(res.status, 200, "{}", res.text());
+    let res = action(&hub, "s", "start");
+    assert_eq!(res.status, 200, "{}", res.text());
+    let pid = res.json()["pid"].as_u64().unwrap() as u32;
+    // The shell has replaced itself with sleep (TERM still ignored).
+    wait_for("sleep to run", DEADLINE, || {
+        std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep")
+    });
+    let began = std::time::Instant::now();
+    let stop = action(&hub, "s", "stop");
+    let took = began.elapsed();
+    assert_eq!(stop.status, 200, "{}", stop.text());
+    assert_eq!(stop.json()["how"], "sigkill", "{}", stop.text());
+    assert!(took < std::time::Duration::from_millis(3000), "{took:?}");
+}
+
+#[test]
+fn the_panel_creates_library_sessions_through_the_same_command() {
+    let dir = TempDir::new("cfg-panel");
+    let hub = TestHub::start(dir.path(), &[]);
+    save_new(&hub, "worker", "mockw", MOCK_WORKER_YAML);
+    save_new(&hub, "launch", "direct", &mock_worker_launch(1, json!({})));
+    let mut ws = panel_connect(&hub);
+    next_of(&mut ws, "welcome");
+    send_json(
+        &mut ws,
+        json!({"v": 1, "type": "create_session", "session": "p",
+               "spec": {"launchConfig": "direct", "workerConfig": "mockw"}}),
+    );
+    let created = next_of(&mut ws, "created");
+    assert_eq!(created["session"]["spec"]["launchConfig"], "direct");
+    assert!(dir.path().join("sessions/p/config/launch.jsonc").is_file());
+    send_json(
+        &mut ws,
+        json!({"v": 1, "type": "create_session", "session": "q",
+               "spec": {"launchConfig": "direct", "workerConfig": "missing"}}),
+    );
+    let error = next_of(&mut ws, "error");
+    assert_eq!(error["error"], "invalid_session", "{error}");
+    assert!(!dir.path().join("sessions/q").exists());
+    // Started from the panel, it runs its own launcher.
+    send_json(
+        &mut ws,
+        json!({"v": 1, "type": "worker", "session": "p", "action": "start"}),
+    );
+    let accepted = next_of(&mut ws, "accepted");
+    assert_eq!(accepted["result"]["ok"], true, "{accepted}");
+    let s = wait_session(&hub, "p", |s| s["connected"] == true);
+    assert_eq!(s["process"]["command"], BIN);
 }

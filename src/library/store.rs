@@ -327,6 +327,17 @@ impl Snapshot {
     }
 }
 
+/// A session's launch snapshot (`config/launch.jsonc`), parsed: `None` for
+/// a session without one (a session that launches with the hub-wide
+/// launcher).
+pub fn session_launch(config_dir: &Path) -> Result<Option<launch::LaunchDoc>, LibraryError> {
+    match read_bounded(&config_dir.join(SNAPSHOT_LAUNCH)) {
+        Ok(text) => launch::parse(&text).map(Some),
+        Err(LibraryError::NotFound(_)) => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
 /// The request text rules shared by validate and save.
 fn check_text(text: &str) -> Result<(), LibraryError> {
     if text.len() > MAX_FILE_BYTES {

@@ -86,6 +86,7 @@ pub fn prepare(
     id: &str,
     lifecycle_id: &str,
     invocation: &Invocation,
+    pass_through: &[String],
 ) -> Result<Option<Arc<Management>>, String> {
     let target = match docker::recognise(&invocation.program, &invocation.args) {
         Recognised::NotDocker => return Ok(None),
@@ -126,7 +127,7 @@ pub fn prepare(
                 invocation.program
             )
         })?;
-    let pass_through = hub.config.launcher.docker_management_env.clone();
+    let pass_through = pass_through.to_vec();
     let management = Management {
         executable,
         cwd,
@@ -590,7 +591,8 @@ pub(super) fn ladder(
     connected: bool,
     mode: StopMode,
 ) -> StopResult {
-    let w = &hub.config.worker;
+    // A library session stops with its launch file's timings.
+    let w = &super::control::recorded_stop_settings(hub, id);
     let group_kill = mode == StopMode::ForceKill || hub.config.force_kill_process_group;
     let stop = Ladder {
         hub,

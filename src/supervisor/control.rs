@@ -19,6 +19,7 @@
 //! exited, and a stop climbs the same ladder with `docker kill` on the
 //! container, judging the end by `docker inspect`.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -28,12 +29,13 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 
 use super::daemon::{self, Found};
-use super::process::ProcessInfo;
+use super::process::{ProcessInfo, StopSettings};
 use super::stop::stopped;
 pub use super::stop::{StopFailed, StopHow, StopMode, StopResult};
 use super::sys::{self, Identity, Pinned};
 use super::tracked::waited;
 use super::{capture, container, launch, refresh, render};
+use crate::config::Config;
 use crate::hub::{Hub, Note};
 use crate::session::{NoStop, Session};
 use crate::store::ProcessRecord;
@@ -64,6 +66,44 @@ pub type StartResult = Result<Started, StartFailed>;
 /// Startup snapshot files captured at every supervised launch.
 pub const STARTUP_WORKER: &str = "startup-worker.yaml";
 pub const STARTUP_LAUNCH: &str = "startup-launch.jsonc";
+
+/// The configuration session `id`'s worker is launched, signalled and
+/// addressed with: the hub's own, or, for a session created from the
+/// configuration library, the hub's with the session's launch snapshot
+/// (`config/launch.jsonc`) applied. Reads the snapshot (no lock held).
+pub fn session_config<'a>(hub: &'a Hub, id: &str) -> Result<Cow<'a, Config>, String> {
+    let config_dir = hub.session_dir(id).join("config");
+    match crate::library::store::session_launch(&config_dir) {
+        Ok(None) => Ok(Cow::Borrowed(&hub.config)),
+        Ok(Some(doc)) => Ok(Cow::Owned(doc.apply(&hub.config, &config_dir))),
+        Err(err) => Err(format!(
+            "cannot use the session's launch snapshot config/launch.jsonc: {err}"
+        )),
+    }
+}
+
+/// The stop settings a start under `config` records: `None` when they are
+/// the hub-wide ones (`library` false).
+fn stop_settings(config: &Config, library: bool) -> Option<StopSettings> {
+    library.then(|| settings_of(config))
+}
+
+fn settings_of(config: &Config) -> StopSettings {
+    StopSettings {
+        stop_timeout_ms: config.worker.stop_timeout_ms,
+        sigterm_grace_ms: config.worker.sigterm_grace_ms,
+        sigkill_grace_ms: config.worker.sigkill_grace_ms,
+        follows_pid_file: follows_pid_file(config),
+    }
+}
+
+/// The stop settings a stop of session `id`'s current worker uses: its
+/// record's, else the hub-wide ones.
+pub(super) fn recorded_stop_settings(hub: &Hub, id: &str) -> StopSettings {
+    hub.with_session(id, |s| s.process().and_then(|p| p.stop))
+        .flatten()
+        .unwrap_or_else(|| settings_of(&hub.config))
+}
 
 /// Starts the worker of session `id`. `spec` (optional) overrides launch
 /// fields of the session's spec for this and later starts.
@@ -121,11 +161,18 @@ fn spawn(
     override_spec: Option<&Value>,
     token: &str,
 ) -> Result<Started, String> {
-    let config = &hub.config;
     let session_dir = hub.session_dir(id);
     let config_dir = session_dir.join("config");
     fsutil::create_private_dir(&config_dir)
         .map_err(|e| format!("cannot create {}: {e}", config_dir.display()))?;
+    let launch_doc = crate::library::store::session_launch(&config_dir).map_err(|err| {
+        format!("cannot use the session's launch snapshot config/launch.jsonc: {err}")
+    })?;
+    let session_config = launch_doc
+        .as_ref()
+        .map(|doc| doc.apply(&hub.config, &config_dir));
+    let library = session_config.is_some();
+    let config = session_config.as_ref().unwrap_or(&hub.config);
     let mut spec = match override_spec {
         Some(Value::Object(over)) => {
             let mut merged = current_spec.as_object().cloned().unwrap_or_default();
@@ -138,11 +185,7 @@ fn spawn(
         Some(Value::Null) | None => current_spec,
         Some(_) => return Err("spec must be an object".into()),
     };
-    let addr = hub.local_addr();
-    // The tools listener may be bound elsewhere (`toolRequests.host`).
-    let tools_addr = hub
-        .tools_addr()
-        .unwrap_or_else(|| std::net::SocketAddr::new(addr.ip(), hub.tools_port()));
+    let (addr, tools_addr) = hub.worker_addrs();
     let endpoints = render::session_endpoints(config, addr, tools_addr, id, token);
     let config_path = config_dir.join("config.yaml");
     let existing = match std::fs::read_to_string(&config_path) {
@@ -154,21 +197,36 @@ fn spawn(
         profile: &config.mock.profile,
         base_url,
     });
-    // A file the editor refuses is left as it is and the start fails.
-    let refresh::Prepared { text, document } = refresh::prepare(
-        config,
-        &spec,
-        existing.as_deref(),
-        &session_dir,
-        &endpoints,
-        mock,
-    )
-    .map_err(|e| format!("cannot prepare session configuration: {e}"))?;
+    // A file the editor refuses is left as it is and the start fails. A
+    // library session launches from its snapshot only: its hub-owned
+    // fields (placeholders until the first launch) are filled in, and an
+    // optional section it leaves out stays out.
+    let prepared = match (library, existing.as_deref()) {
+        (true, None) => {
+            return Err(format!(
+                "the session's worker snapshot {} is missing; apply a configuration pair \
+                 to the stopped session again",
+                config_path.display()
+            ))
+        }
+        (true, Some(existing)) => {
+            refresh::refresh_snapshot(existing, &session_dir, &endpoints, mock)
+        }
+        (false, existing) => {
+            refresh::prepare(config, &spec, existing, &session_dir, &endpoints, mock)
+        }
+    };
+    let refresh::Prepared { text, document } =
+        prepared.map_err(|e| format!("cannot prepare session configuration: {e}"))?;
     if existing.as_deref() != Some(text.as_str()) {
         fsutil::write_private_atomic(&config_path, text.as_bytes())
             .map_err(|e| format!("cannot write {}: {e}", config_path.display()))?;
     }
     spec = render::spec_from_document(&spec, &document);
+    if let Some(doc) = &launch_doc {
+        // A library session's threads are its launch file's.
+        spec["threads"] = Value::from(doc.threads);
+    }
     hub.persist_spec(id, &spec);
     // This incarnation's startup snapshot: what a clean fork of it starts
     // from, whatever later edits or payload options change.
@@ -184,9 +242,24 @@ fn spawn(
 
     let self_exe =
         std::env::current_exe().map_err(|e| format!("cannot locate this executable: {e}"))?;
+    // A library session's environment is its launch file's `env`, never
+    // shown in its spec (it may hold secrets).
+    let launch_spec = match &launch_doc {
+        Some(doc) => {
+            let mut launch_spec = spec.clone();
+            launch_spec["env"] = Value::Object(
+                doc.env
+                    .iter()
+                    .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
+                    .collect(),
+            );
+            launch_spec
+        }
+        None => spec.clone(),
+    };
     let invocation = launch::invocation(&launch::LaunchInput {
         config,
-        spec: &spec,
+        spec: &launch_spec,
         session: id,
         session_dir: &session_dir,
         config_path: &config_path,
@@ -205,7 +278,13 @@ fn spawn(
 
     // A foreground `docker run` of a named container: its context is kept
     // before the spawn, and the CLI runs as the executable resolved for it.
-    let docker = container::prepare(hub, id, lifecycle_id, &invocation)?;
+    let docker = container::prepare(
+        hub,
+        id,
+        lifecycle_id,
+        &invocation,
+        &config.launcher.docker_management_env,
+    )?;
     let program: &std::ffi::OsStr = match &docker {
         Some(m) => m.executable.as_os_str(),
         None => invocation.program.as_ref(),
@@ -280,6 +359,7 @@ fn spawn(
         info.log_path = Some(log_path.display().to_string());
         info.pinned = pinned.clone();
         info.docker = docker.clone();
+        info.stop = stop_settings(config, library);
         s.record_started(info);
         let previous = s.reset_logs(writer.clone());
         (s.describe_process(), previous)
@@ -510,9 +590,11 @@ pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopR
         process: described,
     });
     let input = (hub.clone(), id.to_string(), done);
+    // Large: a restart's start runs here once the stop is done (launch
+    // file validation, the worker configuration, SQLite).
     let spawned = thread::spawn_with(
         "worker-stop",
-        Stack::Small,
+        Stack::Large,
         input,
         move |(hub, id, done)| {
             let result = match first {
@@ -520,14 +602,17 @@ pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopR
                     container::ladder(&hub, &id, &lifecycle, &m, cli, connected, mode)
                 }
                 First::Process(first) => {
+                    // A library session stops with its launch file's
+                    // timings.
+                    let settings = recorded_stop_settings(&hub, &id);
                     let watch = Watch {
                         hub: &hub,
                         id: &id,
                         lifecycle: &lifecycle,
-                        follows: follows_pid_file(&hub),
+                        follows: settings.follows_pid_file,
                         first,
                     };
-                    ladder(&watch, connected, mode)
+                    ladder(&watch, connected, mode, &settings)
                 }
             };
             if let Err(failed) = &result {
@@ -558,8 +643,8 @@ pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopR
 }
 
 /// Whether workers may hand over to a daemon named by `launcher.pidFile`.
-fn follows_pid_file(hub: &Hub) -> bool {
-    let launcher = &hub.config.launcher;
+fn follows_pid_file(config: &Config) -> bool {
+    let launcher = &config.launcher;
     !launcher.pid_file.is_empty() && launcher.kind != crate::config::LauncherKind::BuiltIn
 }
 
@@ -652,10 +737,9 @@ impl Watch<'_> {
 
 /// The stop ladder. Runs on its own thread; waits on the pidfd of the
 /// process the record pins (see [`Watch`]).
-fn ladder(watch: &Watch<'_>, connected: bool, mode: StopMode) -> StopResult {
+fn ladder(watch: &Watch<'_>, connected: bool, mode: StopMode, w: &StopSettings) -> StopResult {
     let hub = watch.hub;
     let id = watch.id;
-    let w = &hub.config.worker;
     let group_kill = mode == StopMode::ForceKill || hub.config.force_kill_process_group;
     if mode == StopMode::Graceful {
         if connected
@@ -740,6 +824,19 @@ pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
             continue;
         }
         let lifecycle_id = rec.lifecycle_id.clone();
+        // A library session keeps its launch file's stop settings and
+        // pid-file rule (read before the lock).
+        let (settings, library) = match session_config(hub, &id) {
+            Ok(config) => {
+                let library = matches!(config, Cow::Owned(_));
+                (config, library)
+            }
+            Err(err) => {
+                log::warn!("session {id}: {err}; adopted with the hub-wide settings");
+                (Cow::Borrowed(&hub.config), false)
+            }
+        };
+        let stop = stop_settings(&settings, library);
         let adopted = hub.with_session(&id, |s| {
             let mut info = ProcessInfo::starting(
                 rec.command.clone(),
@@ -753,6 +850,7 @@ pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
             info.log_path = rec.log_path.clone();
             info.pinned = pinned.clone();
             info.docker = docker.clone();
+            info.stop = stop;
             s.record_adopted(info);
         });
         if adopted.is_none() {
@@ -776,9 +874,9 @@ pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
         }
         // Had the launcher not daemonized yet, its pid file is read once
         // when it exits (it has had every chance to write it by then).
-        let pid_file = if follows_pid_file(hub) && docker.is_none() {
+        let pid_file = if follows_pid_file(&settings) && docker.is_none() {
             let session_dir = hub.session_dir(&id);
-            launch::pid_file(&hub.config, &id, &session_dir, &hub.config.data_dir).unwrap_or_else(
+            launch::pid_file(&settings, &id, &session_dir, &hub.config.data_dir).unwrap_or_else(
                 |err| {
                     log::warn!("session {id}: the pid file is not followed: {err}");
                     None

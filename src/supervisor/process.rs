@@ -39,6 +39,18 @@ impl ProcState {
     }
 }
 
+/// How a start's worker is stopped, when not with the hub-wide settings:
+/// a configuration-library session's launch file's timings and pid-file
+/// rule, fixed when the worker started (or was adopted).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StopSettings {
+    pub stop_timeout_ms: u64,
+    pub sigterm_grace_ms: u64,
+    pub sigkill_grace_ms: u64,
+    /// A daemonizing launcher's pid file is followed.
+    pub follows_pid_file: bool,
+}
+
 /// Everything the hub knows about one worker process.
 #[derive(Debug, Clone)]
 pub struct ProcessInfo {
@@ -72,6 +84,8 @@ pub struct ProcessInfo {
     pub container_id: Option<String>,
     /// Lifecycle id of the start that created this record.
     pub lifecycle_id: String,
+    /// The stop settings of a library session; `None`: the hub-wide ones.
+    pub stop: Option<StopSettings>,
 }
 
 impl ProcessInfo {
@@ -97,6 +111,7 @@ impl ProcessInfo {
             docker: None,
             container_id: None,
             lifecycle_id,
+            stop: None,
         }
     }
 

@@ -76,15 +76,47 @@ pub fn refresh(
     endpoints: &Endpoints,
     mock: Option<MockTarget>,
 ) -> Result<Prepared, RenderError> {
+    edit_owned(existing, session_dir, endpoints, mock, true)
+}
+
+/// [`refresh`] for a configuration-library session's snapshot (its
+/// `{{hub.*}}` and `{{session.directory}}` placeholders, or the values an
+/// earlier launch wrote): the same fields, except that
+/// `security.confirmation.endpoint` is written only when the file has a
+/// `security.confirmation` section, as `hub_remote_call.endpoint` only
+/// with its section. A worker file that leaves out confirmations keeps
+/// them off.
+pub fn refresh_snapshot(
+    existing: &str,
+    session_dir: &Path,
+    endpoints: &Endpoints,
+    mock: Option<MockTarget>,
+) -> Result<Prepared, RenderError> {
+    edit_owned(existing, session_dir, endpoints, mock, false)
+}
+
+fn edit_owned(
+    existing: &str,
+    session_dir: &Path,
+    endpoints: &Endpoints,
+    mock: Option<MockTarget>,
+    confirmation_always: bool,
+) -> Result<Prepared, RenderError> {
     let before = read_document(existing)?;
     let mut edits = vec![
         Edit::string(&["persistence", "directory"], &path_string(session_dir)),
         Edit::string(&["client", "endpoint"], &endpoints.events),
-        Edit::string(
+    ];
+    let confirmation = before
+        .get("security")
+        .and_then(|s| s.get("confirmation"))
+        .is_some_and(|v| !v.is_null());
+    if confirmation_always || confirmation {
+        edits.push(Edit::string(
             &["security", "confirmation", "endpoint"],
             &endpoints.confirm,
-        ),
-    ];
+        ));
+    }
     if before.get("hub_remote_call").is_some_and(|v| !v.is_null()) {
         edits.push(Edit::string(
             &["hub_remote_call", "endpoint"],
@@ -358,6 +390,45 @@ persistence:
                 .unwrap()
                 .contains("/agent/c/tools?token=child-token"));
         }
+    }
+
+    #[test]
+    fn a_snapshot_gets_its_placeholders_filled_and_keeps_omitted_sections_out() {
+        let snapshot = "\
+# comment kept
+driver_model: p
+providers:
+  p: {model: m}
+client:
+  endpoint: '{{hub.events_endpoint}}'
+hub_remote_call:
+  endpoint: '{{hub.tools_endpoint}}'
+persistence:
+  directory: '{{session.directory}}'
+";
+        let out = refresh_snapshot(snapshot, Path::new(SESSION), &eps(), None).unwrap();
+        assert!(out.text.starts_with("# comment kept\n"), "{}", out.text);
+        assert!(!out.text.contains("{{"), "{}", out.text);
+        assert_eq!(out.document["client"]["endpoint"], eps().events);
+        assert_eq!(out.document["hub_remote_call"]["endpoint"], eps().tools);
+        assert_eq!(out.document["persistence"]["directory"], SESSION);
+        // No confirmation section: none is added (the legacy refresh adds it).
+        assert!(out.document.get("security").is_none());
+        assert!(refresh(snapshot, Path::new(SESSION), &eps(), None)
+            .unwrap()
+            .document["security"]["confirmation"]["endpoint"]
+            .is_string());
+        let with = format!(
+            "{snapshot}security:\n  confirmation:\n    endpoint: '{{{{hub.confirm_endpoint}}}}'\n"
+        );
+        let out = refresh_snapshot(&with, Path::new(SESSION), &eps(), None).unwrap();
+        assert_eq!(
+            out.document["security"]["confirmation"]["endpoint"],
+            eps().confirm
+        );
+        // A second launch finds real values and writes them again.
+        let again = refresh_snapshot(&out.text, Path::new(SESSION), &eps(), None).unwrap();
+        assert_eq!(again.text, out.text);
     }
 
     #[test]

@@ -4,13 +4,13 @@
 //! Stack classes (virtual size; the kernel maps only the pages a thread
 //! touches):
 //! - [`Stack::Small`], 64 KiB: waiters and watchers that block in one call
-//!   (`wait()`, a pidfd `poll`) and the stop ladder.
+//!   (`wait()`, a pidfd `poll`).
 //! - [`Stack::Medium`], 128 KiB: loops over a socket or pipe that parse
 //!   little themselves (panel writers, the panel poll thread, pipe readers,
 //!   disk writers).
 //! - [`Stack::Large`], 256 KiB: threads that run request handlers, JSON
 //!   parsing and SQLite calls (socket threads, panel readers and actions,
-//!   subagent work).
+//!   subagent work, the stop ladder, whose end may run a restart's start).
 //!
 //! When the operating system refuses a thread (`EAGAIN` under a thread or
 //! memory limit), [`spawn_with`] returns the work's input to the caller,

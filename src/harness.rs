@@ -58,6 +58,16 @@ pub use crate::shard::jsonl;
 /// reader it checks every edit with (the supervisor's refresh uses both).
 pub use crate::util::yaml_edit;
 
+/// Fuzz `skill_document`: the skill file parser and the reference
+/// expansion (reading the files stays private).
+pub mod skills {
+    pub use crate::skills::{
+        expand, is_valid_id, parse, Served, Skill, SkillError, INPUT_MARKER, MAX_DEPTH,
+        MAX_DESCRIPTION_BYTES, MAX_EXPANDED_BYTES, MAX_FILE_BYTES, MAX_KEYWORDS, MAX_KEYWORD_BYTES,
+        MAX_NAME_BYTES, MAX_REFERENCES, MAX_TITLE_BYTES, TEMPLATE,
+    };
+}
+
 /// Fuzz `transcript_ops`: the bounded event transcript.
 pub mod transcript {
     pub use crate::transcript::*;

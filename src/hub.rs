@@ -327,6 +327,8 @@ pub struct Hub {
     shutdown_request: OnceLock<Box<dyn Fn() + Send + Sync>>,
     /// The configuration library (`<dataDir>/configs`).
     pub library: crate::library::store::Library,
+    /// The predefined skills (`<dataDir>/skills`).
+    pub skills: crate::skills::store::Skills,
 }
 
 impl Hub {
@@ -348,6 +350,11 @@ impl Hub {
                 path: data_dir.join("configs"),
                 err,
             })?;
+        let skills =
+            crate::skills::store::Skills::open(&data_dir).map_err(|err| StartError::DataDir {
+                path: data_dir.join("skills"),
+                err,
+            })?;
         let mut store = Store::open(&data_dir.join("hub.db")).map_err(StartError::Store)?;
         // An existing Node hub's sessions come along, once (docs/store.md).
         let pass_through = &config.launcher.docker_management_env;
@@ -358,6 +365,7 @@ impl Hub {
         let records = store.load_sessions().map_err(StartError::Store)?;
         let hub = Hub {
             library,
+            skills,
             config,
             static_dir: options.static_dir,
             epoch: uuid::Uuid::new_v4().to_string(),

@@ -21,6 +21,7 @@ pub(crate) mod panel;
 pub(crate) mod run;
 pub(crate) mod session;
 pub(crate) mod shard;
+pub(crate) mod skills;
 pub(crate) mod store;
 pub(crate) mod subagents;
 pub(crate) mod supervisor;

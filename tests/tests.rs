@@ -21,6 +21,8 @@ mod supervisor;
 mod docker;
 // The configuration library: files, revisions, templates, snapshots, library sessions.
 mod configurations;
+// The predefined skill library: list, errors, limits, references, template.
+mod skills;
 // A Node hub's configuration: its first-run file, spec fields, pid files, advertised endpoints.
 mod node_config;
 // The panel WebSocket protocol.

@@ -71,6 +71,7 @@ fn route(
         ["configurations", rest @ ..] => {
             super::library::configurations(hub, rq, method, rest, query)
         }
+        ["skills", rest @ ..] => super::library::skills(hub, method, rest),
         ["sessions", id, "configurations"] if post => super::library::apply(hub, rq, id),
         ["sessions"] if get => Ok(ok(json!({"sessions": ops::sessions::list(hub)}))),
         ["sessions"] if post => {

@@ -1,5 +1,5 @@
-//! The configuration library routes of the JSON API: an adapter over
-//! `ops::configurations`. Each route reads
+//! The configuration library and skill routes of the JSON API: an
+//! adapter over `ops::configurations` and `ops::skills`. Each route reads
 //! its path, query and body (bounded as the Node hub bounds them), calls
 //! one command and renders its result; refusals arrive as `OpError`s.
 
@@ -97,6 +97,19 @@ pub fn apply(hub: &Hub, rq: &mut Request, id: &str) -> Result<Reply, ApiError> {
     let body = object_body(rq, APPLY_BODY)?;
     let session = ops::configurations::apply(hub, id, &body)?;
     Ok(ok(json!({"session": session})))
+}
+
+/// `/api/skills…`; `rest` is the path after `skills`. Read-only.
+pub fn skills(hub: &Hub, method: &Method, rest: &[&str]) -> Result<Reply, ApiError> {
+    if !matches!(method, Method::Get | Method::Head) {
+        return Err(method_not_allowed("GET"));
+    }
+    match rest {
+        [] => Ok(ok(ops::skills::list(hub)?)),
+        ["template"] => Ok(ok(json!({"text": ops::skills::template()}))),
+        [id] => Ok(ok(ops::skills::read(hub, id)?)),
+        _ => Err(ApiError::new(404, code::NOT_FOUND, "no such API route")),
+    }
 }
 
 fn ok(value: Value) -> Reply {

@@ -16,16 +16,15 @@
 //! against the other requests of this process. It is held across that file
 //! I/O, and nothing else is ever taken while it is held.
 
-use std::fs::{self, OpenOptions};
-use std::io::{self, Read};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs;
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use serde_json::{json, Value};
 
 use super::{check_id, launch, revision, worker, Kind, LibraryError, Selection, MAX_FILE_BYTES};
-use crate::util::fsutil;
+use crate::util::fsutil::{self, BoundedRead};
 use crate::util::yaml_edit::{self, Edit};
 
 /// The snapshot files in a session's `config/` directory.
@@ -351,44 +350,17 @@ fn check_text(text: &str) -> Result<(), LibraryError> {
 /// Reads a library or snapshot file: never through a symbolic link, only
 /// a regular file, at most [`MAX_FILE_BYTES`], UTF-8.
 fn read_bounded(path: &Path) -> Result<String, LibraryError> {
-    let file = OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path);
-    let file = match file {
-        Ok(file) => file,
-        Err(err) if err.kind() == io::ErrorKind::NotFound => {
-            return Err(LibraryError::NotFound("no such configuration".into()))
+    fsutil::read_regular_bounded(path, MAX_FILE_BYTES).map_err(|err| match err {
+        BoundedRead::NotFound => LibraryError::NotFound("no such configuration".into()),
+        BoundedRead::NotRegular => {
+            LibraryError::invalid("the configuration must be a regular file (not a symbolic link)")
         }
-        Err(err) if err.raw_os_error() == Some(libc::ELOOP) => {
-            return Err(LibraryError::invalid(
-                "the configuration must be a regular file (not a symbolic link)",
-            ))
-        }
-        Err(err) => return Err(storage(path, &err)),
-    };
-    let meta = file.metadata().map_err(|e| storage(path, &e))?;
-    if !meta.is_file() {
-        return Err(LibraryError::invalid(
-            "the configuration must be a regular file",
-        ));
-    }
-    if meta.len() > MAX_FILE_BYTES as u64 {
-        return Err(LibraryError::TooLarge(format!(
+        BoundedRead::TooLarge => LibraryError::TooLarge(format!(
             "the configuration file exceeds {MAX_FILE_BYTES} bytes"
-        )));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES as u64 + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| storage(path, &e))?;
-    if bytes.len() > MAX_FILE_BYTES {
-        return Err(LibraryError::TooLarge(format!(
-            "the configuration file exceeds {MAX_FILE_BYTES} bytes"
-        )));
-    }
-    String::from_utf8(bytes)
-        .map_err(|_| LibraryError::invalid("the configuration file is not UTF-8 text"))
+        )),
+        BoundedRead::NotUtf8 => LibraryError::invalid("the configuration file is not UTF-8 text"),
+        BoundedRead::Io(err) => storage(path, &err),
+    })
 }
 
 fn storage(path: &Path, err: &io::Error) -> LibraryError {

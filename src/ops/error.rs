@@ -60,6 +60,10 @@ pub mod code {
     pub const CONFIGURATION_NOT_FOUND: &str = "configuration_not_found";
     pub const CONFIGURATION_CONFLICT: &str = "configuration_conflict";
     pub const CONFIGURATION_TOO_LARGE: &str = "configuration_too_large";
+    // The skill library.
+    pub const INVALID_SKILL: &str = "invalid_skill";
+    pub const SKILL_NOT_FOUND: &str = "skill_not_found";
+    pub const TOO_MANY_SKILLS: &str = "too_many_skills";
     pub const INTERNAL_ERROR: &str = "internal_error";
 }
 
@@ -123,6 +127,12 @@ pub enum ErrorKind {
     ConfigurationConflict,
     /// A configuration file or text over 1 MiB.
     ConfigurationTooLarge,
+    /// A skill id or document is not acceptable.
+    InvalidSkill,
+    SkillNotFound,
+    /// The skill library holds more files than a list reads (an operator
+    /// has to remove some).
+    TooManySkills,
     /// The store or a session file could not be written.
     Storage,
     /// A defect of the hub.
@@ -156,6 +166,9 @@ impl ErrorKind {
             ConfigurationNotFound => code::CONFIGURATION_NOT_FOUND,
             ConfigurationConflict => code::CONFIGURATION_CONFLICT,
             ConfigurationTooLarge => code::CONFIGURATION_TOO_LARGE,
+            InvalidSkill => code::INVALID_SKILL,
+            SkillNotFound => code::SKILL_NOT_FOUND,
+            TooManySkills => code::TOO_MANY_SKILLS,
             Storage => code::STORAGE_ERROR,
             Internal => code::INTERNAL_ERROR,
         }
@@ -166,8 +179,8 @@ impl ErrorKind {
         use ErrorKind::*;
         match self {
             InvalidSession | InvalidPolicy | InvalidArguments => 400,
-            InvalidConfiguration => 400,
-            ConfigurationNotFound => 404,
+            InvalidConfiguration | InvalidSkill => 400,
+            ConfigurationNotFound | SkillNotFound => 404,
             ConfigurationConflict => 409,
             ConfigurationTooLarge => 413,
             InputNotSent(NotSent::Invalid) | SignalNotSent(NotSent::Invalid) => 400,
@@ -177,7 +190,7 @@ impl ErrorKind {
             InputNotSent(_) | SignalNotSent(_) => 409,
             DisplaySnapshotTooLarge => 413,
             TooManyQueries => 429,
-            Storage | Internal => 500,
+            TooManySkills | Storage | Internal => 500,
         }
     }
 }
@@ -282,6 +295,20 @@ impl From<crate::library::LibraryError> for OpError {
     }
 }
 
+/// The skill library's refusals.
+impl From<crate::skills::SkillError> for OpError {
+    fn from(err: crate::skills::SkillError) -> OpError {
+        use crate::skills::SkillError as S;
+        let kind = match &err {
+            S::InvalidId | S::Invalid(_) => ErrorKind::InvalidSkill,
+            S::NotFound => ErrorKind::SkillNotFound,
+            S::TooMany(_) => ErrorKind::TooManySkills,
+            S::Storage(_) => ErrorKind::Storage,
+        };
+        OpError::new(kind, err.to_string())
+    }
+}
+
 /// Confirmation decisions.
 impl From<DecideError> for OpError {
     fn from(err: DecideError) -> OpError {
@@ -354,7 +381,7 @@ mod tests {
     use super::*;
 
     /// Every kind (each `NotSent` reason once).
-    const ALL: [ErrorKind; 28] = {
+    const ALL: [ErrorKind; 31] = {
         use ErrorKind::*;
         [
             UnknownSession,
@@ -383,6 +410,9 @@ mod tests {
             ConfigurationNotFound,
             ConfigurationConflict,
             ConfigurationTooLarge,
+            InvalidSkill,
+            SkillNotFound,
+            TooManySkills,
             Storage,
             Internal,
         ]
@@ -408,6 +438,9 @@ mod tests {
             (ConfigurationNotFound, "configuration_not_found", 404),
             (ConfigurationConflict, "configuration_conflict", 409),
             (ConfigurationTooLarge, "configuration_too_large", 413),
+            (InvalidSkill, "invalid_skill", 400),
+            (SkillNotFound, "skill_not_found", 404),
+            (TooManySkills, "too_many_skills", 500),
         ];
         for (kind, code, status) in cases {
             assert_eq!(

@@ -14,6 +14,7 @@
 //! - [`configurations`]: the configuration library (list, templates, read,
 //!   save, delete, rename, validate, endpoint preview) and replacing a
 //!   stopped session's snapshot.
+//! - [`skills`]: the predefined skill library (list, template, one skill).
 //!
 //! Which commands a headless session takes is decided here too: each
 //! command that is not for one refuses it with `headless_restricted`
@@ -29,6 +30,7 @@ pub mod daemon;
 pub mod error;
 pub mod headless;
 pub mod sessions;
+pub mod skills;
 pub mod worker;
 
 pub use error::{code, ErrorKind, NotSent, OpError};

@@ -57,11 +57,11 @@ impl Code {
         use ErrorKind::*;
         match kind {
             UnknownSession | UnknownConfirmation | UnknownChoice => Code::NotFound,
-            ConfigurationNotFound => Code::NotFound,
+            ConfigurationNotFound | SkillNotFound => Code::NotFound,
             InvalidSession | InvalidPolicy | InvalidArguments | DisplaySnapshotTooLarge => {
                 Code::InvalidRequest
             }
-            InvalidConfiguration | ConfigurationTooLarge => Code::InvalidRequest,
+            InvalidConfiguration | ConfigurationTooLarge | InvalidSkill => Code::InvalidRequest,
             ConfigurationConflict => Code::Conflict,
             InputNotSent(NotSent::Invalid) | SignalNotSent(NotSent::Invalid) => {
                 Code::InvalidRequest
@@ -70,7 +70,7 @@ impl Code {
             SessionExists | SessionBusy | StaleLifecycle | RecoveryConflict | CleanupFailed
             | ConfirmationRejected | TooManyQueries | AnswerUnavailable => Code::Conflict,
             InputNotSent(_) | SignalNotSent(_) => Code::Conflict,
-            Storage | Internal => Code::InternalError,
+            TooManySkills | Storage | Internal => Code::InternalError,
         }
     }
 }

@@ -84,3 +84,47 @@ pub fn read_private_file(path: &Path) -> io::Result<String> {
     file.take(MAX_READ_BYTES).read_to_string(&mut text)?;
     Ok(text)
 }
+
+/// Why [`read_regular_bounded`] read nothing.
+#[derive(Debug)]
+pub enum BoundedRead {
+    NotFound,
+    /// A symbolic link, directory, FIFO or anything but a regular file.
+    NotRegular,
+    /// Larger than the bound.
+    TooLarge,
+    NotUtf8,
+    Io(io::Error),
+}
+
+/// Reads a UTF-8 file of at most `max` bytes that is a regular file in
+/// its own name: a symbolic link in its place is never followed, and a
+/// FIFO is not waited on.
+pub fn read_regular_bounded(path: &Path, max: usize) -> Result<String, BoundedRead> {
+    use std::io::Read;
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path);
+    let file = match file {
+        Ok(file) => file,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Err(BoundedRead::NotFound),
+        Err(err) if err.raw_os_error() == Some(libc::ELOOP) => return Err(BoundedRead::NotRegular),
+        Err(err) => return Err(BoundedRead::Io(err)),
+    };
+    let meta = file.metadata().map_err(BoundedRead::Io)?;
+    if !meta.is_file() {
+        return Err(BoundedRead::NotRegular);
+    }
+    if meta.len() > max as u64 {
+        return Err(BoundedRead::TooLarge);
+    }
+    let mut bytes = Vec::new();
+    file.take(max as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(BoundedRead::Io)?;
+    if bytes.len() > max {
+        return Err(BoundedRead::TooLarge);
+    }
+    String::from_utf8(bytes).map_err(|_| BoundedRead::NotUtf8)
+}

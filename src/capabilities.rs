@@ -10,8 +10,10 @@ pub const PROTOCOL_VERSION: u64 = 1;
 /// `/api/meta` (`worker_protocol`): its document in the upstream repository.
 pub const WORKER_PROTOCOL: &str = "docs/core/worker-protocol.md";
 
-/// Every capability protocol v1 defines, in the order of its table
-/// (checked against the docs and against [`IMPLEMENTED`] in the tests).
+/// Every capability protocol v1 defines, in the order of its table, then
+/// this hub's additions for the seed's features that the table does not
+/// name (checked against the docs and against [`IMPLEMENTED`] in the
+/// tests).
 #[cfg(test)]
 pub const ALL: &[&str] = &[
     "worker-events",
@@ -26,6 +28,8 @@ pub const ALL: &[&str] = &[
     "session-history",
     "context-compact",
     "headless-subagents",
+    "configuration-library",
+    "skill-library",
 ];
 
 /// The capabilities this build implements end to end. A capability joins
@@ -43,6 +47,8 @@ pub const IMPLEMENTED: &[&str] = &[
     "session-history",
     "context-compact",
     "headless-subagents",
+    "configuration-library",
+    "skill-library",
 ];
 
 #[cfg(test)]

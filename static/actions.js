@@ -8,6 +8,7 @@ import { api } from './net.js';
 import { isHeadless, childLabel } from './inspector.js';
 import { state, panel, inspectorCache, render, send, subscribe, ensureView, busyReason, composerBlock, mergeDescription } from './state.js';
 import { toast, confirmDialog } from './dialogs.js';
+import { chosenSkill, composeMessage, clearSkill } from './skills.js';
 
 let policySeq = 0;
 
@@ -221,7 +222,11 @@ export function sendInput(operation) {
   const id = state.selected;
   const v = id && state.views.get(id);
   if (!v || composerBlock()) return;
-  const text = $('message').value;
+  const typed = $('message').value;
+  // A chosen skill's text becomes the message, with what was typed put in
+  // its place (docs/skills.md); the worker sees ordinary content.
+  const skill = operation === 'message' ? chosenSkill() : null;
+  const text = skill ? composeMessage(skill.text, typed) : typed;
   if (operation === 'message' && text.trim() === '') {
     $('message').focus();
     return;
@@ -239,6 +244,7 @@ export function sendInput(operation) {
     o.detail = { message: 'not connected to the hub' };
   } else if (operation === 'message') {
     $('message').value = '';
+    if (skill) clearSkill();
   }
   state.follow = true;
   render();

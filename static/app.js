@@ -13,6 +13,8 @@ import { toast, showSignIn, wireCreate, wireSignIn } from './dialogs.js';
 import { select, selectTab, setDrawer, narrow, refreshDescription, setPolicy, sendInput } from './actions.js';
 import { renderAll, renderHubInfo, buildHeader, followLatest, onTranscriptScroll } from './render.js';
 import { onMessage, onDisconnected, upsertSession } from './messages.js';
+import { wireConfigurations } from './configs.js';
+import { wireSkills } from './skills.js';
 
 // ---------------------------------------------------------------------------
 // Connection
@@ -133,6 +135,8 @@ async function boot() {
   wireTabs();
   wireLayout();
   wireCreate();
+  wireConfigurations();
+  wireSkills(() => render());
   wireSignIn(connect);
   takeTokenFromUrl();
   const m = /^#session=([A-Za-z0-9_-]{1,128})$/.exec(location.hash);
@@ -156,6 +160,9 @@ async function boot() {
     delay = Math.min(30000, delay * 2);
   }
   renderHubInfo();
+  const caps = Array.isArray(state.meta.capabilities) ? state.meta.capabilities : [];
+  $('configs-open').hidden = !caps.includes('configuration-library');
+  $('skills-open').hidden = !caps.includes('skill-library');
   let probe = null;
   try {
     probe = await api('GET', '/api/sessions');

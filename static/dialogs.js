@@ -84,7 +84,10 @@ export function wireCreate() {
     validate();
     dlg.showModal();
     input.focus();
+    fillLibrary();
   });
+  $('create-launch').addEventListener('change', libraryChanged);
+  $('create-worker').addEventListener('change', libraryChanged);
   $('create-cancel').addEventListener('click', () => dlg.close());
   dlg.addEventListener('close', () => {
     state.creating = null;
@@ -93,9 +96,20 @@ export function wireCreate() {
     e.preventDefault();
     if (!validate()) return;
     const id = input.value;
-    const spec = { provider: $('create-provider').value };
-    const model = $('create-model').value.trim();
-    if (model) spec.model = model;
+    const launchConfig = $('create-launch').value;
+    const workerConfig = $('create-worker').value;
+    if (Boolean(launchConfig) !== Boolean(workerConfig)) {
+      $('create-error').textContent = 'Choose both a launch and a worker configuration, or neither.';
+      return;
+    }
+    let spec;
+    if (launchConfig) {
+      spec = { launchConfig, workerConfig };
+    } else {
+      spec = { provider: $('create-provider').value };
+      const model = $('create-model').value.trim();
+      if (model) spec.model = model;
+    }
     $('create-error').textContent = '';
     if (!send({ type: 'create_session', session: id, spec })) {
       $('create-error').textContent = 'Not connected to the hub.';
@@ -104,6 +118,35 @@ export function wireCreate() {
     state.creating = id;
     ok.disabled = true;
   });
+}
+
+/** The saved-configuration pickers of the new-session form. */
+async function fillLibrary() {
+  const box = $('create-library');
+  const caps = (state.meta && Array.isArray(state.meta.capabilities) && state.meta.capabilities) || [];
+  box.hidden = !caps.includes('configuration-library');
+  const none = (what) => h('option', { value: '', text: `none (${what})` });
+  setChildren($('create-launch'), none('the hub-wide launcher'));
+  setChildren($('create-worker'), none('a generated worker file'));
+  libraryChanged();
+  if (box.hidden) return;
+  let res = null;
+  try {
+    res = await api('GET', '/api/configurations');
+  } catch {
+    res = null;
+  }
+  if (!res || !res.ok || !res.body) return;
+  const fill = (select, ids, what) => setChildren(select, none(what), (ids || []).map((i) => h('option', { value: i, text: i })));
+  fill($('create-launch'), res.body.launch, 'the hub-wide launcher');
+  fill($('create-worker'), res.body.worker, 'a generated worker file');
+  libraryChanged();
+}
+
+function libraryChanged() {
+  const chosen = Boolean($('create-launch').value || $('create-worker').value);
+  $('create-provider').disabled = chosen;
+  $('create-model').disabled = chosen;
 }
 
 // ---------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 // skips its work when its signature did not change. Text is only ever set
 // with textContent (see dom.js).
 
+import { refreshConfigurations } from './configs.js';
 import { $, h, setChildren, fmtTime } from './dom.js';
 import { renderTranscript } from './transcript.js';
 import { renderInspector, isHeadless, parentOf, lifecycleBadge, childLabel } from './inspector.js';
@@ -21,6 +22,7 @@ export function renderAll() {
   renderMain();
   renderComposer();
   renderInspectorColumn();
+  refreshConfigurations();
   panel.approvals.render($('tray'), $('tray-list'), $('tray-count'), state.selected);
   followLatest(); // after everything that changes the transcript's size
   const n = panel.approvals.visibleCount();

@@ -44,6 +44,9 @@ pub const ASSETS: &[Asset] = &[
     asset!("transcript.js", "text/javascript; charset=utf-8"),
     asset!("approvals.js", "text/javascript; charset=utf-8"),
     asset!("inspector.js", "text/javascript; charset=utf-8"),
+    asset!("configs.js", "text/javascript; charset=utf-8"),
+    asset!("editor.js", "text/javascript; charset=utf-8"),
+    asset!("skills.js", "text/javascript; charset=utf-8"),
     asset!("style.css", "text/css; charset=utf-8"),
     asset!("favicon.svg", "image/svg+xml"),
 ];

@@ -871,12 +871,20 @@ fn a_library_session_survives_a_restart_and_stops_with_its_own_timings() {
     // A restart (its start runs where the stop ended) launches from the
     // snapshot again.
     let first_pid = s["process"]["pid"].clone();
-    let restart = action(&hub, "s", "restart");
+    // A start's spec cannot switch the library pair (only a new snapshot
+    // does).
+    let restart = post(
+        &hub,
+        "/api/sessions/s/restart",
+        json!({"spec": {"launchConfig": "docker", "workerConfig": "default"}}),
+    );
     assert_eq!(restart.status, 200, "{}", restart.text());
     let s = wait_session(&hub, "s", |s| {
         s["connected"] == true && s["process"]["pid"] != first_pid
     });
     assert_eq!(s["process"]["args"][0], "mock-worker");
+    assert_eq!(s["spec"]["launchConfig"], "direct");
+    assert_eq!(s["spec"]["workerConfig"], "mockw");
     // A broken snapshot fails the start with its reason and runs nothing.
     let stop = action(&hub, "s", "stop");
     assert_eq!(stop.status, 200, "{}", stop.text());

@@ -177,7 +177,11 @@ fn spawn(
         Some(Value::Object(over)) => {
             let mut merged = current_spec.as_object().cloned().unwrap_or_default();
             for (k, v) in over {
-                merged.insert(k.clone(), v.clone());
+                // The library pair changes only with a new snapshot
+                // (`POST /api/sessions/:id/configurations`), never here.
+                if k != "launchConfig" && k != "workerConfig" {
+                    merged.insert(k.clone(), v.clone());
+                }
             }
             hub.normalize_spec(&Value::Object(merged))
                 .map_err(|e| e.to_string())?

@@ -82,7 +82,9 @@ fn a_thousand_slow_connections_leave_the_operator_served() {
         }
         max_threads = max_threads.max(hub.threads());
         max_rss = max_rss.max(hub.rss_kib());
-        slowest = slowest.max(meta_round_trip(addr));
+        // Of two requests in a row the faster counts: a crowd that held
+        // the door would slow both, a busy machine's scheduler one.
+        slowest = slowest.max(meta_round_trip(addr).min(meta_round_trip(addr)));
         // the attacker's pace
         thread::sleep(Duration::from_millis(500));
     }

@@ -6,6 +6,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use crate::config::{self, Overrides};
+use crate::shard::stdio::{StdioArgs, Target};
 
 /// What the command line asks for.
 #[derive(Debug)]
@@ -13,6 +14,7 @@ pub enum Command {
     Serve(ServeArgs),
     CheckConfig(ServeArgs),
     MockWorker(MockWorkerArgs),
+    ShardStdio(StdioArgs),
     Help,
     Version,
 }
@@ -55,6 +57,12 @@ usage:
                                          validate and print the resolved configuration
   simplex-hub mock-worker --config FILE --session ID [--threads N]
                                          the built-in worker (started by the hub)
+  simplex-hub shard-stdio (--agent ID | --create [--cwd DIR] [--model M] [--provider P])
+                          [--data-dir DIR] [--config FILE] [--socket PATH]
+                                         a direct Shard connection to one agent of the
+                                         running hub, JSONL on stdin/stdout (exit status:
+                                         0 stdin ended, 1 could not start, 2 usage,
+                                         3 the agent ended, 4 the hub went away)
 
 options:
   -c, --config FILE            configuration file (default <data-dir>/hub.config.jsonc)
@@ -84,6 +92,7 @@ pub fn parse(args: &[String]) -> Result<Command, UsageError> {
         Some("serve") => ("serve", &args[1..]),
         Some("check-config") => ("check-config", &args[1..]),
         Some("mock-worker") => return parse_mock_worker(&args[1..]).map(Command::MockWorker),
+        Some("shard-stdio") => return parse_shard_stdio(&args[1..]).map(Command::ShardStdio),
         Some("help") => return Ok(Command::Help),
         Some(other) if !other.starts_with('-') => {
             return Err(UsageError(format!("unknown command: {other}")))
@@ -209,6 +218,65 @@ fn parse_mock_worker(args: &[String]) -> Result<MockWorkerArgs, UsageError> {
     })
 }
 
+fn parse_shard_stdio(args: &[String]) -> Result<StdioArgs, UsageError> {
+    let mut agent = None;
+    let mut create = false;
+    let (mut cwd, mut model, mut provider) = (None, None, None);
+    let (mut socket, mut config, mut data_dir) = (None, None, None);
+    let mut it = Flags::new(args);
+    while let Some(arg) = it.next_arg() {
+        let path = |it: &mut Flags<'_>| -> Result<PathBuf, UsageError> {
+            Ok(PathBuf::from(non_empty(&arg, it.value(&arg)?)?))
+        };
+        match arg.name.as_str() {
+            "--agent" => agent = Some(non_empty(&arg, it.value(&arg)?)?),
+            "--create" => create = it.no_value(&arg, true)?,
+            "--cwd" => cwd = Some(path(&mut it)?),
+            "--model" => model = Some(non_empty(&arg, it.value(&arg)?)?),
+            "--provider" => provider = Some(non_empty(&arg, it.value(&arg)?)?),
+            "--socket" => socket = Some(path(&mut it)?),
+            "-c" | "--config" => config = Some(path(&mut it)?),
+            "--data-dir" => data_dir = Some(path(&mut it)?),
+            other => {
+                return Err(UsageError(format!(
+                    "shard-stdio: unexpected argument: {other}"
+                )))
+            }
+        }
+    }
+    let target = match (agent, create) {
+        (Some(_), true) => {
+            return Err(UsageError(
+                "shard-stdio: --agent and --create are mutually exclusive".into(),
+            ))
+        }
+        (None, false) => {
+            return Err(UsageError(
+                "shard-stdio: --agent ID or --create is required".into(),
+            ))
+        }
+        (Some(agent), false) => {
+            if cwd.is_some() || model.is_some() || provider.is_some() {
+                return Err(UsageError(
+                    "shard-stdio: --cwd, --model and --provider go with --create".into(),
+                ));
+            }
+            Target::Agent(agent)
+        }
+        (None, true) => Target::Create {
+            cwd,
+            model,
+            provider,
+        },
+    };
+    Ok(StdioArgs {
+        target,
+        socket,
+        config,
+        data_dir,
+    })
+}
+
 fn non_empty(arg: &Arg, value: String) -> Result<String, UsageError> {
     if value.is_empty() {
         Err(UsageError(format!("{} needs a non-empty value", arg.name)))
@@ -321,6 +389,13 @@ mod tests {
                 "--threads",
                 "0",
             ],
+            &["shard-stdio"],
+            &["shard-stdio", "--agent"],
+            &["shard-stdio", "--agent", ""],
+            &["shard-stdio", "--agent", "a", "--create"],
+            &["shard-stdio", "--agent", "a", "--cwd", "/w"],
+            &["shard-stdio", "--create=yes"],
+            &["shard-stdio", "--agent", "a", "extra"],
         ] {
             assert!(parse(&args(bad)).is_err(), "{bad:?}");
         }
@@ -374,6 +449,37 @@ mod tests {
             parse(&args(&["serve", "-V"])),
             Ok(Command::Version)
         ));
+    }
+
+    #[test]
+    fn shard_stdio_args() {
+        let Ok(Command::ShardStdio(a)) =
+            parse(&args(&["shard-stdio", "--agent", "a1", "--data-dir", "/d"]))
+        else {
+            panic!()
+        };
+        assert_eq!(a.target, Target::Agent("a1".into()));
+        assert_eq!(a.data_dir, Some(PathBuf::from("/d")));
+        let Ok(Command::ShardStdio(c)) = parse(&args(&[
+            "shard-stdio",
+            "--create",
+            "--cwd=w",
+            "--model",
+            "m",
+            "--socket",
+            "/s.sock",
+        ])) else {
+            panic!()
+        };
+        assert_eq!(
+            c.target,
+            Target::Create {
+                cwd: Some("w".into()),
+                model: Some("m".into()),
+                provider: None
+            }
+        );
+        assert_eq!(c.socket, Some(PathBuf::from("/s.sock")));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The command line as a whole: parses it, loads the configuration, runs
 //! the chosen subcommand, and alone maps errors to exit statuses: 2 for
-//! usage errors, 1 for configuration and start failures. `src/main.rs`
-//! only hands it the arguments.
+//! usage errors, 1 for configuration and start failures (`shard-stdio`
+//! has its own statuses, `shard::stdio::exit`). `src/main.rs` only hands
+//! it the arguments.
 
 use std::process::ExitCode;
 
@@ -31,6 +32,7 @@ pub fn main(args: &[String]) -> ExitCode {
         Command::CheckConfig(args) => check_config(&args),
         Command::Serve(args) => serve(args),
         Command::MockWorker(args) => mock_worker(&args),
+        Command::ShardStdio(args) => return ExitCode::from(crate::shard::stdio::run(&args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -247,6 +247,11 @@ pub enum StartError {
         addr: String,
         err: std::io::Error,
     },
+    /// The Shard unix socket (`shard.socket`) could not be put in place.
+    Socket {
+        path: PathBuf,
+        why: String,
+    },
 }
 
 /// Names of the two listeners, as start errors and logs spell them.
@@ -265,6 +270,11 @@ impl fmt::Display for StartError {
                 addr,
                 err,
             } => write!(f, "cannot listen on {addr} for the {listener}: {err}"),
+            StartError::Socket { path, why } => write!(
+                f,
+                "cannot listen on {} for the Shard socket (shard.socket): {why}",
+                path.display()
+            ),
         }
     }
 }
@@ -274,6 +284,7 @@ impl std::error::Error for StartError {
         match self {
             StartError::DataDir { err, .. } | StartError::Bind { err, .. } => Some(err),
             StartError::Store(err) => Some(err),
+            StartError::Socket { .. } => None,
         }
     }
 }

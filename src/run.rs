@@ -1,8 +1,9 @@
 //! The start-up wiring: opens the hub, creates the front-ends' own state
-//! (the panel registry), subscribes it to the hub's notifications, binds
-//! and serves both listeners and, when `mock.enabled`, the offline model
-//! provider, adopts recorded workers; and the shutdown order that takes it
-//! all apart again. This is the one place that knows every layer.
+//! (the panel registry, the Shard front-end), subscribes them to the hub's
+//! notifications, binds and serves both listeners, the Shard unix socket
+//! (unless `shard.socket` is empty) and, when `mock.enabled`, the offline
+//! model provider, adopts recorded workers; and the shutdown order that
+//! takes it all apart again. This is the one place that knows every layer.
 
 use std::sync::Arc;
 
@@ -10,14 +11,18 @@ use crate::config::Config;
 use crate::hub::{Hub, RunOptions, StartError, MAIN_LISTENER, TOOLS_LISTENER};
 use crate::mock_provider::{MockProvider, MockProviderConfig, Scenario, MOCK_LISTENER};
 use crate::panel::Panels;
+use crate::shard::socket::{self, SocketServer};
 use crate::shard::Shard;
 
-/// A started hub: the shared state, the two listener handles and the
-/// offline model provider when it runs.
+/// A started hub: the shared state, the two listener handles, the Shard
+/// front-end and its unix socket, and the offline model provider when it
+/// runs.
 pub struct Running {
     pub hub: Arc<Hub>,
     server: tiny_http::ServerHandle,
     tools: tiny_http::ServerHandle,
+    shard: Arc<Shard>,
+    socket: Option<SocketServer>,
     mock: Option<MockProvider>,
 }
 
@@ -43,6 +48,15 @@ impl Running {
         let listener = hub.bind()?;
         // On failure `listener` is dropped here, releasing the main port.
         let tools_listener = hub.bind_tools()?;
+        // Bound before any worker is adopted or started; a live socket of
+        // another process refuses the start (the file is left alone).
+        let bound = match hub.config.shard_socket_path() {
+            Some(path) => Some(socket::bind(&path).map_err(|err| StartError::Socket {
+                path: err.path,
+                why: err.why,
+            })?),
+            None => None,
+        };
         let mock = if hub.config.mock.enabled {
             let settings = provider_settings(&hub.config);
             let provider = MockProvider::start(&settings).map_err(|err| StartError::Bind {
@@ -60,7 +74,7 @@ impl Running {
         let launched: Vec<String> = recorded.iter().map(|r| r.session_id.clone()).collect();
         crate::supervisor::control::adopt(&hub, recorded);
         crate::subagents::family::restore(&hub, &launched);
-        let server = crate::http::start(hub.clone(), panels, gate.clone(), shard, listener)
+        let server = crate::http::start(hub.clone(), panels, gate.clone(), shard.clone(), listener)
             .map_err(|err| StartError::Bind {
                 listener: MAIN_LISTENER,
                 addr: crate::http::display_addr(&hub.local_addr()),
@@ -81,22 +95,52 @@ impl Running {
         if let Some(addr) = hub.tools_addr() {
             log::info!("tools: ws://{}", crate::http::display_addr(&addr));
         }
+        let socket = match bound {
+            Some(bound) => {
+                let path = hub.config.shard_socket_path().unwrap_or_default();
+                match SocketServer::start(&hub, &shard, bound) {
+                    Ok(socket) => Some(socket),
+                    Err(err) => {
+                        server.shutdown();
+                        tools.shutdown();
+                        return Err(StartError::Socket {
+                            path,
+                            why: format!("cannot start its thread: {err}"),
+                        });
+                    }
+                }
+            }
+            None => {
+                log::info!("shard socket: off (shard.socket is empty)");
+                None
+            }
+        };
         crate::shard::gate::announce(&hub, &gate);
         Ok(Running {
             hub,
             server,
             tools,
+            shard,
+            socket,
             mock,
         })
     }
 
-    /// The documented shutdown order: stop accepting on both listeners,
-    /// stop workers, stop the offline model provider (the workers may use
-    /// it until they are gone), close every socket (tool sockets included),
-    /// flush the events files, close the store.
+    /// The documented shutdown order: stop accepting on both listeners and
+    /// the Shard socket (its file removed), stop workers, stop the offline
+    /// model provider (the workers may use it until they are gone), close
+    /// every socket (tool sockets included), flush the events files, close
+    /// the store.
     pub fn stop(self) {
         self.server.shutdown();
         self.tools.shutdown();
+        // From now on a stopped worker does not end its direct
+        // connections: they end with the hub (step 3), as a hub that
+        // went away.
+        self.shard.set_stopping();
+        if let Some(socket) = self.socket {
+            socket.shutdown();
+        }
         crate::subagents::family::freeze_all(&self.hub);
         crate::supervisor::control::stop_all(&self.hub);
         crate::subagents::family::shutdown(&self.hub);

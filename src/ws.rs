@@ -7,10 +7,14 @@
 //! All writes to one socket, including tungstenite's automatic pong and
 //! close replies, go through that socket's `FrameWriter` mutex, so frames
 //! never interleave. That mutex guards only the socket; no hub state lock is
-//! ever held while taking it.
+//! ever held while taking it. A `FrameWriter` may also own a unix-domain
+//! stream whose frames are JSONL lines (the Shard socket, `shard::lines`):
+//! it writes the bytes it is given the same way, and its close sends no
+//! WebSocket close frame.
 
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
@@ -78,24 +82,85 @@ pub mod opcode {
     pub const PING: u8 = 0x9;
 }
 
+/// The stream a [`FrameWriter`] owns: a TCP connection carrying WebSocket
+/// frames, or a unix-domain stream carrying JSONL lines.
+#[derive(Debug)]
+pub enum Sock {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Sock {
+    fn try_clone(&self) -> io::Result<Sock> {
+        Ok(match self {
+            Sock::Tcp(s) => Sock::Tcp(s.try_clone()?),
+            Sock::Unix(s) => Sock::Unix(s.try_clone()?),
+        })
+    }
+
+    fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        match self {
+            Sock::Tcp(s) => s.shutdown(how),
+            Sock::Unix(s) => s.shutdown(how),
+        }
+    }
+}
+
+impl Write for Sock {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.write(buf),
+            Sock::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.write_vectored(bufs),
+            Sock::Unix(s) => s.write_vectored(bufs),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Sock::Tcp(s) => s.flush(),
+            Sock::Unix(s) => s.flush(),
+        }
+    }
+}
+
 /// Writes complete frames to one socket; shared by every thread that sends
 /// on it. Once closed, further sends fail without touching the socket.
 #[derive(Debug)]
 pub struct FrameWriter {
-    stream: Mutex<TcpStream>,
+    stream: Mutex<Sock>,
     /// A second handle used only to shut the socket down. It is never
     /// locked, so ending a connection cannot wait behind a write that is
     /// blocked on a peer that stopped reading.
-    ctl: TcpStream,
+    ctl: Sock,
     closed: AtomicBool,
+    /// Its frames are WebSocket frames (a close sends a close frame);
+    /// false for a JSONL stream.
+    websocket: bool,
 }
 
 impl FrameWriter {
     fn new(stream: TcpStream) -> io::Result<FrameWriter> {
+        Self::over(Sock::Tcp(stream), true)
+    }
+
+    /// A writer of JSONL lines over a unix-domain stream (its close is the
+    /// socket's shutdown alone).
+    pub fn lines(stream: UnixStream) -> io::Result<FrameWriter> {
+        Self::over(Sock::Unix(stream), false)
+    }
+
+    fn over(stream: Sock, websocket: bool) -> io::Result<FrameWriter> {
         Ok(FrameWriter {
             ctl: stream.try_clone()?,
             stream: Mutex::new(stream),
             closed: AtomicBool::new(false),
+            websocket,
         })
     }
 
@@ -173,8 +238,13 @@ impl FrameWriter {
 
     /// Sends a close frame with `code` and a short reason, then shuts the
     /// socket down so the reader thread wakes. Used when a thread other than
-    /// the reader ends the connection (superseded, shutdown).
+    /// the reader ends the connection (superseded, shutdown). A JSONL
+    /// stream has no close frame: it is only shut down.
     pub fn close_and_shutdown(&self, code: u16, reason: &str) {
+        if !self.websocket {
+            self.terminate();
+            return;
+        }
         let mut payload = code.to_be_bytes().to_vec();
         let mut cut = reason.len().min(120);
         while !reason.is_char_boundary(cut) {
@@ -194,7 +264,7 @@ impl FrameWriter {
     }
 
     /// The stream, if its lock frees up within `wait`.
-    fn lock_within(&self, wait: Duration) -> Option<MutexGuard<'_, TcpStream>> {
+    fn lock_within(&self, wait: Duration) -> Option<MutexGuard<'_, Sock>> {
         let deadline = Instant::now() + wait;
         loop {
             match self.stream.try_lock() {
@@ -262,7 +332,7 @@ impl Read for SplitStream {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         wakes::release();
         let n = if self.nonblocking_reads {
-            recv_dontwait(&self.read, buf)?
+            recv_dontwait(std::os::fd::AsRawFd::as_raw_fd(&self.read), buf)?
         } else {
             self.read.read(buf)?
         };
@@ -279,20 +349,13 @@ impl std::os::fd::AsRawFd for SplitStream {
     }
 }
 
-/// One `recv` that does not wait: `WouldBlock` when nothing is buffered.
-fn recv_dontwait(stream: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
-    use std::os::fd::AsRawFd;
+/// One `recv` on socket `fd` that does not wait: `WouldBlock` when
+/// nothing is buffered (the descriptor's own flags are untouched).
+pub fn recv_dontwait(fd: std::os::fd::RawFd, buf: &mut [u8]) -> io::Result<usize> {
     loop {
         // SAFETY: `buf` is valid for writes of `buf.len()` bytes and the
-        // descriptor belongs to `stream`, which outlives the call.
-        let n = unsafe {
-            libc::recv(
-                stream.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
+        // caller keeps the descriptor open for the call.
+        let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
         if n >= 0 {
             return Ok(n as usize);
         }

@@ -59,7 +59,8 @@ fn hello_the_envelope_and_refusals_at_their_edges() {
     let r = c.request(json!({"type": "no.such.thing"}));
     assert_eq!(code(&r), "INVALID_REQUEST");
     assert_eq!(r["command"], "no.such.thing");
-    c.ws.send(tungstenite::Message::Binary(vec![1u8, 2].into()))
+    c.websocket()
+        .send(tungstenite::Message::Binary(vec![1u8, 2].into()))
         .unwrap();
     let r = c.expect(|m| m["type"] == "response");
     assert_eq!(code(&r), "INVALID_REQUEST", "binary: {r}");

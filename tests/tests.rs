@@ -31,6 +31,8 @@ mod panel;
 mod shard_access;
 // The Shard wire protocol over /shard/ws, with a client written from the seed alone.
 mod shard;
+// The Shard unix socket and shard-stdio (JSONL), beside WebSocket clients and panels.
+mod shard_local;
 // The remote-tools listener: exchange close codes, limits and session plans.
 mod tools;
 // Hostile HTTP input: malformed heads, escapes, methods, traversal, CSRF, host names.

@@ -59,6 +59,8 @@ pub struct Config {
     pub subagents: Subagents,
     /// `shard.*`: who may reach the Shard endpoints (`shard::access`).
     pub shard: crate::shard::access::Settings,
+    /// `shard.socket`, `shard.maxLineBytes`: the Shard unix socket.
+    pub shard_socket: ShardSocket,
 }
 
 /// `listen.*`: the main listener (panel, API, worker event sockets).
@@ -277,7 +279,24 @@ pub struct Subagents {
     pub conversation_bytes: usize,
 }
 
+/// `shard.socket` and `shard.maxLineBytes`: the Shard protocol's unix
+/// socket (JSONL, no token: its file permissions are the access control).
+#[derive(Debug, Clone)]
+pub struct ShardSocket {
+    /// As written: empty turns the socket off; a relative path is taken
+    /// from the data directory.
+    pub path: String,
+    /// The longest line a client may send, in bytes.
+    pub max_line_bytes: usize,
+}
+
 impl Config {
+    /// The Shard unix socket's path (`None`: `shard.socket` is empty).
+    pub fn shard_socket_path(&self) -> Option<PathBuf> {
+        let path = self.shard_socket.path.as_str();
+        (!path.is_empty()).then(|| self.data_dir.join(path))
+    }
+
     /// True when `listen.host` is `127.0.0.1`, `::1`, `[::1]` or
     /// `localhost`: the only hosts allowed without a panel token.
     pub fn is_loopback(&self) -> bool {

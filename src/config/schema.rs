@@ -147,6 +147,9 @@ pub(super) const KEYS: &[(&str, Feature)] = &[
     ("shard.allowedOrigins", Feature::Core),
     ("shard.trustProxy", Feature::Core),
     ("shard.allowInsecureRemote", Feature::Core),
+    // The Shard unix socket (`shard::socket`).
+    ("shard.socket", Feature::Core),
+    ("shard.maxLineBytes", Feature::Core),
 ];
 
 /// Keys older hubs had and this one refuses with an explanation rather than
@@ -266,7 +269,9 @@ pub(super) fn defaults() -> Value {
             "publicHost": "",
             "allowedOrigins": [],
             "trustProxy": "",
-            "allowInsecureRemote": false
+            "allowInsecureRemote": false,
+            "socket": "shard.sock",
+            "maxLineBytes": 4194304
         }
     })
 }

@@ -14,8 +14,8 @@ use serde_json::{Map, Value};
 use super::schema::{self, Feature};
 use super::{
     is_loopback_host, AdvertisedEndpoints, Config, ConfigError, Environment, Http, Launcher,
-    LauncherKind, Limits, Listen, MemoryRetention, Mock, Panel, Persistence, Subagents,
-    ToolRequests, Violation, Worker,
+    LauncherKind, Limits, Listen, MemoryRetention, Mock, Panel, Persistence, ShardSocket,
+    Subagents, ToolRequests, Violation, Worker,
 };
 
 /// JavaScript's `Number.MAX_SAFE_INTEGER`: the ceiling for integers with no
@@ -144,6 +144,10 @@ pub(super) fn build(merged: &Value, features: &[Feature]) -> Result<Config, Conf
         trust_proxy: c.trust_proxy("shard.trustProxy"),
         allow_insecure_remote: c.boolean("shard.allowInsecureRemote"),
     };
+    let shard_socket = ShardSocket {
+        path: c.path("shard.socket", false),
+        max_line_bytes: c.usize("shard.maxLineBytes", 256, 1_073_741_824),
+    };
 
     let config = Config {
         listen,
@@ -160,6 +164,7 @@ pub(super) fn build(merged: &Value, features: &[Feature]) -> Result<Config, Conf
         tool_requests,
         subagents,
         shard,
+        shard_socket,
     };
     cross_rules(&mut c, &config, features);
 

@@ -20,6 +20,7 @@ pub type Poller = poller::Poller<Panels>;
 impl Service for Panels {
     type Ctx = Hub;
     type Conn = PanelConn;
+    type Socket = tungstenite::WebSocket<crate::ws::SplitStream>;
     const POLL_THREAD: &'static str = "panel-poll";
     const READER_THREAD: &'static str = "panel-reader";
 

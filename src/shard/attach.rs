@@ -96,6 +96,12 @@ impl ConnState {
         !again
     }
 
+    /// Neither attached to an agent nor waiting for a command (a
+    /// connection may become a direct one only then).
+    pub fn is_idle(&self) -> bool {
+        self.attachments.is_empty() && self.pending.is_empty()
+    }
+
     /// Detaches; false when it was not attached.
     pub fn detach(&mut self, agent: &str) -> bool {
         self.attachments.remove(agent).is_some()

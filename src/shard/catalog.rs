@@ -16,6 +16,9 @@ pub enum Scope {
     Orchestrator,
     /// One attached agent, named by the routing `agent_id`.
     Agent,
+    /// The connection itself: `direct.bind`, this hub's extension that
+    /// makes a unix-socket connection a direct one (`direct`).
+    Connection,
 }
 
 /// How an attachment may act on its agent.
@@ -35,6 +38,15 @@ pub struct Create {
     pub model: Option<String>,
     pub provider: Option<String>,
     pub mode: Option<String>,
+}
+
+/// What `direct.bind` binds the connection to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Bind {
+    /// An existing agent (`agent_id`).
+    Agent(String),
+    /// A new agent, made as `agent.create` makes one (`create`).
+    Create(Create),
 }
 
 /// An image of a prompt (`{type: "image", data, mime_type}`).
@@ -76,6 +88,7 @@ pub enum Command {
     DaemonShutdown {
         force: bool,
     },
+    DirectBind(Bind),
     /// `prompt`; `follow_up` is `streaming_behavior: "follow_up"`.
     Prompt {
         message: String,
@@ -134,6 +147,7 @@ pub fn scope(kind: &str) -> Option<Scope> {
         | "list_reasoning_levels"
         | "set_reasoning_level" => Some(Scope::Agent),
         k if k.starts_with("subagent.") || k.starts_with("workspace.") => Some(Scope::Orchestrator),
+        super::direct::BIND => Some(Scope::Connection),
         _ => None,
     }
 }
@@ -177,6 +191,19 @@ pub fn parse(msg: &Incoming) -> Result<Command, Refusal> {
         },
         "daemon.shutdown" => Command::DaemonShutdown {
             force: opt_bool(b, "force")?.unwrap_or(false),
+        },
+        super::direct::BIND => match (b.get("create").filter(|v| !v.is_null()), &msg.agent_id) {
+            (Some(_), Some(_)) => {
+                return Err(Refusal::invalid(
+                    "agent_id and create are mutually exclusive",
+                ))
+            }
+            (Some(Value::Object(fields)), None) => {
+                Command::DirectBind(Bind::Create(create(fields)?))
+            }
+            (Some(_), None) => return Err(Refusal::invalid("create must be an object")),
+            (None, Some(agent)) => Command::DirectBind(Bind::Agent(agent.clone())),
+            (None, None) => return Err(Refusal::invalid("agent_id or create is required")),
         },
         "prompt" => {
             let message = req_str(b, "message")?.to_string();
@@ -557,6 +584,33 @@ mod tests {
             json!({"type": "agent.create", "cwd": "rel"}),
             json!({"type": "agent.create", "cwd": "/w", "tools": ["x"]}),
             json!({"type": "agent.create", "cwd": "/w", "parent_agent_id": "p"}),
+        ] {
+            assert_eq!(
+                cmd(bad.clone()).unwrap_err().code,
+                Code::InvalidRequest,
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_bind_names_one_agent_or_creates_one() {
+        assert_eq!(scope("direct.bind"), Some(Scope::Connection));
+        assert_eq!(
+            cmd(json!({"type": "direct.bind", "agent_id": "a"})).unwrap(),
+            Command::DirectBind(Bind::Agent("a".into()))
+        );
+        let Command::DirectBind(Bind::Create(c)) =
+            cmd(json!({"type": "direct.bind", "create": {"cwd": "/w", "model": "m"}})).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!((c.cwd.as_str(), c.model.as_deref()), ("/w", Some("m")));
+        for bad in [
+            json!({"type": "direct.bind"}),
+            json!({"type": "direct.bind", "create": "/w"}),
+            json!({"type": "direct.bind", "create": {"cwd": "rel"}}),
+            json!({"type": "direct.bind", "agent_id": "a", "create": {"cwd": "/w"}}),
         ] {
             assert_eq!(
                 cmd(bad.clone()).unwrap_err().code,

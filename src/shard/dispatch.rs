@@ -8,6 +8,11 @@
 //! thread of its own, so the connection's reader keeps serving. A prompt's
 //! and a compaction's `response` wait for the worker (`fanout` answers
 //! them).
+//!
+//! A unix-socket connection that sends `direct.bind` becomes a direct
+//! connection (`direct`): bound to one agent, attached to it as
+//! interactive, it then takes per-agent commands only, each routed to that
+//! agent, and what it is sent loses its `agent_id` (`conn::Framing`).
 
 use std::sync::Arc;
 
@@ -15,10 +20,11 @@ use serde_json::{json, Value};
 
 use super::agent::{self, Snapshot};
 use super::attach::{Awaiting, Pending};
-use super::catalog::{self, Command, Create, Decision, Role, Scope};
-use super::conn::ShardConn;
+use super::catalog::{self, Bind, Command, Create, Decision, Role, Scope};
+use super::conn::{ShardConn, Transport};
+use super::track::Runtime;
 use super::wire::{self, Code, Incoming, Refusal};
-use super::{render, window, Shard};
+use super::{direct, render, window, Shard};
 use crate::hub::Hub;
 use crate::ops::sessions::Watch;
 use crate::ops::worker::{Action, ActionDone, MODES};
@@ -38,10 +44,31 @@ pub fn handle(hub: &Arc<Hub>, shard: &Arc<Shard>, conn: &Arc<ShardConn>, text: &
         }
     };
     let reply = |outcome: Outcome| conn.respond(msg.id.as_deref(), &msg.kind, outcome);
+    if let Some(bound) = conn.direct() {
+        let bound = bound.to_string();
+        if let Err(refusal) = direct::route(&msg.kind, msg.agent_id.as_deref(), &bound) {
+            return reply(Err(refusal));
+        }
+        let command = match catalog::parse(&msg) {
+            Ok(command) => command,
+            Err(refusal) => return reply(Err(refusal)),
+        };
+        let role = conn.state().attachment(&bound).map(|a| a.role);
+        let Some(role) = role else {
+            return reply(Err(Refusal::new(
+                Code::NotFound,
+                format!("agent {bound:?} is gone: its session was deleted"),
+            )));
+        };
+        return per_agent(hub, shard, conn, &msg, &bound, role, command);
+    }
     let command = match catalog::parse(&msg) {
         Ok(command) => command,
         Err(refusal) => return reply(Err(refusal)),
     };
+    if let Command::DirectBind(bind) = command {
+        return direct_bind(hub, shard, conn, &msg, bind);
+    }
     if catalog::scope(&msg.kind) == Some(Scope::Agent) {
         let Some(agent) = msg.agent_id.clone() else {
             return reply(Err(Refusal::not_attached(None)));
@@ -253,7 +280,9 @@ fn orchestrator(
             let outcome = create_agent(&hub, &create);
             conn.respond(msg.id.as_deref(), &msg.kind, outcome);
         }),
-        Command::AgentAttach { agent_id, role } => attach(hub, shard, conn, msg, &agent_id, role),
+        Command::AgentAttach { agent_id, role } => {
+            attach(hub, shard, conn, msg, &agent_id, role, false)
+        }
         Command::AgentDetach { agent_id } => {
             if !conn.state().detach(&agent_id) {
                 return reply(Err(Refusal::not_attached(Some(&agent_id))));
@@ -446,6 +475,95 @@ fn create_agent(hub: &Arc<Hub>, create: &Create) -> Outcome {
     }
 }
 
+/// `direct.bind`: on the unix socket, before any attach or waiting
+/// command; the agent named, or one made as `agent.create` makes it (here,
+/// on the reader: nothing else of this connection is served meanwhile),
+/// then the attach of a direct connection.
+fn direct_bind(
+    hub: &Arc<Hub>,
+    shard: &Arc<Shard>,
+    conn: &Arc<ShardConn>,
+    msg: &Incoming,
+    bind: Bind,
+) {
+    let reply = |outcome: Outcome| conn.respond(msg.id.as_deref(), &msg.kind, outcome);
+    if conn.transport() != Transport::Socket {
+        return reply(Err(Refusal::invalid(
+            "direct.bind is offered on the unix socket only",
+        )));
+    }
+    if !conn.state().is_idle() {
+        return reply(Err(Refusal::new(
+            Code::ProtocolError,
+            "direct.bind must come before any attach or command that waits for a worker",
+        )));
+    }
+    let agent = match bind {
+        Bind::Agent(agent) => agent,
+        Bind::Create(create) => match create_agent(hub, &create) {
+            Ok(data) => data
+                .as_ref()
+                .and_then(|d| d["agent_id"].as_str())
+                .unwrap_or_default()
+                .to_string(),
+            Err(refusal) => return reply(Err(refusal)),
+        },
+    };
+    if let Err(refusal) = wait_for_worker_link(hub, &agent) {
+        return reply(Err(refusal));
+    }
+    attach(hub, shard, conn, msg, &agent, Role::Interactive, true);
+}
+
+/// How long a bind waits for the agent's worker to connect.
+const BIND_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Waits (looking every 20 ms, at most [`BIND_WAIT`]) until the agent's
+/// worker is connected and has named itself, so a direct connection's
+/// first prompt finds it: at once for a running agent, a moment for one
+/// just created. An agent whose worker is not starting or running is
+/// `CONFLICT`; one that never connects `RUNTIME_START_FAILED`.
+fn wait_for_worker_link(hub: &Hub, agent: &str) -> Result<(), Refusal> {
+    let end = std::time::Instant::now() + BIND_WAIT;
+    loop {
+        let profiles = &hub.config.provider_profiles;
+        let (facts, live) = ops::sessions::read(hub, agent, |s| {
+            let live = s.identity() == crate::session::IdentityState::Live;
+            (Snapshot::of(s, profiles).facts, live)
+        })
+        .map_err(Refusal::from)?;
+        if facts.connected && live {
+            return Ok(());
+        }
+        if !matches!(facts.runtime, Runtime::Starting | Runtime::Running) {
+            return Err(not_running(agent, facts.runtime));
+        }
+        if std::time::Instant::now() >= end {
+            return Err(Refusal::new(
+                Code::RuntimeStartFailed,
+                format!(
+                    "agent {agent:?}'s worker did not connect within {} s",
+                    BIND_WAIT.as_secs()
+                ),
+            )
+            .with_data(json!({"agent_id": agent})));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// A direct connection needs a worker that starts or runs.
+fn not_running(agent: &str, runtime: Runtime) -> Refusal {
+    Refusal::new(
+        Code::Conflict,
+        format!(
+            "agent {agent:?} has no running worker (runtime {}): start it first \
+             (the panel, the JSON API, or create a new agent)",
+            runtime.as_str()
+        ),
+    )
+}
+
 /// `agent.attach`: the `response`, then the `sync` (status, mode,
 /// capabilities, the live window, every pending request), then (for an
 /// interactive attachment) each pending request shown again; only then is
@@ -453,6 +571,11 @@ fn create_agent(hub: &Arc<Hub>, create: &Create) -> Outcome {
 /// cursor at the transcript's end, so no event is missed or delivered
 /// twice: one retained before the attach is in the window, one after it
 /// is fanned out after the `sync`.
+///
+/// `direct` (a `direct.bind`): the agent's worker must be starting or
+/// running (its end ends the connection); the connection is bound before
+/// the response, and a direct `hello` comes before the `sync`, which has
+/// no `runtime_epoch`.
 fn attach(
     hub: &Arc<Hub>,
     shard: &Arc<Shard>,
@@ -460,6 +583,7 @@ fn attach(
     msg: &Incoming,
     agent: &str,
     role: Role,
+    direct: bool,
 ) {
     let reply = |outcome: Outcome| conn.respond(msg.id.as_deref(), &msg.kind, outcome);
     let watch = match ops::sessions::watch_scope(hub, agent) {
@@ -493,6 +617,9 @@ fn attach(
         .iter()
         .filter_map(|p| p["confirmation_id"].as_str().map(str::to_string))
         .collect();
+    if direct && !matches!(snap.facts.runtime, Runtime::Starting | Runtime::Running) {
+        return reply(Err(not_running(agent, snap.facts.runtime)));
+    }
     let now = shard.agent(agent, |t| {
         for id in &ids {
             t.open_request(id);
@@ -511,11 +638,26 @@ fn attach(
     if conn.state().attach(agent, role, watch, latest, shown) {
         shard.agent(agent, |t| t.attached += 1);
     }
-    reply(Ok(Some(json!({
+    let mut data = json!({
         "status": now.status.as_str(),
         "info": agent::info(&snap, &now),
-    }))));
-    conn.send(&render::sync(&snap, &now, live_window, requests.clone()));
+    });
+    let mut sync = render::sync(&snap, &now, live_window, requests.clone());
+    if direct {
+        conn.bind_direct(agent);
+        data["agent_id"] = json!(agent);
+        if let Some(sync) = sync.as_object_mut() {
+            sync.remove("runtime_epoch");
+        }
+    }
+    reply(Ok(Some(data)));
+    if direct {
+        conn.send(&wire::hello(
+            &super::service::server_version(),
+            direct::CAPABILITIES,
+        ));
+    }
+    conn.send(&sync);
     if role == Role::Interactive {
         for request in &requests {
             conn.send(request);

@@ -19,19 +19,29 @@
 //!   attachments), `agent_status_changed` and the sanitized
 //!   `agent_activity` (to every connection), `agent_exited` for a runtime
 //!   that failed.
+//!
+//! A direct connection (`direct`) hears only its agent's events, never an
+//! orchestrator broadcast; when its agent's worker has exited (the runtime
+//! stopped or failed) or its session is deleted, it gets one last fatal
+//! `error` naming why (`end_reason`) and is closed once that is written.
+//! Not while the hub shuts down: then it ends with the hub.
+//!
+//! Each event is serialized once (`conn::Frame`) and encoded once per
+//! framing in use (WebSocket, JSONL, JSONL without `agent_id`).
 
 use serde_json::{json, Value};
 
 use super::agent::Snapshot;
 use super::attach::{Awaiting, Pending, Settled};
-use super::conn::{encode, ShardConn};
+use super::conn::{encode, Frame, ShardConn};
+use super::direct::{self, End};
+use super::track::Runtime;
 use super::wire::{self, Code, Refusal};
 use super::{render, translate, window, Shard};
 use crate::hub::{Hub, Note, Subscriber};
 use crate::ops;
 use crate::session::{PromptState, PROMPT_PREVIEW_BYTES};
 use crate::util::time;
-use crate::wsconn::outbound;
 
 impl Subscriber for Shard {
     fn publish(&self, hub: &Hub, note: &Note) {
@@ -116,7 +126,7 @@ fn event(hub: &Hub, shard: &Shard, agent: &str, seq: u64, retained: bool, json: 
     let translate = attached && retained;
     let events = shard.agent(agent, |t| t.observe(agent, name, &entry, translate));
     if !events.is_empty() {
-        let frames: Vec<_> = events.iter().map(|e| outbound::encode(e)).collect();
+        let frames: Vec<Frame> = events.into_iter().map(Frame::from_text).collect();
         for conn in shard.snapshot().iter() {
             if conn.state().take_event(agent, Some(seq)) {
                 for frame in &frames {
@@ -358,10 +368,39 @@ fn changed(hub: &Hub, shard: &Shard, agent: &str) {
     for event in &to_all {
         broadcast(shard, event);
     }
+    // A direct connection is bound only while the worker starts or runs,
+    // so a runtime seen over now is one that exited since.
+    let runtime = snap.facts.runtime;
+    if matches!(runtime, Runtime::Stopped | Runtime::Failed) && !shard.is_stopping() {
+        let code = snap.exit.as_ref().and_then(|e| e.code).map(i64::from);
+        let end = direct::end_event(agent, End::WorkerExited, Some(runtime.as_str()), code);
+        end_direct(shard, agent, &end);
+    }
 }
 
-/// A deleted agent: its attachments end with a fatal `error`.
+/// Ends the direct connections bound to `agent` with `last` (once each:
+/// the attachment goes with the first).
+fn end_direct(shard: &Shard, agent: &str, last: &Value) {
+    let conns = shard.snapshot();
+    let mut frame = None;
+    for conn in conns.iter().filter(|c| c.direct() == Some(agent)) {
+        if !conn.state().detach(agent) {
+            continue;
+        }
+        shard.agent(agent, |t| t.attached = t.attached.saturating_sub(1));
+        conn.send_frame(frame.get_or_insert_with(|| encode(last)));
+        conn.end_after_writes();
+    }
+}
+
+/// A deleted agent: its attachments end with a fatal `error`; a direct
+/// connection bound to it ends.
 fn removed(shard: &Shard, agent: &str) {
+    end_direct(
+        shard,
+        agent,
+        &direct::end_event(agent, End::AgentDeleted, None, None),
+    );
     shard.forget(agent);
     let error = wire::error_event(
         agent,
@@ -387,14 +426,12 @@ fn to_attached(shard: &Shard, agent: &str, event: &Value) {
     }
 }
 
-/// To every connection.
+/// To every daemon connection (a direct one carries no orchestrator
+/// event).
 fn broadcast(shard: &Shard, event: &Value) {
     let conns = shard.snapshot();
-    if conns.is_empty() {
-        return;
-    }
-    let frame = encode(event);
-    for conn in conns.iter() {
-        conn.send_frame(&frame);
+    let mut frame = None;
+    for conn in conns.iter().filter(|c| c.direct().is_none()) {
+        conn.send_frame(frame.get_or_insert_with(|| encode(event)));
     }
 }

@@ -8,16 +8,21 @@
 //! envelopes as Shard events; `track`: each agent's status; `agent`:
 //! `AgentInfo`; `window`: a `sync`'s live window; `attach`: one
 //! connection's attachments and waiting commands; `render`: the events
-//! the hub writes itself). Commands run through `ops` (`dispatch`), hub
-//! notifications become events (`fanout`, a publisher subscriber), and
-//! `service` is the WebSocket transport (`GET /shard/ws`) over the shared
-//! connection machinery (`wsconn`).
+//! the hub writes itself; `direct`: the rules of a connection bound to one
+//! agent). Commands run through `ops` (`dispatch`), hub notifications
+//! become events (`fanout`, a publisher subscriber). The transports:
+//! `service` is the WebSocket one (`GET /shard/ws`) and what every
+//! connection shares; `socket` (the listener) and `lines` (a connection's
+//! reading side) are the unix socket's, JSONL; `stdio` is the
+//! `shard-stdio` command, a direct connection over the unix socket on
+//! stdin and stdout. Every connection runs on the shared connection
+//! machinery (`wsconn`); `conn` holds its framing.
 //!
 //! [`Shard`] is the front-end's own state: the connected clients, their
 //! poller, and what is kept of each agent.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 pub mod access;
@@ -25,12 +30,16 @@ pub mod agent;
 pub mod attach;
 pub mod catalog;
 pub mod conn;
+pub mod direct;
 pub mod dispatch;
 pub mod fanout;
 pub mod gate;
 pub mod jsonl;
+pub mod lines;
 pub mod render;
 pub mod service;
+pub mod socket;
+pub mod stdio;
 pub mod ticket;
 pub mod track;
 pub mod translate;
@@ -53,6 +62,9 @@ pub struct Shard {
     agents: Mutex<HashMap<String, Track>>,
     /// When the keepalive last pinged every client (ms since the epoch).
     last_ping: AtomicU64,
+    /// The hub is shutting down: a worker stopped now does not end the
+    /// direct connections bound to its agent (they end with the hub).
+    stopping: AtomicBool,
 }
 
 impl Shard {
@@ -95,6 +107,15 @@ impl Shard {
     /// Runs `f` on agent `id`'s state (created when there is none).
     pub fn agent<R>(&self, id: &str, f: impl FnOnce(&mut Track) -> R) -> R {
         f(self.agents().entry(id.to_string()).or_default())
+    }
+
+    /// The hub's shutdown has begun (`run.rs`, before workers are stopped).
+    pub fn set_stopping(&self) {
+        self.stopping.store(true, Ordering::Release);
+    }
+
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
     }
 
     /// Forgets a deleted agent.

@@ -5,37 +5,61 @@
 //! per text frame (binary frames are refused with `INVALID_REQUEST`; the
 //! connection stays open), and the keepalive: a ping every
 //! `limits.pingIntervalMs` (30 s), and a client that has not answered the
-//! previous one by the next is dropped.
+//! previous one by the next is dropped. Also what every Shard connection
+//! shares, whatever its transport (the unix socket's is `socket` and
+//! `lines`): the poller's service, a message's dispatch, the release.
 //!
 //! An idle connection has no reader thread: the shared poller waits on its
 //! socket and runs [`drain`] on a short-lived thread when input arrives;
 //! messages are handled by `dispatch`, frames go out through the
 //! connection's writer.
 
+use std::os::fd::RawFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use tungstenite::{Error as WsError, Message};
+use tungstenite::{Error as WsError, Message, WebSocket};
 
-use super::conn::ShardConn;
+use super::conn::{ShardConn, Transport};
+use super::lines::{self, LineSocket};
 use super::wire::{self, Refusal};
 use super::{dispatch, Shard};
 use crate::hub::Hub;
 use crate::util::time;
-use crate::ws;
+use crate::ws::{self, SplitStream};
 use crate::wsconn::outbound::Outbound;
-use crate::wsconn::poller::{self, Service};
+use crate::wsconn::poller::{self, Service, Watched};
+
+/// The reading side of a Shard connection.
+pub enum Socket {
+    WebSocket(WebSocket<SplitStream>),
+    Lines(LineSocket),
+}
+
+impl Watched for Socket {
+    fn watched_fd(&self) -> RawFd {
+        match self {
+            Socket::WebSocket(ws) => ws.watched_fd(),
+            Socket::Lines(lines) => lines.watched_fd(),
+        }
+    }
+}
 
 /// A parked Shard socket.
-pub type Parked = poller::Parked<ShardConn>;
+pub type Parked = poller::Parked<ShardConn, Socket>;
 /// What a Shard reader did with its socket's input.
-pub type Drained = poller::Drained<ShardConn>;
+pub type Drained = poller::Drained<ShardConn, Socket>;
 /// The idle Shard sockets.
 pub type Poller = poller::Poller<Shard>;
 
 /// The transport-scoped capabilities of the daemon's `hello` (seed §7:
 /// per-runtime features are in each attachment's `sync`).
 pub const CAPABILITIES: &[&str] = &["websocket"];
+
+/// The `server_version` of every `hello`.
+pub fn server_version() -> String {
+    format!("simplex-hub {}", env!("CARGO_PKG_VERSION"))
+}
 
 /// Serves an admitted `GET /shard/ws` connection (`gate::connect` did
 /// the admission and the upgrade): the writer and `hello`; then the
@@ -44,58 +68,80 @@ pub fn serve(hub: &Arc<Hub>, shard: &Arc<Shard>, accepted: ws::Accepted) {
     let ws::Accepted { mut socket, writer } = accepted;
     socket.get_mut().set_nonblocking_reads(true);
     let id = hub.register_socket(writer.clone());
-    let (conn, inbox) = ShardConn::new(id, writer);
+    let (conn, inbox) = ShardConn::new(id, writer, Transport::WebSocket);
+    start(
+        hub,
+        shard,
+        conn,
+        inbox,
+        CAPABILITIES,
+        Socket::WebSocket(socket),
+    );
+}
+
+/// A new connection of any transport: listed, its writer started, its
+/// `hello` queued, its socket parked with the poller until it has input.
+pub fn start(
+    hub: &Arc<Hub>,
+    shard: &Arc<Shard>,
+    conn: Arc<ShardConn>,
+    inbox: crate::wsconn::outbound::WriterInbox,
+    capabilities: &[&str],
+    socket: Socket,
+) {
     shard.add(conn.clone());
     conn.start_writer(inbox);
-    let version = format!("simplex-hub {}", env!("CARGO_PKG_VERSION"));
-    conn.send(&wire::hello(&version, CAPABILITIES));
+    conn.send(&wire::hello(&server_version(), capabilities));
     let parked = Parked {
         conn,
         socket: Box::new(socket),
     };
-    if let Err(parked) = Shard::park(shard, hub, parked) {
+    if let Err(parked) = Poller::park(shard, hub, parked) {
         release(hub, shard, &parked.conn);
-    }
-}
-
-impl Shard {
-    fn park(shard: &Arc<Shard>, hub: &Arc<Hub>, parked: Parked) -> Result<(), Parked> {
-        Poller::park(shard, hub, parked)
     }
 }
 
 /// Reads and handles the messages a parked socket has available.
 pub fn drain(hub: &Arc<Hub>, shard: &Arc<Shard>, mut parked: Parked) -> Drained {
     let conn = parked.conn.clone();
+    let read = match &mut *parked.socket {
+        Socket::WebSocket(ws) => drain_websocket(hub, shard, &conn, ws),
+        Socket::Lines(socket) => lines::drain(hub, shard, &conn, socket),
+    };
+    match read {
+        lines::Read::Park => Drained::Park(parked),
+        lines::Read::Ended => Drained::Closed,
+        lines::Read::Failed => {
+            drop(parked);
+            release(hub, shard, &conn);
+            Drained::Closed
+        }
+    }
+}
+
+/// Reads and handles the messages of a WebSocket until it would block.
+fn drain_websocket(
+    hub: &Arc<Hub>,
+    shard: &Arc<Shard>,
+    conn: &Arc<ShardConn>,
+    socket: &mut WebSocket<SplitStream>,
+) -> lines::Read {
     loop {
-        let message = match parked.socket.read() {
+        let message = match socket.read() {
             Ok(message) => message,
             Err(WsError::Io(err)) if err.kind() == std::io::ErrorKind::WouldBlock => {
                 crate::util::wakes::release();
-                return Drained::Park(parked);
+                return lines::Read::Park;
             }
             Err(WsError::Capacity(_)) => {
                 let refusal = Refusal::invalid("message too large");
                 conn.respond(None, "", Err(refusal));
-                break;
+                return lines::Read::Failed;
             }
-            Err(_) => break,
+            Err(_) => return lines::Read::Failed,
         };
         match message {
-            Message::Text(text) => {
-                let text = text.as_str();
-                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    dispatch::handle(hub, shard, &conn, text);
-                }));
-                if outcome.is_err() {
-                    log::error!("shard {}: handler failed on a message", conn.id);
-                    let refusal = Refusal::new(
-                        wire::Code::InternalError,
-                        "the hub failed to process the message",
-                    );
-                    conn.respond(None, "", Err(refusal));
-                }
-            }
+            Message::Text(text) => dispatch_text(hub, shard, conn, text.as_str()),
             Message::Binary(_) => {
                 let refusal = Refusal::invalid("binary frames are not used: send JSON text frames");
                 conn.respond(None, "", Err(refusal));
@@ -104,23 +150,42 @@ pub fn drain(hub: &Arc<Hub>, shard: &Arc<Shard>, mut parked: Parked) -> Drained 
             _ => {}
         }
         if conn.is_dead() {
-            break;
+            return lines::Read::Failed;
         }
     }
-    drop(parked);
-    release(hub, shard, &conn);
-    Drained::Closed
+}
+
+/// Handles one message's text (a frame's or a line's); a handler that
+/// panics is answered `INTERNAL_ERROR` and the connection goes on.
+pub fn dispatch_text(hub: &Arc<Hub>, shard: &Arc<Shard>, conn: &Arc<ShardConn>, text: &str) {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        dispatch::handle(hub, shard, conn, text);
+    }));
+    if outcome.is_err() {
+        log::error!("shard {}: handler failed on a message", conn.id);
+        let refusal = Refusal::new(
+            wire::Code::InternalError,
+            "the hub failed to process the message",
+        );
+        conn.respond(None, "", Err(refusal));
+    }
 }
 
 /// Ends a connection and forgets it (and its attachments).
 pub fn release(hub: &Hub, shard: &Shard, conn: &ShardConn) {
     conn.terminate();
+    detach(shard, conn);
+    hub.unregister_socket(conn.id);
+}
+
+/// Detaches a connection from every agent and takes it off the list (no
+/// event or broadcast reaches it after this).
+pub fn detach(shard: &Shard, conn: &ShardConn) {
     let agents = conn.state().detach_all();
     for agent in agents {
         shard.agent(&agent, |t| t.attached = t.attached.saturating_sub(1));
     }
     shard.remove(conn.id);
-    hub.unregister_socket(conn.id);
 }
 
 /// Pings every client once per interval; a client whose previous ping is
@@ -137,6 +202,9 @@ fn keepalive(hub: &Arc<Hub>, shard: &Arc<Shard>) {
     }
     shard.last_ping.store(now, Ordering::Release);
     for conn in shard.snapshot().iter() {
+        if conn.transport() != Transport::WebSocket {
+            continue;
+        }
         if conn.ping_due() {
             conn.ping();
         } else {
@@ -152,6 +220,7 @@ fn keepalive(hub: &Arc<Hub>, shard: &Arc<Shard>) {
 impl Service for Shard {
     type Ctx = Hub;
     type Conn = ShardConn;
+    type Socket = Socket;
     const POLL_THREAD: &'static str = "shard-poll";
     const READER_THREAD: &'static str = "shard-reader";
 

@@ -17,7 +17,7 @@
 //! keepalive pings), while it runs.
 
 use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -41,12 +41,26 @@ const POLL_TIMEOUT_MS: libc::c_int = 1000;
 /// The least time between two [`Service::tick`] calls.
 const TICK: Duration = Duration::from_millis(1000);
 
+/// A socket the poll thread can wait on.
+pub trait Watched: Send + 'static {
+    /// The descriptor whose input (or end) wakes the poll.
+    fn watched_fd(&self) -> RawFd;
+}
+
+impl Watched for WebSocket<SplitStream> {
+    fn watched_fd(&self) -> RawFd {
+        self.get_ref().as_raw_fd()
+    }
+}
+
 /// A front-end whose connections the poller serves.
 pub trait Service: Send + Sync + Sized + 'static {
     /// What the handlers need besides the front-end (the hub).
     type Ctx: Send + Sync + 'static;
     /// One connection's state.
     type Conn: Send + Sync + 'static;
+    /// The reading side of one connection's socket.
+    type Socket: Watched;
     /// Thread names.
     const POLL_THREAD: &'static str;
     const READER_THREAD: &'static str;
@@ -57,8 +71,8 @@ pub trait Service: Send + Sync + Sized + 'static {
     fn drain(
         ctx: &Arc<Self::Ctx>,
         svc: &Arc<Self>,
-        parked: Parked<Self::Conn>,
-    ) -> Drained<Self::Conn>;
+        parked: Parked<Self::Conn, Self::Socket>,
+    ) -> Drained<Self::Conn, Self::Socket>;
     /// Ends a connection and forgets it.
     fn release(ctx: &Self::Ctx, svc: &Self, conn: &Self::Conn);
     /// Called on the poll thread about once a second while it runs.
@@ -66,23 +80,26 @@ pub trait Service: Send + Sync + Sized + 'static {
 }
 
 /// One connection with nothing to read right now.
-pub struct Parked<C> {
+pub struct Parked<C, S = WebSocket<SplitStream>> {
     pub conn: Arc<C>,
     /// Boxed: the socket moves between the poll and reader threads.
-    pub socket: Box<WebSocket<SplitStream>>,
+    pub socket: Box<S>,
 }
 
 /// What a reader thread did with a socket's available input.
-pub enum Drained<C> {
+pub enum Drained<C, S = WebSocket<SplitStream>> {
     /// Everything available was handled; wait for more.
-    Park(Parked<C>),
+    Park(Parked<C, S>),
     /// The connection is over (the reader already released it).
     Closed,
 }
 
+/// A service's parked connection.
+type ParkedOf<S> = Parked<<S as Service>::Conn, <S as Service>::Socket>;
+
 /// The sockets waiting for input; part of the front-end's state.
 pub struct Poller<S: Service> {
-    state: Mutex<State<S::Conn>>,
+    state: Mutex<State<ParkedOf<S>>>,
 }
 
 impl<S: Service> Default for Poller<S> {
@@ -96,9 +113,9 @@ impl<S: Service> Default for Poller<S> {
     }
 }
 
-struct State<C> {
+struct State<P> {
     /// Sockets parked since the poll thread last looked.
-    incoming: Vec<Parked<C>>,
+    incoming: Vec<P>,
     /// The write end of the running poll thread's wake pipe; `None` when
     /// no poll thread runs. (The thread is started under this lock, so two
     /// parks cannot start two.)
@@ -106,17 +123,13 @@ struct State<C> {
 }
 
 impl<S: Service> Poller<S> {
-    fn lock(&self) -> MutexGuard<'_, State<S::Conn>> {
+    fn lock(&self) -> MutexGuard<'_, State<ParkedOf<S>>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Parks `parked` until it has input, starting the poll thread if none
     /// runs. `Err` gives the connection back when no thread could start.
-    pub fn park(
-        svc: &Arc<S>,
-        ctx: &Arc<S::Ctx>,
-        parked: Parked<S::Conn>,
-    ) -> Result<(), Parked<S::Conn>> {
+    pub fn park(svc: &Arc<S>, ctx: &Arc<S::Ctx>, parked: ParkedOf<S>) -> Result<(), ParkedOf<S>> {
         let mut state = svc.poller().lock();
         if let Some(wake) = state.wake.clone() {
             state.incoming.push(parked);
@@ -153,7 +166,7 @@ impl<S: Service> Poller<S> {
     /// Takes the newly parked sockets. When there are none and `idle`, the
     /// poll thread is retired under the same lock (so a concurrent `park`
     /// starts a new one) and false is returned.
-    fn take_incoming(&self, into: &mut Vec<Parked<S::Conn>>, idle: bool) -> bool {
+    fn take_incoming(&self, into: &mut Vec<ParkedOf<S>>, idle: bool) -> bool {
         let mut state = self.lock();
         if state.incoming.is_empty() && idle {
             state.wake = None;
@@ -166,7 +179,7 @@ impl<S: Service> Poller<S> {
 
 /// The poll thread: waits on the wake pipe and every parked socket.
 fn run<S: Service>(ctx: &Arc<S::Ctx>, svc: &Arc<S>, mut wake: UnixStream) {
-    let mut parked: Vec<Parked<S::Conn>> = Vec::new();
+    let mut parked: Vec<ParkedOf<S>> = Vec::new();
     let mut fds: Vec<libc::pollfd> = Vec::new();
     let mut ticked = Instant::now();
     loop {
@@ -176,11 +189,7 @@ fn run<S: Service>(ctx: &Arc<S::Ctx>, svc: &Arc<S>, mut wake: UnixStream) {
         }
         fds.clear();
         fds.push(pollin(wake.as_raw_fd()));
-        fds.extend(
-            parked
-                .iter()
-                .map(|p| pollin(p.socket.get_ref().as_raw_fd())),
-        );
+        fds.extend(parked.iter().map(|p| pollin(p.socket.watched_fd())));
         // SAFETY: `fds` is a valid, initialized array of `fds.len()`
         // pollfd structs that outlives the call.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, POLL_TIMEOUT_MS) };
@@ -221,7 +230,7 @@ fn run<S: Service>(ctx: &Arc<S::Ctx>, svc: &Arc<S>, mut wake: UnixStream) {
 
 /// Runs `drain` for a socket with input on a reader thread, which parks
 /// the socket again when it is done.
-fn hand_over<S: Service>(ctx: &Arc<S::Ctx>, svc: &Arc<S>, entry: Parked<S::Conn>) {
+fn hand_over<S: Service>(ctx: &Arc<S::Ctx>, svc: &Arc<S>, entry: ParkedOf<S>) {
     let conn = entry.conn.clone();
     let ctx2 = ctx.clone();
     let svc2 = svc.clone();
@@ -234,7 +243,7 @@ fn hand_over<S: Service>(ctx: &Arc<S::Ctx>, svc: &Arc<S>, entry: Parked<S::Conn>
             // A chatty client (or one trickling a large message) keeps
             // this thread a moment instead of costing a new one per
             // read.
-            if readable(done.socket.get_ref().as_raw_fd(), LINGER) {
+            if readable(done.socket.watched_fd(), LINGER) {
                 entry = done;
                 continue;
             }

@@ -1,22 +1,57 @@
 //! A Shard client written from the wire protocol seed (004) alone: it
-//! shares nothing with the hub's code. It opens `/shard/ws`, reads
-//! `hello`, sends commands with correlation ids and keeps every other
-//! message in arrival order, so a test can wait for the `response` of one
-//! command and still see the events that came before it.
+//! shares nothing with the hub's code. It speaks each transport of seed
+//! §2: a WebSocket (`/shard/ws`, one message per text frame), the hub's
+//! unix socket (JSONL: split on `\n` only, one trailing `\r` stripped),
+//! and stdio (`simplex-hub shard-stdio`, a child process whose stdin and
+//! stdout carry JSONL). It reads `hello`, sends commands with correlation
+//! ids and keeps every other message in arrival order, so a test can wait
+//! for the `response` of one command and still see the events that came
+//! before it.
 
 use std::collections::VecDeque;
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tungstenite::client::IntoClientRequest;
 use tungstenite::Message;
 
-use super::{TestHub, DEADLINE};
+use super::{wait_exit, TestHub, BIN, DEADLINE};
+
+/// The transport under a client.
+enum Link {
+    Ws(Box<tungstenite::WebSocket<TcpStream>>),
+    /// The unix socket, and the bytes read past the last whole line.
+    Socket(UnixStream, Vec<u8>),
+    Stdio(StdioLink),
+}
+
+/// A `shard-stdio` child: its stdin, a thread splitting its stdout into
+/// lines (`None` once stdout ended), and its stderr as it came.
+struct StdioLink {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<Option<Vec<u8>>>,
+    ended: bool,
+    stderr: Arc<Mutex<String>>,
+}
+
+/// What one read of a JSONL transport gave.
+enum Next {
+    Line(Vec<u8>),
+    Nothing,
+    Ended,
+}
 
 /// One Shard connection.
 pub struct ShardClient {
-    pub ws: tungstenite::WebSocket<TcpStream>,
+    link: Link,
     /// The `hello` the daemon sent first.
     pub hello: Value,
     /// The subprotocol the daemon selected, if any.
@@ -32,6 +67,23 @@ pub fn shard_refusal(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> 
         Err(status) => status,
         Ok(_) => panic!("the upgrade to {path} was accepted"),
     }
+}
+
+/// The hub's unix socket in its data directory (the default `shard.socket`).
+pub fn shard_socket(hub: &TestHub) -> std::path::PathBuf {
+    hub.data_dir.join("shard.sock")
+}
+
+/// Splits one JSONL line off the front of `buf`: up to the first `\n`,
+/// one trailing `\r` stripped (seed §2.1).
+fn split_line(buf: &mut Vec<u8>) -> Option<Vec<u8>> {
+    let nl = buf.iter().position(|&b| b == b'\n')?;
+    let mut line: Vec<u8> = buf.drain(..=nl).collect();
+    line.pop();
+    if line.last() == Some(&b'\r') {
+        line.pop();
+    }
+    Some(line)
 }
 
 impl ShardClient {
@@ -68,31 +120,186 @@ impl ShardClient {
             .headers()
             .get("Sec-WebSocket-Protocol")
             .map(|v| v.to_str().unwrap().to_string());
+        Ok(Self::over(Link::Ws(Box::new(ws)), protocol))
+    }
+
+    /// Connects to the hub's unix socket at `path` and reads `hello`.
+    pub fn socket(path: &Path) -> ShardClient {
+        let stream = UnixStream::connect(path)
+            .unwrap_or_else(|e| panic!("cannot connect to {}: {e}", path.display()));
+        stream.set_write_timeout(Some(DEADLINE)).unwrap();
+        Self::over(Link::Socket(stream, Vec::new()), None)
+    }
+
+    /// Starts `simplex-hub shard-stdio` with `args` for `hub` (its data
+    /// directory given) and reads the direct connection's `hello`.
+    pub fn stdio(hub: &TestHub, args: &[&str]) -> ShardClient {
+        let mut client = Self::spawn_stdio(hub, args);
+        client.hello = client.read_one(DEADLINE).unwrap_or_else(|| {
+            panic!(
+                "no hello from shard-stdio; stderr: {}",
+                client.stdio_stderr()
+            )
+        });
+        assert_eq!(client.hello["type"], "hello", "{}", client.hello);
+        client
+    }
+
+    /// Starts `shard-stdio` without reading anything (for the ones that
+    /// are to fail).
+    pub fn spawn_stdio(hub: &TestHub, args: &[&str]) -> ShardClient {
+        let mut child = Command::new(BIN)
+            .arg("shard-stdio")
+            .args(args)
+            .arg("--data-dir")
+            .arg(&hub.data_dir)
+            .env("HOME", &hub.data_dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn shard-stdio");
+        let stdin = child.stdin.take();
+        let mut stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 65536];
+            loop {
+                match stdout.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+                while let Some(line) = split_line(&mut buf) {
+                    if tx.send(Some(line)).is_err() {
+                        return;
+                    }
+                }
+            }
+            let _ = tx.send(None);
+        });
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let mut err_pipe = child.stderr.take().unwrap();
+        let sink = stderr.clone();
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let mut chunk = [0u8; 4096];
+            while let Ok(n) = err_pipe.read(&mut chunk) {
+                if n == 0 {
+                    break;
+                }
+                text.push_str(&String::from_utf8_lossy(&chunk[..n]));
+                *sink.lock().unwrap() = text.clone();
+            }
+        });
+        Self::over(
+            Link::Stdio(StdioLink {
+                child,
+                stdin,
+                lines,
+                ended: false,
+                stderr,
+            }),
+            None,
+        )
+    }
+
+    /// A client over `link`; reads `hello` unless it is stdio's (whose
+    /// first line may not come: `stdio` reads it).
+    fn over(link: Link, protocol: Option<String>) -> ShardClient {
+        let stdio = matches!(link, Link::Stdio(_));
         let mut client = ShardClient {
-            ws,
+            link,
             hello: Value::Null,
             protocol,
             inbox: VecDeque::new(),
             next_id: 0,
         };
-        client.hello = client.read_one(DEADLINE).expect("no hello");
-        assert_eq!(client.hello["type"], "hello", "{}", client.hello);
-        Ok(client)
+        if !stdio {
+            client.hello = client.read_one(DEADLINE).expect("no hello");
+            assert_eq!(client.hello["type"], "hello", "{}", client.hello);
+        }
+        client
     }
 
-    /// Reads one text message within `within` (`None`: nothing came).
+    /// The WebSocket under this client (panics for another transport).
+    pub fn websocket(&mut self) -> &mut tungstenite::WebSocket<TcpStream> {
+        match &mut self.link {
+            Link::Ws(ws) => ws,
+            _ => panic!("not a WebSocket client"),
+        }
+    }
+
+    /// Reads one line of a JSONL transport within `within`.
+    fn next_line(&mut self, within: Duration) -> Next {
+        match &mut self.link {
+            Link::Ws(_) => unreachable!(),
+            Link::Socket(stream, buf) => {
+                let end = Instant::now() + within;
+                loop {
+                    if let Some(line) = split_line(buf) {
+                        return Next::Line(line);
+                    }
+                    let left = end.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Next::Nothing;
+                    }
+                    stream
+                        .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+                        .unwrap();
+                    let mut chunk = [0u8; 65536];
+                    match stream.read(&mut chunk) {
+                        Ok(0) => return Next::Ended,
+                        Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                            ) => {}
+                        Err(_) => return Next::Ended,
+                    }
+                }
+            }
+            Link::Stdio(stdio) => {
+                if stdio.ended {
+                    return Next::Ended;
+                }
+                match stdio.lines.recv_timeout(within) {
+                    Ok(Some(line)) => Next::Line(line),
+                    Ok(None) | Err(RecvTimeoutError::Disconnected) => {
+                        stdio.ended = true;
+                        Next::Ended
+                    }
+                    Err(RecvTimeoutError::Timeout) => Next::Nothing,
+                }
+            }
+        }
+    }
+
+    /// Reads one message within `within` (`None`: nothing came).
     fn read_one(&mut self, within: Duration) -> Option<Value> {
+        if !matches!(self.link, Link::Ws(_)) {
+            return match self.next_line(within) {
+                Next::Line(line) => {
+                    let text = String::from_utf8(line).expect("a UTF-8 line");
+                    assert!(!text.is_empty(), "the hub sent an empty line");
+                    Some(serde_json::from_str(&text).expect("a JSON line"))
+                }
+                Next::Nothing => None,
+                Next::Ended => panic!("the connection ended"),
+            };
+        }
+        let ws = self.websocket();
         let end = Instant::now() + within;
         loop {
             let left = end.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return None;
             }
-            self.ws
-                .get_ref()
+            ws.get_ref()
                 .set_read_timeout(Some(left.max(Duration::from_millis(1))))
                 .unwrap();
-            match self.ws.read() {
+            match ws.read() {
                 Ok(Message::Text(text)) => {
                     return Some(serde_json::from_str(text.as_str()).expect("a JSON message"))
                 }
@@ -116,8 +323,66 @@ impl ShardClient {
         self.send_text(&msg.to_string());
     }
 
+    /// Sends one message's text: a text frame, or a line.
     pub fn send_text(&mut self, text: &str) {
-        self.ws.send(Message::Text(text.into())).unwrap();
+        match &mut self.link {
+            Link::Ws(ws) => ws.send(Message::Text(text.into())).unwrap(),
+            _ => self.send_raw(format!("{text}\n").as_bytes()),
+        }
+    }
+
+    /// Writes `bytes` as they are to a JSONL transport (CRLF, invalid
+    /// UTF-8, a partial line: whatever the test needs).
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        match &mut self.link {
+            Link::Ws(_) => panic!("a WebSocket client sends frames"),
+            Link::Socket(stream, _) => stream.write_all(bytes).unwrap(),
+            Link::Stdio(stdio) => {
+                let stdin = stdio.stdin.as_mut().expect("stdin was closed");
+                stdin.write_all(bytes).unwrap();
+                stdin.flush().unwrap();
+            }
+        }
+    }
+
+    /// Ends what this client sends (a half-close of the socket, the end of
+    /// shard-stdio's stdin) and keeps reading.
+    pub fn close_input(&mut self) {
+        match &mut self.link {
+            Link::Ws(_) => panic!("a WebSocket has no half-close"),
+            Link::Socket(stream, _) => stream.shutdown(std::net::Shutdown::Write).unwrap(),
+            Link::Stdio(stdio) => drop(stdio.stdin.take()),
+        }
+    }
+
+    /// shard-stdio's exit status, waiting up to `within`.
+    pub fn stdio_exit(&mut self, within: Duration) -> Option<ExitStatus> {
+        match &mut self.link {
+            Link::Stdio(stdio) => wait_exit(&mut stdio.child, within),
+            _ => panic!("not a shard-stdio client"),
+        }
+    }
+
+    /// What shard-stdio wrote on stderr so far.
+    pub fn stdio_stderr(&self) -> String {
+        match &self.link {
+            Link::Stdio(stdio) => stdio.stderr.lock().unwrap().clone(),
+            _ => panic!("not a shard-stdio client"),
+        }
+    }
+
+    /// Every message until the connection ends (within the deadline).
+    pub fn rest(&mut self) -> Vec<Value> {
+        let mut out: Vec<Value> = self.inbox.drain(..).collect();
+        let end = Instant::now() + DEADLINE;
+        while Instant::now() < end {
+            match self.next_line(end.saturating_duration_since(Instant::now())) {
+                Next::Line(line) => out.push(serde_json::from_slice(&line).expect("a JSON line")),
+                Next::Nothing => {}
+                Next::Ended => return out,
+            }
+        }
+        panic!("the connection did not end; got {out:#?}");
     }
 
     /// A fresh correlation id.
@@ -178,6 +443,17 @@ impl ShardClient {
     /// The first message of `kind` for `agent`.
     pub fn event(&mut self, kind: &str, agent: &str) -> Value {
         self.expect(|m| m["type"] == kind && m["agent_id"] == agent)
+    }
+
+    /// The first message of `kind` on a direct connection, which carries
+    /// no `agent_id` (seed §5.2).
+    pub fn direct_event(&mut self, kind: &str) -> Value {
+        let msg = self.expect(|m| m["type"] == kind);
+        assert!(
+            msg.get("agent_id").is_none(),
+            "a direct message with agent_id: {msg}"
+        );
+        msg
     }
 
     /// Reads everything that arrives within `within` into the inbox.
@@ -241,12 +517,21 @@ impl ShardClient {
     /// and dropping whatever comes first).
     pub fn ends_within(&mut self, within: Duration) -> bool {
         let end = Instant::now() + within;
+        if !matches!(self.link, Link::Ws(_)) {
+            while Instant::now() < end {
+                match self.next_line(end.saturating_duration_since(Instant::now())) {
+                    Next::Ended => return true,
+                    Next::Line(_) | Next::Nothing => {}
+                }
+            }
+            return false;
+        }
+        let ws = self.websocket();
         while Instant::now() < end {
-            self.ws
-                .get_ref()
+            ws.get_ref()
                 .set_read_timeout(Some(Duration::from_millis(50)))
                 .unwrap();
-            match self.ws.read() {
+            match ws.read() {
                 Ok(_) => {}
                 Err(tungstenite::Error::Io(e))
                     if matches!(
@@ -257,5 +542,12 @@ impl ShardClient {
             }
         }
         false
+    }
+}
+
+impl Drop for StdioLink {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

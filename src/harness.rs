@@ -54,6 +54,12 @@ pub use crate::util::{line_splitter, log_ring};
 /// line framing.
 pub use crate::shard::jsonl;
 
+/// Fuzz `shard_message`: the Shard message parser (the envelope, the
+/// command catalog) and the direct connection's rules.
+pub mod shard {
+    pub use crate::shard::{catalog, direct, wire};
+}
+
 /// Fuzz `yaml_edit`: the worker configuration's YAML editor and the YAML
 /// reader it checks every edit with (the supervisor's refresh uses both).
 pub use crate::util::yaml_edit;

@@ -1,5 +1,6 @@
-//! The connection machinery the WebSocket front-ends share (the panel's
-//! `/panel/ws` and the Shard `/shard/ws`): one connection's budgeted
+//! The connection machinery the front-ends share (the panel's
+//! `/panel/ws`, the Shard `/shard/ws` and the Shard unix socket, whose
+//! frames are JSONL lines): one connection's budgeted
 //! outbound queue and its writer thread ([`outbound`]), and the one thread
 //! per front-end that waits on every idle socket and hands a socket with
 //! input to a short-lived reader thread ([`poller`]). A front-end adds its

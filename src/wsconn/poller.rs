@@ -1,6 +1,8 @@
 //! Waits on every idle socket of one front-end (the panels, the Shard
-//! clients) from one thread. A parked connection costs its socket and
-//! tungstenite's small read buffer, not a thread: the poll thread sleeps
+//! clients) from one thread. A parked connection costs its socket and its
+//! reading state (tungstenite's small read buffer, or a JSONL splitter's
+//! partial line; `Watched` is what the poll needs of it), not a thread:
+//! the poll thread sleeps
 //! in one `poll(2)` over all parked sockets and, when one has input (or
 //! has ended), hands it to a short-lived reader thread. That thread reads
 //! and handles messages until the socket has nothing more to give

@@ -326,14 +326,13 @@ fn frame_of(text: &str) -> Vec<u8> {
 /// Reads every message of a Shard connection until `stop`; returns the
 /// bytes read.
 fn drain_shard(mut client: ShardClient, stop: Arc<AtomicBool>) -> u64 {
-    client
-        .ws
-        .get_ref()
+    let ws = client.websocket();
+    ws.get_ref()
         .set_read_timeout(Some(Duration::from_millis(200)))
         .unwrap();
     let mut read = 0u64;
     loop {
-        match client.ws.read() {
+        match ws.read() {
             Ok(message) => read += message.len() as u64,
             Err(tungstenite::Error::Io(e))
                 if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) =>

@@ -647,7 +647,7 @@ fn attach(
         conn.bind_direct(agent);
         data["agent_id"] = json!(agent);
         if let Some(sync) = sync.as_object_mut() {
-            sync.remove("runtime_epoch");
+            sync.shift_remove("runtime_epoch");
         }
     }
     reply(Ok(Some(data)));

@@ -455,6 +455,18 @@ fn shard_stdio_exit_statuses() {
         "{}",
         nope.stdio_stderr()
     );
+    // --provider reaches the create: an unknown profile is refused there.
+    let cwd = dir.path().join("never").display().to_string();
+    let mut bad = ShardClient::spawn_stdio(
+        &hub,
+        &["--create", "--cwd", &cwd, "--provider", "no-such-profile"],
+    );
+    assert_eq!(bad.stdio_exit(DEADLINE).and_then(|s| s.code()), Some(1));
+    assert!(
+        bad.stdio_stderr().contains("INVALID_REQUEST"),
+        "{}",
+        bad.stdio_stderr()
+    );
     create_session(&hub, "plain");
     let mut plain = ShardClient::spawn_stdio(&hub, &["--agent", "plain"]);
     assert_eq!(plain.stdio_exit(DEADLINE).and_then(|s| s.code()), Some(1));

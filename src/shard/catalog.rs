@@ -9,6 +9,10 @@ use serde_json::{Map, Value};
 
 use super::wire::{Incoming, Refusal};
 
+/// The message type that binds a unix-socket connection to one agent
+/// (this hub's extension; `direct`).
+pub const DIRECT_BIND: &str = "direct.bind";
+
 /// Who a command is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scope {
@@ -147,7 +151,7 @@ pub fn scope(kind: &str) -> Option<Scope> {
         | "list_reasoning_levels"
         | "set_reasoning_level" => Some(Scope::Agent),
         k if k.starts_with("subagent.") || k.starts_with("workspace.") => Some(Scope::Orchestrator),
-        super::direct::BIND => Some(Scope::Connection),
+        DIRECT_BIND => Some(Scope::Connection),
         _ => None,
     }
 }
@@ -192,7 +196,7 @@ pub fn parse(msg: &Incoming) -> Result<Command, Refusal> {
         "daemon.shutdown" => Command::DaemonShutdown {
             force: opt_bool(b, "force")?.unwrap_or(false),
         },
-        super::direct::BIND => match (b.get("create").filter(|v| !v.is_null()), &msg.agent_id) {
+        DIRECT_BIND => match (b.get("create").filter(|v| !v.is_null()), &msg.agent_id) {
             (Some(_), Some(_)) => {
                 return Err(Refusal::invalid(
                     "agent_id and create are mutually exclusive",

@@ -16,7 +16,7 @@ use super::catalog::{self, Scope};
 use super::wire::{Code, Refusal};
 
 /// The message type that binds a unix-socket connection to one agent.
-pub const BIND: &str = "direct.bind";
+pub use super::catalog::DIRECT_BIND as BIND;
 
 /// The transport-scoped capabilities of a direct connection's `hello`.
 pub const CAPABILITIES: &[&str] = &["unix-socket", "direct"];

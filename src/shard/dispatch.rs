@@ -34,6 +34,20 @@ use crate::util::thread::{self, Stack};
 
 type Outcome = Result<Option<Value>, Refusal>;
 
+/// Handles one message's text (a WebSocket frame's or a JSONL line's); a
+/// handler that panics is answered `INTERNAL_ERROR` and the connection
+/// goes on.
+pub fn handle_text(hub: &Arc<Hub>, shard: &Arc<Shard>, conn: &Arc<ShardConn>, text: &str) {
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        handle(hub, shard, conn, text);
+    }));
+    if outcome.is_err() {
+        log::error!("shard {}: handler failed on a message", conn.id);
+        let refusal = Refusal::new(Code::InternalError, "the hub failed to process the message");
+        conn.respond(None, "", Err(refusal));
+    }
+}
+
 /// Handles one text message of connection `conn`.
 pub fn handle(hub: &Arc<Hub>, shard: &Arc<Shard>, conn: &Arc<ShardConn>, text: &str) {
     let msg = match wire::parse(text) {
@@ -652,10 +666,7 @@ fn attach(
     }
     reply(Ok(Some(data)));
     if direct {
-        conn.send(&wire::hello(
-            &super::service::server_version(),
-            direct::CAPABILITIES,
-        ));
+        conn.send(&wire::hello(&wire::server_version(), direct::CAPABILITIES));
     }
     conn.send(&sync);
     if role == Role::Interactive {

@@ -17,8 +17,8 @@ use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Weak};
 
 use super::conn::ShardConn;
+use super::dispatch;
 use super::jsonl::{Record, Splitter};
-use super::service;
 use super::wire::Refusal;
 use super::Shard;
 use crate::hub::Hub;
@@ -103,7 +103,7 @@ pub fn drain(
 /// One record of the splitter.
 fn handle(hub: &Arc<Hub>, shard: &Arc<Shard>, conn: &Arc<ShardConn>, record: Record<'_>) {
     match record {
-        Record::Line(text) => service::dispatch_text(hub, shard, conn, text),
+        Record::Line(text) => dispatch::handle_text(hub, shard, conn, text),
         Record::TooLong { bytes, max } => conn.respond(
             None,
             "",
@@ -126,7 +126,7 @@ fn handle(hub: &Arc<Hub>, shard: &Arc<Shard>, conn: &Arc<ShardConn>, record: Rec
 /// detached from every agent and no longer hears broadcasts); what is
 /// queued is written, then the connection ends and is forgotten.
 fn input_ended(hub: &Arc<Hub>, shard: &Shard, conn: &Arc<ShardConn>) {
-    service::detach(shard, conn);
+    shard.detach(conn);
     // Run once the queued output is written, or dropped with the queue
     // when the connection ends first: either way it ends and is forgotten.
     struct Close {

@@ -95,6 +95,16 @@ impl Shard {
         }
     }
 
+    /// Detaches `conn` from every agent and takes it off the list (no
+    /// event or broadcast reaches it after this).
+    pub fn detach(&self, conn: &ShardConn) {
+        let agents = conn.state().detach_all();
+        for agent in agents {
+            self.agent(&agent, |t| t.attached = t.attached.saturating_sub(1));
+        }
+        self.remove(conn.id);
+    }
+
     /// A snapshot of the connected clients (the lock is released at once).
     pub fn snapshot(&self) -> Arc<[Arc<ShardConn>]> {
         self.list.lock().unwrap_or_else(|p| p.into_inner()).clone()

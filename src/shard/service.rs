@@ -59,11 +59,6 @@ pub type Poller = poller::Poller<Shard>;
 /// per-runtime features are in each attachment's `sync`).
 pub const CAPABILITIES: &[&str] = &["websocket"];
 
-/// The `server_version` of every `hello`.
-pub fn server_version() -> String {
-    format!("simplex-hub {}", env!("CARGO_PKG_VERSION"))
-}
-
 /// Serves an admitted `GET /shard/ws` connection (`gate::connect` did
 /// the admission and the upgrade): the writer and `hello`; then the
 /// socket is parked with the poller until it has input.
@@ -94,7 +89,7 @@ pub fn start(
 ) {
     shard.add(conn.clone());
     conn.start_writer(inbox);
-    conn.send(&wire::hello(&server_version(), capabilities));
+    conn.send(&wire::hello(&wire::server_version(), capabilities));
     let parked = Parked {
         conn,
         socket: Box::new(socket),
@@ -144,7 +139,7 @@ fn drain_websocket(
             Err(_) => return lines::Read::Failed,
         };
         match message {
-            Message::Text(text) => dispatch_text(hub, shard, conn, text.as_str()),
+            Message::Text(text) => dispatch::handle_text(hub, shard, conn, text.as_str()),
             Message::Binary(_) => {
                 let refusal = Refusal::invalid("binary frames are not used: send JSON text frames");
                 conn.respond(None, "", Err(refusal));
@@ -158,37 +153,11 @@ fn drain_websocket(
     }
 }
 
-/// Handles one message's text (a frame's or a line's); a handler that
-/// panics is answered `INTERNAL_ERROR` and the connection goes on.
-pub fn dispatch_text(hub: &Arc<Hub>, shard: &Arc<Shard>, conn: &Arc<ShardConn>, text: &str) {
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        dispatch::handle(hub, shard, conn, text);
-    }));
-    if outcome.is_err() {
-        log::error!("shard {}: handler failed on a message", conn.id);
-        let refusal = Refusal::new(
-            wire::Code::InternalError,
-            "the hub failed to process the message",
-        );
-        conn.respond(None, "", Err(refusal));
-    }
-}
-
 /// Ends a connection and forgets it (and its attachments).
 pub fn release(hub: &Hub, shard: &Shard, conn: &ShardConn) {
     conn.terminate();
-    detach(shard, conn);
+    shard.detach(conn);
     hub.unregister_socket(conn.id);
-}
-
-/// Detaches a connection from every agent and takes it off the list (no
-/// event or broadcast reaches it after this).
-pub fn detach(shard: &Shard, conn: &ShardConn) {
-    let agents = conn.state().detach_all();
-    for agent in agents {
-        shard.agent(&agent, |t| t.attached = t.attached.saturating_sub(1));
-    }
-    shard.remove(conn.id);
 }
 
 /// Pings every client once per interval; a client whose previous ping is

@@ -207,6 +207,11 @@ pub fn parse(text: &str) -> Result<Incoming, Box<BadEnvelope>> {
     })
 }
 
+/// The `server_version` of every `hello`.
+pub fn server_version() -> String {
+    format!("simplex-hub {}", env!("CARGO_PKG_VERSION"))
+}
+
 /// The `hello` event, first on every connection.
 pub fn hello(server_version: &str, capabilities: &[&str]) -> Value {
     json!({

@@ -33,7 +33,25 @@ const cfg = {
   /** The text the editor started from (a file or a template). */
   base: '',
   editor: null,
+  /** Requests in flight that replace the editor's text or the current file. */
+  busy: 0,
 };
+
+/**
+ * Runs `fn` with the form held read-only: a template, open, reload, save,
+ * rename or delete answers into the editor, and an edit typed meanwhile
+ * would be overwritten by it (or saved under the wrong base).
+ */
+async function holding(fn) {
+  cfg.busy += 1;
+  renderState();
+  try {
+    return await fn();
+  } finally {
+    cfg.busy -= 1;
+    renderState();
+  }
+}
 
 function message(res, fallback) {
   return (res && res.body && res.body.message) || fallback;
@@ -77,7 +95,7 @@ function renderList() {
     ids.length
       ? ids.map((id) => {
           const active = cfg.current && cfg.current.id === id;
-          return h('li', null, h('button', { type: 'button', class: `cfg-item${active ? ' active' : ''}`, 'aria-current': active ? 'true' : null, dataset: { id }, text: id, onclick: () => openFile(id) }));
+          return h('li', null, h('button', { type: 'button', class: `cfg-item${active ? ' active' : ''}`, 'aria-current': active ? 'true' : null, dataset: { id }, text: id, onclick: () => holding(() => openFile(id)) }));
         })
       : h('li', { class: 'muted small', text: 'No saved files.' }),
   );
@@ -95,11 +113,15 @@ function renderState() {
   if (dirty()) parts.push('unsaved changes');
   $('cfg-state').textContent = parts.join(' · ');
   const validName = ID.test(name);
-  $('cfg-save').disabled = !validName;
-  $('cfg-rename').disabled = !cfg.current || !validName || name === cfg.current.id || dirty();
+  const busy = cfg.busy > 0;
+  cfg.editor.textarea.readOnly = busy;
+  $('cfg-name').readOnly = busy;
+  $('cfg-new').disabled = busy;
+  $('cfg-save').disabled = busy || !validName;
+  $('cfg-rename').disabled = busy || !cfg.current || !validName || name === cfg.current.id || dirty();
   $('cfg-rename').title = cfg.current && dirty() ? 'Save or reload first: a rename keeps the saved text' : '';
-  $('cfg-delete').disabled = !cfg.current;
-  $('cfg-reload').disabled = !cfg.current;
+  $('cfg-delete').disabled = busy || !cfg.current;
+  $('cfg-reload').disabled = busy || !cfg.current;
   $('cfg-preview').hidden = cfg.kind !== 'launch';
   $('cfg-name').setAttribute('aria-invalid', String(name !== '' && !validName));
 }
@@ -319,12 +341,12 @@ export function wireConfigurations() {
   });
   $('cfg-kind-launch').addEventListener('click', () => switchKind('launch'));
   $('cfg-kind-worker').addEventListener('click', () => switchKind('worker'));
-  $('cfg-new').addEventListener('click', newFromTemplate);
-  $('cfg-save').addEventListener('click', save);
+  $('cfg-new').addEventListener('click', () => holding(newFromTemplate));
+  $('cfg-save').addEventListener('click', () => holding(save));
   $('cfg-validate').addEventListener('click', validate);
-  $('cfg-reload').addEventListener('click', reload);
-  $('cfg-rename').addEventListener('click', rename);
-  $('cfg-delete').addEventListener('click', remove);
+  $('cfg-reload').addEventListener('click', () => holding(reload));
+  $('cfg-rename').addEventListener('click', () => holding(rename));
+  $('cfg-delete').addEventListener('click', () => holding(remove));
   $('cfg-preview').addEventListener('click', preview);
   $('cfg-apply').addEventListener('click', apply);
 }

@@ -137,7 +137,25 @@ describe('panel: configuration library and skills', { timeout: 240000 }, () => {
   it('saves a launch file, renames and deletes files', async () => {
     await page.locator('#cfg-kind-launch').click();
     await page.locator('#cfg-list .cfg-item', { hasText: 'local' }).waitFor();
+    // While the template loads the form is held: an edit typed meanwhile
+    // would be overwritten by the template (or saved against its base).
+    const template = '**/api/configurations/launch/template*';
+    let release;
+    const held = new Promise((resolve) => {
+      release = resolve;
+    });
+    await page.route(template, async (route) => {
+      await held;
+      await route.continue();
+    });
     await page.locator('#cfg-new').click();
+    await page.waitForFunction(() => document.querySelector('#cfg-editor textarea').readOnly);
+    assert.equal(await page.locator('#cfg-save').isDisabled(), true);
+    assert.equal(await page.locator('#cfg-new').isDisabled(), true);
+    release();
+    await page.locator('#cfg-status', { hasText: 'A new file from the template' }).waitFor();
+    await page.unroute(template);
+    assert.equal(await page.locator('#cfg-editor textarea').evaluate((el) => el.readOnly), false);
     await setEditor(page, directLaunch());
     await page.locator('#cfg-name').fill('direct-x');
     await page.locator('#cfg-save').click();

@@ -402,11 +402,39 @@ impl Hub {
                 log::warn!("skipping stored session with invalid id {:?}", rec.id);
                 continue;
             }
+            let rec = hub.settle_library_snapshot(rec);
             let s = hub.new_session(rec);
             hub.sessions().insert(s);
         }
         crate::subagents::family::load(&hub);
         Ok(hub)
+    }
+
+    /// A stored session as its configuration snapshot leaves it after a
+    /// crash: a replacement cut short is settled, and the spec names the
+    /// pair the snapshot on disk was taken from.
+    fn settle_library_snapshot(&self, mut rec: SessionRecord) -> SessionRecord {
+        let dir = self.session_dir(&rec.id);
+        if let Err(err) = crate::library::store::settle_snapshot(&dir) {
+            log::warn!(
+                "session {}: configuration snapshot not settled: {err}",
+                rec.id
+            );
+        }
+        if let Some(spec) =
+            crate::library::store::spec_with_snapshot_pair(&rec.spec, &dir.join("config"))
+        {
+            log::warn!(
+                "session {}: its spec named another configuration pair than its snapshot; \
+                 it now names the snapshot's",
+                rec.id
+            );
+            if let Err(err) = self.store().update_session_spec(&rec.id, &spec) {
+                log::warn!("session {}: spec not stored: {err}", rec.id);
+            }
+            rec.spec = spec;
+        }
+        rec
     }
 
     /// Binds the main listener (resolving `localhost` and bracketed IPv6).

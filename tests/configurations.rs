@@ -927,6 +927,133 @@ fn a_library_session_survives_a_restart_and_stops_with_its_own_timings() {
 }
 
 #[test]
+fn a_library_sessions_child_launches_as_its_parent_does() {
+    let dir = TempDir::new("cfg-fork");
+    let hub = TestHub::start(dir.path(), &[]);
+    let worker =
+        format!("{MOCK_WORKER_YAML}hub_remote_call:\n  endpoint: '{{{{hub.tools_endpoint}}}}'\n");
+    save_new(&hub, "worker", "forking", &worker);
+    // A shell wrapper in a working directory relative to the snapshot.
+    let wrapped = format!(
+        r#"{{"launcher": {{"kind": "command", "cwd": ".", "command": ["/bin/sh", "-c",
+            "exec \"$0\" mock-worker --config \"$1\" --session \"$2\" --threads \"$3\"",
+            {bin:?}, "{{config}}", "{{session}}", "{{threads}}"]}},
+          "worker": {{"threads": 2}},
+          "env": {{"LIB_MARK": "wrapped"}}}}"#,
+        bin = BIN
+    );
+    save_new(&hub, "launch", "wrapped", &wrapped);
+    create_session_with_spec(
+        &hub,
+        "p",
+        json!({"launchConfig": "wrapped", "workerConfig": "forking"}),
+    );
+    let parent = start_and_connect(&hub, "p");
+    wait_session(&hub, "p", |s| s["identity"]["state"] == "live");
+    let child = fork_from(&hub, "p");
+    let described = get_session(&hub, &child);
+    // The child ran the parent's launcher, environment and threads, from
+    // the parent's snapshot directory, not the hub-wide built-in launcher.
+    // (A headless child's description leaves its command out; the wrapper
+    // has replaced itself with the worker, so its arguments are the
+    // wrapper's.)
+    let pid = described["process"]["pid"].as_u64().unwrap();
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+    let threads = args.iter().position(|a| *a == b"--threads").unwrap();
+    assert_eq!(args[threads + 1], b"2");
+    assert_eq!(parent["process"]["command"], "/bin/sh");
+    assert!(environ(pid).contains(&"LIB_MARK=wrapped".to_string()));
+    let parent_config = dir.path().join("sessions/p/config");
+    assert_eq!(
+        std::fs::read_link(format!("/proc/{pid}/cwd")).unwrap(),
+        parent_config.canonicalize().unwrap()
+    );
+    // Its own snapshot holds the parent's launch file, the relative
+    // directory made absolute.
+    let snapshot = std::fs::read_to_string(
+        dir.path()
+            .join("subagents")
+            .join(&child)
+            .join("config/launch.jsonc"),
+    )
+    .unwrap();
+    let snapshot: Value = serde_json::from_str(&snapshot).unwrap();
+    assert_eq!(
+        snapshot["launcher"]["cwd"],
+        parent_config.join(".").display().to_string()
+    );
+    assert_eq!(snapshot["env"]["LIB_MARK"], "wrapped");
+}
+
+#[test]
+fn a_replacement_cut_short_by_a_crash_is_settled_at_start() {
+    let dir = TempDir::new("cfg-crash");
+    let hub = TestHub::start(dir.path(), &[]);
+    save_new(&hub, "worker", "mockw", MOCK_WORKER_YAML);
+    save_new(
+        &hub,
+        "launch",
+        "one",
+        &mock_worker_launch(1, json!({"LIB_MARK": "one"})),
+    );
+    save_new(
+        &hub,
+        "launch",
+        "two",
+        &mock_worker_launch(2, json!({"LIB_MARK": "two"})),
+    );
+    for id in ["a", "b"] {
+        create_session_with_spec(
+            &hub,
+            id,
+            json!({"launchConfig": "one", "workerConfig": "mockw"}),
+        );
+    }
+    let res = post(
+        &hub,
+        "/api/sessions/b/configurations",
+        json!({"launchConfig": "two", "workerConfig": "mockw"}),
+    );
+    assert_eq!(res.status, 200, "{}", res.text());
+    drop(hub);
+    // Session a: cut after its old snapshot was moved aside and before the
+    // new one took its place. Session b: cut after its new snapshot was in
+    // place, before its spec was stored (the spec still names the old
+    // pair).
+    let a = dir.path().join("sessions/a");
+    std::fs::rename(a.join("config"), a.join(".config-backup-1")).unwrap();
+    std::fs::create_dir(a.join(".config-2")).unwrap();
+    std::fs::write(a.join(".config-2/launch.jsonc"), "{").unwrap();
+    let store = dir.path().join("hub.db");
+    let conn = rusqlite::Connection::open(&store).unwrap();
+    let changed = conn
+        .execute(
+            "UPDATE sessions SET spec = json_set(spec, '$.launchConfig', 'one') WHERE id = 'b'",
+            [],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(conn);
+
+    let hub = TestHub::start(dir.path(), &[]);
+    assert!(a.join("config/launch.jsonc").is_file());
+    assert!(!a.join(".config-backup-1").exists() && !a.join(".config-2").exists());
+    let started = start_and_connect(&hub, "a");
+    let pid = started["process"]["pid"].as_u64().unwrap();
+    assert!(environ(pid).contains(&"LIB_MARK=one".to_string()));
+    assert_eq!(started["spec"]["launchConfig"], "one");
+    // b names, launches from and keeps the pair its snapshot holds.
+    assert_eq!(get_session(&hub, "b")["spec"]["launchConfig"], "two");
+    let started = start_and_connect(&hub, "b");
+    let pid = started["process"]["pid"].as_u64().unwrap();
+    assert!(environ(pid).contains(&"LIB_MARK=two".to_string()));
+    drop(hub);
+    let hub = TestHub::start(dir.path(), &[]);
+    assert_eq!(get_session(&hub, "b")["spec"]["launchConfig"], "two");
+}
+
+#[test]
 fn the_panel_creates_library_sessions_through_the_same_command() {
     let dir = TempDir::new("cfg-panel");
     let hub = TestHub::start(dir.path(), &[]);

@@ -197,7 +197,7 @@ impl LaunchDoc {
         if !out.launcher.cwd.is_empty() && Path::new(&out.launcher.cwd).is_relative() {
             out.launcher.cwd = config_dir.join(&out.launcher.cwd).display().to_string();
         }
-        out.worker.bin = if self.bin.is_relative() && self.bin.components().count() > 1 {
+        out.worker.bin = if from_config_dir(&self.bin) {
             config_dir.join(&self.bin)
         } else {
             self.bin.clone()
@@ -221,6 +221,34 @@ impl LaunchDoc {
         }
         out
     }
+}
+
+/// Whether a `worker.bin` is taken from the session's `config/` directory:
+/// relative, with a `/` (a bare name is looked up in `PATH`).
+fn from_config_dir(bin: &Path) -> bool {
+    bin.is_relative() && bin.components().count() > 1
+}
+
+/// A valid launch file's text for use from another session's `config/`
+/// directory: the same settings, with a relative `launcher.cwd` and a
+/// `worker.bin` taken from the directory made absolute against
+/// `config_dir`, the one it was written for, so they mean what they meant
+/// there. Compact JSON (a JSONC comment is not kept). A clean-forked child
+/// launches from its parent's launch snapshot this way.
+pub fn rebased(text: &str, config_dir: &Path) -> Result<String, LibraryError> {
+    let doc = parse(text)?;
+    let json = config::strip_jsonc(text).map_err(|err| syntax(&err))?;
+    let mut value: Value = serde_json::from_str(&json)
+        .map_err(|_| LibraryError::invalid("the launch file is not valid JSONC"))?;
+    if !doc.launcher.cwd.is_empty() && Path::new(&doc.launcher.cwd).is_relative() {
+        let cwd = config_dir.join(&doc.launcher.cwd).display().to_string();
+        value["launcher"]["cwd"] = Value::from(cwd);
+    }
+    if from_config_dir(&doc.bin) {
+        let bin = config_dir.join(&doc.bin).display().to_string();
+        value["worker"]["bin"] = Value::from(bin);
+    }
+    Ok(value.to_string())
 }
 
 /// Placeholders the endpoint preview shows in place of a session's id and
@@ -365,5 +393,33 @@ mod tests {
                 .unwrap()
                 .apply(&hub, Path::new("/c"));
         assert_eq!(bare.worker.bin, PathBuf::from("simplex"));
+    }
+
+    #[test]
+    fn a_rebased_file_means_from_another_directory_what_it_meant_here() {
+        let hub = crate::config::test_config("{}");
+        let text = r#"{
+            // a comment
+            "launcher": {"kind": "command", "command": ["w"], "cwd": "run"},
+            "worker": {"bin": "bin/w", "threads": 3},
+            "env": {"MARK": "x"}}"#;
+        let parent = Path::new("/d/sessions/p/config");
+        let child = Path::new("/d/sessions/c/config");
+        let moved = parse(&rebased(text, parent).unwrap()).unwrap();
+        let before = parse(text).unwrap().apply(&hub, parent);
+        let after = moved.apply(&hub, child);
+        assert_eq!(after.launcher, before.launcher);
+        assert_eq!(after.worker.bin, before.worker.bin);
+        assert_eq!(after.worker.threads, 3);
+        assert_eq!(moved.env, vec![("MARK".to_string(), "x".to_string())]);
+        // Absolute and bare paths stay as written.
+        let plain = r#"{"launcher": {"kind": "command", "command": ["w"], "cwd": "/srv"},
+                        "worker": {"bin": "simplex"}}"#;
+        let same = parse(&rebased(plain, parent).unwrap()).unwrap();
+        assert_eq!(same, parse(plain).unwrap());
+        assert!(matches!(
+            rebased("{", parent),
+            Err(LibraryError::Invalid(_))
+        ));
     }
 }

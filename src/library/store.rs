@@ -337,6 +337,89 @@ pub fn session_launch(config_dir: &Path) -> Result<Option<launch::LaunchDoc>, Li
     }
 }
 
+/// Settles a snapshot replacement ([`Snapshot::publish`]) that a crash cut
+/// short, at start, before the session is used: a `.config-backup-*` beside
+/// a missing `config/` is the old snapshot put back (the new one was not in
+/// place yet); one beside a `config/` is left from a finished replacement
+/// and removed, as is every unfinished `.config-*`. Never follows a link.
+pub fn settle_snapshot(session_dir: &Path) -> io::Result<()> {
+    let entries = match fs::read_dir(session_dir) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(err) => return Err(err),
+    };
+    let mut backups = Vec::new();
+    let mut fresh = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if !entry.file_type()?.is_dir() {
+            continue;
+        }
+        if name.starts_with(".config-backup-") {
+            backups.push(entry.path());
+        } else if name.starts_with(".config-") {
+            fresh.push(entry.path());
+        }
+    }
+    let destination = session_dir.join("config");
+    for backup in backups {
+        match fs::symlink_metadata(&destination) {
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                fs::rename(&backup, &destination)?;
+                log::warn!(
+                    "{}: a configuration snapshot replacement was cut short; the previous \
+                     snapshot is back in place",
+                    destination.display()
+                );
+            }
+            _ => fs::remove_dir_all(&backup)?,
+        }
+    }
+    for dir in fresh {
+        fs::remove_dir_all(&dir)?;
+    }
+    Ok(())
+}
+
+/// `spec` with the pair a session's snapshot was taken from
+/// (`config/source.json`) when it names another: a replacement's spec is
+/// written after its files, so a crash between them leaves the files
+/// right. `None` when the spec already agrees or there is no readable
+/// source.
+pub fn spec_with_snapshot_pair(spec: &Value, config_dir: &Path) -> Option<Value> {
+    let text = read_bounded(&config_dir.join(SNAPSHOT_SOURCE)).ok()?;
+    let source: Value = serde_json::from_str(&text).ok()?;
+    with_pair(spec, &source)
+}
+
+fn with_pair(spec: &Value, source: &Value) -> Option<Value> {
+    let launch = source.get("launchConfig")?.as_str()?;
+    let worker = source.get("workerConfig")?.as_str()?;
+    let map = spec.as_object()?;
+    if map.get("launchConfig").and_then(Value::as_str) == Some(launch)
+        && map.get("workerConfig").and_then(Value::as_str) == Some(worker)
+    {
+        return None;
+    }
+    let mut map = map.clone();
+    map.insert("launchConfig".into(), Value::from(launch));
+    map.insert("workerConfig".into(), Value::from(worker));
+    Some(Value::Object(map))
+}
+
+/// A session's launch snapshot's text, for a clean-forked child of it:
+/// made absolute against the session's `config/` directory
+/// ([`launch::rebased`]); `None` for a session without one.
+pub fn session_launch_for_child(config_dir: &Path) -> Result<Option<String>, LibraryError> {
+    match read_bounded(&config_dir.join(SNAPSHOT_LAUNCH)) {
+        Ok(text) => launch::rebased(&text, config_dir).map(Some),
+        Err(LibraryError::NotFound(_)) => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
 /// The request text rules shared by validate and save.
 fn check_text(text: &str) -> Result<(), LibraryError> {
     if text.len() > MAX_FILE_BYTES {
@@ -365,4 +448,62 @@ fn read_bounded(path: &Path) -> Result<String, LibraryError> {
 
 fn storage(path: &Path, err: &io::Error) -> LibraryError {
     LibraryError::Storage(format!("cannot use {}: {err}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::util::testkit::TempDir;
+
+    #[test]
+    fn a_cut_short_replacement_is_settled() {
+        let dir = TempDir::new("settle");
+        let session = dir.path();
+        // Cut after the old snapshot was moved aside: it is put back.
+        fs::create_dir(session.join(".config-backup-a")).unwrap();
+        fs::write(session.join(".config-backup-a/launch.jsonc"), "old").unwrap();
+        fs::create_dir(session.join(".config-b")).unwrap();
+        fs::write(session.join(".config-b/launch.jsonc"), "new").unwrap();
+        settle_snapshot(session).unwrap();
+        assert_eq!(
+            fs::read_to_string(session.join("config/launch.jsonc")).unwrap(),
+            "old"
+        );
+        assert!(!session.join(".config-backup-a").exists());
+        assert!(!session.join(".config-b").exists());
+        // Cut after the new one was in place: the leftover backup goes.
+        fs::create_dir(session.join(".config-backup-c")).unwrap();
+        settle_snapshot(session).unwrap();
+        assert!(!session.join(".config-backup-c").exists());
+        assert_eq!(
+            fs::read_to_string(session.join("config/launch.jsonc")).unwrap(),
+            "old"
+        );
+        // A file of that name, and a missing session directory, are left.
+        fs::write(session.join(".config-file"), "x").unwrap();
+        settle_snapshot(session).unwrap();
+        assert!(session.join(".config-file").is_file());
+        settle_snapshot(&session.join("gone")).unwrap();
+    }
+
+    #[test]
+    fn the_spec_takes_the_pair_of_its_snapshot() {
+        let source = json!({"launchConfig": "b", "workerConfig": "w2", "launchRevision": "r"});
+        let spec = json!({"launchConfig": "a", "workerConfig": "w", "threads": 2});
+        assert_eq!(
+            with_pair(&spec, &source),
+            Some(json!({"launchConfig": "b", "workerConfig": "w2", "threads": 2}))
+        );
+        let agreed = json!({"launchConfig": "b", "workerConfig": "w2"});
+        assert_eq!(with_pair(&agreed, &source), None);
+        assert_eq!(with_pair(&spec, &json!({"launchConfig": "b"})), None);
+        assert_eq!(with_pair(&Value::Null, &source), None);
+        let dir = TempDir::new("pair");
+        assert_eq!(spec_with_snapshot_pair(&spec, dir.path()), None);
+        fs::write(dir.path().join(SNAPSHOT_SOURCE), source.to_string()).unwrap();
+        assert_eq!(
+            spec_with_snapshot_pair(&spec, dir.path()).unwrap()["launchConfig"],
+            "b"
+        );
+    }
 }

@@ -155,7 +155,17 @@ pub fn act(hub: &Arc<Hub>, id: &str, action: Action, spec: Option<Value>, done: 
             } else {
                 StopMode::ForceKill
             };
-            let stopped = Box::new(move |stop| done(Ok(ActionResult::Stop(stop))));
+            // Answered once the exit is recorded too: a client that saw
+            // the stop succeed may act on the stopped session at once
+            // (apply a configuration, delete it).
+            let hub2 = hub.clone();
+            let sid = id.to_string();
+            let stopped = Box::new(move |stop: StopResult| {
+                if stop.is_ok() {
+                    control::wait_recorded_exit(&hub2, &sid);
+                }
+                done(Ok(ActionResult::Stop(stop)))
+            });
             control::stop(hub, id, mode, stopped);
         }
         Action::Restart => {

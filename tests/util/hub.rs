@@ -556,7 +556,17 @@ pub fn fork_child(hub: &TestHub) -> String {
     let started = post(hub, "/api/sessions/p/start", json!({}));
     assert_eq!(started.status, 200, "{}", started.text());
     wait_session(hub, "p", |s| s["identity"]["state"] == "live");
-    let res = post(hub, "/api/sessions/p/input", text_content("/fork"));
+    fork_from(hub, "p")
+}
+
+/// Has the live session `parent`'s worker clean-fork a child; returns the
+/// child's id once it is ready and live.
+pub fn fork_from(hub: &TestHub, parent: &str) -> String {
+    let res = post(
+        hub,
+        &format!("/api/sessions/{parent}/input"),
+        text_content("/fork"),
+    );
     assert_eq!(res.status, 202, "{}", res.text());
     let mut child = String::new();
     let ok = wait_until(DEADLINE, || {

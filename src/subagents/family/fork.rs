@@ -154,6 +154,36 @@ pub fn fork(
             format!("cannot write the child configuration: {err}"),
         ));
     }
+    // A library session's child launches as its parent did: from the
+    // parent's launch snapshot (which cannot change while the parent runs),
+    // not the hub-wide launcher.
+    let launch_snapshot = crate::library::store::session_launch_for_child(&parent_config)
+        .map_err(|err| {
+            Refusal::new(
+                "unsupported_launch",
+                format!(
+                    "the caller's launch snapshot cannot be forked: {}",
+                    err.message()
+                ),
+            )
+        })
+        .and_then(|launch| match launch {
+            None => Ok(()),
+            Some(text) => fsutil::write_private_atomic(
+                &config_dir.join(crate::library::store::SNAPSHOT_LAUNCH),
+                text.as_bytes(),
+            )
+            .map_err(|err| {
+                Refusal::new(
+                    "storage_error",
+                    format!("cannot write the child's launch snapshot: {err}"),
+                )
+            }),
+        });
+    if let Err(refusal) = launch_snapshot {
+        cleanup_dir();
+        return Err(refusal);
+    }
     let created_at = time::now_rfc3339();
     let child = Child::new(
         parent,

@@ -592,7 +592,7 @@ pub(super) fn ladder(
     mode: StopMode,
 ) -> StopResult {
     // A library session stops with its launch file's timings.
-    let w = &super::control::recorded_stop_settings(hub, id);
+    let w = &super::stop::recorded_stop_settings(hub, id);
     let group_kill = mode == StopMode::ForceKill || hub.config.force_kill_process_group;
     let stop = Ladder {
         hub,

@@ -30,7 +30,7 @@ use serde_json::Value;
 
 use super::daemon::{self, Found};
 use super::process::{ProcessInfo, StopSettings};
-use super::stop::stopped;
+use super::stop::{follows_pid_file, recorded_stop_settings, stop_settings, stopped};
 pub use super::stop::{StopFailed, StopHow, StopMode, StopResult};
 use super::sys::{self, Identity, Pinned};
 use super::tracked::waited;
@@ -80,29 +80,6 @@ pub fn session_config<'a>(hub: &'a Hub, id: &str) -> Result<Cow<'a, Config>, Str
             "cannot use the session's launch snapshot config/launch.jsonc: {err}"
         )),
     }
-}
-
-/// The stop settings a start under `config` records: `None` when they are
-/// the hub-wide ones (`library` false).
-fn stop_settings(config: &Config, library: bool) -> Option<StopSettings> {
-    library.then(|| settings_of(config))
-}
-
-fn settings_of(config: &Config) -> StopSettings {
-    StopSettings {
-        stop_timeout_ms: config.worker.stop_timeout_ms,
-        sigterm_grace_ms: config.worker.sigterm_grace_ms,
-        sigkill_grace_ms: config.worker.sigkill_grace_ms,
-        follows_pid_file: follows_pid_file(config),
-    }
-}
-
-/// The stop settings a stop of session `id`'s current worker uses: its
-/// record's, else the hub-wide ones.
-pub(super) fn recorded_stop_settings(hub: &Hub, id: &str) -> StopSettings {
-    hub.with_session(id, |s| s.process().and_then(|p| p.stop))
-        .flatten()
-        .unwrap_or_else(|| settings_of(&hub.config))
 }
 
 /// Starts the worker of session `id`. `spec` (optional) overrides launch
@@ -644,12 +621,6 @@ pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopR
             reason: format!("the hub could not start the stop: {err}"),
         }));
     }
-}
-
-/// Whether workers may hand over to a daemon named by `launcher.pidFile`.
-fn follows_pid_file(config: &Config) -> bool {
-    let launcher = &config.launcher;
-    !launcher.pid_file.is_empty() && launcher.kind != crate::config::LauncherKind::BuiltIn
 }
 
 /// How long a stop waits for the waiter's verdict on a launcher that

@@ -1,6 +1,10 @@
-//! What a stop is asked to do and how it ended: the stop ladder's result
-//! types, shared by the ladder (`control`) and the Docker variant of it
-//! (`container`).
+//! What a stop is asked to do, with which timings, and how it ended: the
+//! stop ladder's settings and result types, shared by the ladder
+//! (`control`) and the Docker variant of it (`container`).
+
+use super::process::StopSettings;
+use crate::config::Config;
+use crate::hub::Hub;
 
 /// How a stop is carried out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,4 +68,33 @@ pub type StopResult = Result<Stopped, StopFailed>;
 
 pub(super) fn stopped(how: StopHow, forced: bool) -> StopResult {
     Ok(Stopped { how, forced })
+}
+
+/// The stop settings a start under `config` records: `None` when they are
+/// the hub-wide ones (`library` false).
+pub(super) fn stop_settings(config: &Config, library: bool) -> Option<StopSettings> {
+    library.then(|| settings_of(config))
+}
+
+fn settings_of(config: &Config) -> StopSettings {
+    StopSettings {
+        stop_timeout_ms: config.worker.stop_timeout_ms,
+        sigterm_grace_ms: config.worker.sigterm_grace_ms,
+        sigkill_grace_ms: config.worker.sigkill_grace_ms,
+        follows_pid_file: follows_pid_file(config),
+    }
+}
+
+/// The stop settings a stop of session `id`'s current worker uses: its
+/// record's, else the hub-wide ones.
+pub(super) fn recorded_stop_settings(hub: &Hub, id: &str) -> StopSettings {
+    hub.with_session(id, |s| s.process().and_then(|p| p.stop))
+        .flatten()
+        .unwrap_or_else(|| settings_of(&hub.config))
+}
+
+/// Whether workers may hand over to a daemon named by `launcher.pidFile`.
+pub(super) fn follows_pid_file(config: &Config) -> bool {
+    let launcher = &config.launcher;
+    !launcher.pid_file.is_empty() && launcher.kind != crate::config::LauncherKind::BuiltIn
 }

@@ -40,6 +40,8 @@ struct StdioLink {
     lines: Receiver<Option<Vec<u8>>>,
     ended: bool,
     stderr: Arc<Mutex<String>>,
+    /// Says when stderr reached its end (everything is in `stderr`).
+    stderr_ended: Receiver<()>,
 }
 
 /// What one read of a JSONL transport gave.
@@ -181,6 +183,7 @@ impl ShardClient {
         let stderr = Arc::new(Mutex::new(String::new()));
         let mut err_pipe = child.stderr.take().unwrap();
         let sink = stderr.clone();
+        let (ended_tx, stderr_ended) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut text = String::new();
             let mut chunk = [0u8; 4096];
@@ -191,6 +194,7 @@ impl ShardClient {
                 text.push_str(&String::from_utf8_lossy(&chunk[..n]));
                 *sink.lock().unwrap() = text.clone();
             }
+            let _ = ended_tx.send(());
         });
         Self::over(
             Link::Stdio(StdioLink {
@@ -199,6 +203,7 @@ impl ShardClient {
                 lines,
                 ended: false,
                 stderr,
+                stderr_ended,
             }),
             None,
         )
@@ -358,7 +363,12 @@ impl ShardClient {
     /// shard-stdio's exit status, waiting up to `within`.
     pub fn stdio_exit(&mut self, within: Duration) -> Option<ExitStatus> {
         match &mut self.link {
-            Link::Stdio(stdio) => wait_exit(&mut stdio.child, within),
+            Link::Stdio(stdio) => {
+                let status = wait_exit(&mut stdio.child, within)?;
+                // Its last words reach `stdio_stderr` before the status does.
+                let _ = stdio.stderr_ended.recv_timeout(within);
+                Some(status)
+            }
             _ => panic!("not a shard-stdio client"),
         }
     }

@@ -822,26 +822,8 @@ mod tests {
     #[test]
     fn spec_follows_the_document() {
         let c = test_config("{}");
-        let base = crate::session::normalize_spec(
-            None,
-            &crate::session::SpecDefaults {
-                provider: "mock".into(),
-                profiles: vec!["deepseek".into(), "mock".into()],
-                mock_profile: "mock".into(),
-                threads: 1,
-                max_exchanges: 512,
-                auto_compact_threshold: 0,
-                max_auto_compactions: 5,
-                event_capacity: 1024,
-                system_prompt_file: "prompts/coding_agent.yaml".into(),
-                workspace: String::new(),
-                platform: String::new(),
-                software: vec![],
-                persistence_enabled: true,
-                persistence_readable: false,
-            },
-        )
-        .unwrap();
+        let base = crate::session::normalize_spec(None, &crate::session::SpecDefaults::for_tests())
+            .unwrap();
         let doc = render(&c, &spec(), Path::new(SESSION), &eps());
         let updated = spec_from_document(&base, &doc);
         let mut expected = base.clone();

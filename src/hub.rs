@@ -374,6 +374,7 @@ impl Hub {
         })
         .map_err(StartError::Store)?;
         let records = store.load_sessions().map_err(StartError::Store)?;
+        crate::supervisor::context::sweep(&data_dir);
         let hub = Hub {
             library,
             skills,
@@ -410,11 +411,30 @@ impl Hub {
         Ok(hub)
     }
 
-    /// A stored session as its configuration snapshot leaves it after a
-    /// crash: a replacement cut short is settled, and the spec names the
-    /// pair the snapshot on disk was taken from.
+    /// A stored session as its files leave it after a crash: unfinished
+    /// temporary files are removed, a configuration snapshot replacement
+    /// cut short is settled, and the spec names the pair the snapshot on
+    /// disk was taken from.
     fn settle_library_snapshot(&self, mut rec: SessionRecord) -> SessionRecord {
         let dir = self.session_dir(&rec.id);
+        // What a write cut short left: the temporary siblings of the files
+        // only the hub writes (the worker writes its own beside them).
+        let hub_files =
+            |name: &str| name == "plan.json" || name == crate::subagents::family::CONVERSATION_FILE;
+        for (folder, owned) in [
+            (dir.clone(), &hub_files as &dyn Fn(&str) -> bool),
+            (dir.join("config"), &|_: &str| true),
+        ] {
+            match fsutil::sweep_temp(&folder, owned) {
+                Ok(0) => {}
+                Ok(n) => log::info!(
+                    "session {}: removed {n} unfinished temporary file(s) in {}",
+                    rec.id,
+                    folder.display()
+                ),
+                Err(err) => log::warn!("session {}: {}: {err}", rec.id, folder.display()),
+            }
+        }
         if let Err(err) = crate::library::store::settle_snapshot(&dir) {
             log::warn!(
                 "session {}: configuration snapshot not settled: {err}",

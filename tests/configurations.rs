@@ -1035,8 +1035,26 @@ fn a_replacement_cut_short_by_a_crash_is_settled_at_start() {
         .unwrap();
     assert_eq!(changed, 1);
     drop(conn);
+    // Writes cut short leave temporary siblings: the hub's own go at the
+    // next start, a worker's (its persistence beside them) stay.
+    let tag = "0123456789abcdef0123456789abcdef";
+    let leftovers = [
+        dir.path()
+            .join(format!("configs/launch/.one.jsonc.{tag}.tmp")),
+        dir.path().join(format!("sessions/b/.plan.json.{tag}.tmp")),
+        dir.path()
+            .join(format!("sessions/b/config/.config.yaml.{tag}.tmp")),
+    ];
+    let workers = dir.path().join(format!("sessions/b/.state.json.{tag}.tmp"));
+    for path in leftovers.iter().chain([&workers]) {
+        std::fs::write(path, "half").unwrap();
+    }
 
     let hub = TestHub::start(dir.path(), &[]);
+    for path in &leftovers {
+        assert!(!path.exists(), "{}", path.display());
+    }
+    assert!(workers.is_file());
     assert!(a.join("config/launch.jsonc").is_file());
     assert!(!a.join(".config-backup-1").exists() && !a.join(".config-2").exists());
     let started = start_and_connect(&hub, "a");

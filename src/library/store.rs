@@ -61,8 +61,9 @@ pub struct Library {
 
 impl Library {
     /// Opens `<data_dir>/configs`, creating its two folders (0700), and
-    /// seeds `local`, `docker` and `default` when they are absent. Other
-    /// files are never touched.
+    /// seeds `local`, `docker` and `default` when they are absent, and
+    /// removes the temporary files of saves a crash cut short. Other files
+    /// are never touched.
     pub fn open(data_dir: &Path) -> io::Result<Library> {
         let library = Library {
             root: data_dir.join("configs"),
@@ -76,6 +77,13 @@ impl Library {
                     "{} is not a directory",
                     dir.display()
                 )));
+            }
+            // A save cut short by a crash leaves its temporary sibling.
+            if let Err(err) = fsutil::sweep_temp(&dir, |_| true) {
+                log::warn!(
+                    "{}: unfinished temporary files not removed: {err}",
+                    dir.display()
+                );
             }
         }
         for (kind, id, text) in super::SEEDS {

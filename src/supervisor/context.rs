@@ -15,6 +15,17 @@ pub(super) fn dir_in(data_dir: &Path) -> PathBuf {
     data_dir.join("docker")
 }
 
+/// Removes the temporary files of context writes a crash cut short.
+pub fn sweep(data_dir: &Path) {
+    let dir = dir_in(data_dir);
+    if let Err(err) = fsutil::sweep_temp(&dir, |_| true) {
+        log::warn!(
+            "{}: unfinished temporary files not removed: {err}",
+            dir.display()
+        );
+    }
+}
+
 /// Keeps `stored` as its session's context (0600, in a 0700 directory).
 pub(super) fn write(data_dir: &Path, stored: &Stored) -> Result<(), String> {
     let text = serde_json::to_string_pretty(&docker::to_json(stored)).map_err(|e| e.to_string())?;

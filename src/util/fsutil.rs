@@ -43,6 +43,41 @@ pub fn write_private_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
     result
 }
 
+/// The file a temporary sibling written by [`write_private_atomic`] was
+/// for: `.<name>.<32 hex digits>.tmp` gives `name`. Pure.
+pub fn temp_target(file_name: &str) -> Option<&str> {
+    let inner = file_name.strip_prefix('.')?.strip_suffix(".tmp")?;
+    let (name, tag) = inner.rsplit_once('.')?;
+    let hex = tag.len() == 32 && tag.bytes().all(|b| b.is_ascii_hexdigit());
+    (hex && !name.is_empty()).then_some(name)
+}
+
+/// Removes the temporary siblings [`write_private_atomic`] left in `dir`
+/// when the process died mid-write, for the targets `owned` accepts (the
+/// files only this process writes there: another writer's temporary file
+/// may be in use). Only regular files, never through a link. Returns how
+/// many were removed; a missing `dir` is none.
+pub fn sweep_temp(dir: &Path, owned: impl Fn(&str) -> bool) -> io::Result<usize> {
+    let entries = match fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(0),
+        Err(err) => return Err(err),
+    };
+    let mut removed = 0;
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(target) = name.to_str().and_then(temp_target) else {
+            continue;
+        };
+        if owned(target) && entry.file_type()?.is_file() {
+            fs::remove_file(entry.path())?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
 /// Creates `path` with mode 0600 only if it does not exist yet
 /// (create-exclusive). Returns `Ok(false)` when it already existed.
 pub fn write_private_new(path: &Path, bytes: &[u8]) -> io::Result<bool> {
@@ -127,4 +162,50 @@ pub fn read_regular_bounded(path: &Path, max: usize) -> Result<String, BoundedRe
         return Err(BoundedRead::TooLarge);
     }
     String::from_utf8(bytes).map_err(|_| BoundedRead::NotUtf8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::util::testkit::TempDir;
+
+    #[test]
+    fn a_temporary_sibling_names_its_target() {
+        let tag = "0123456789abcdef0123456789abcdef";
+        assert_eq!(
+            temp_target(&format!(".plan.json.{tag}.tmp")),
+            Some("plan.json")
+        );
+        assert_eq!(temp_target(&format!(".a.{tag}.tmp")), Some("a"));
+        for name in [
+            format!("plan.json.{tag}.tmp"),
+            format!(".plan.json.{tag}"),
+            format!("..{tag}.tmp"),
+            ".plan.json.0123.tmp".to_string(),
+            format!(".plan.json.{}.tmp", "g".repeat(32)),
+            ".tmp".to_string(),
+        ] {
+            assert_eq!(temp_target(&name), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn only_owned_leftovers_are_swept() {
+        let dir = TempDir::new("sweep");
+        write_private_atomic(&dir.join("plan.json"), b"{}").unwrap();
+        let tag = uuid::Uuid::new_v4().simple().to_string();
+        let mine = dir.join(format!(".plan.json.{tag}.tmp"));
+        let theirs = dir.join(format!(".state.json.{tag}.tmp"));
+        let linked = dir.join(format!(".config.yaml.{tag}.tmp"));
+        fs::write(&mine, b"half").unwrap();
+        fs::write(&theirs, b"half").unwrap();
+        std::os::unix::fs::symlink(dir.join("plan.json"), &linked).unwrap();
+        fs::create_dir(dir.join(format!(".source.json.{tag}.tmp"))).unwrap();
+        let owned = |name: &str| name != "state.json";
+        assert_eq!(sweep_temp(dir.path(), owned).unwrap(), 1);
+        assert!(!mine.exists());
+        assert!(theirs.exists() && linked.symlink_metadata().is_ok());
+        assert!(dir.join("plan.json").is_file());
+        assert_eq!(sweep_temp(&dir.join("gone"), owned).unwrap(), 0);
+    }
 }

@@ -30,7 +30,9 @@ use crate::hub::Hub;
 
 pub use cleanup::shutdown;
 pub use fork::{fork, Caller};
-pub use persist::{persist_meta, persist_outcomes, schedule_conversation_write, Terminal};
+pub use persist::{
+    persist_meta, persist_outcomes, schedule_conversation_write, Terminal, CONVERSATION_FILE,
+};
 pub use policy::set_policy;
 pub use refresh::start_refresh;
 pub use restore::{global_recovery, load, recover, recovery_info, restore, RecoverAction};

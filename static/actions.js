@@ -9,6 +9,7 @@ import { isHeadless, childLabel } from './inspector.js';
 import { state, panel, inspectorCache, render, send, subscribe, ensureView, busyReason, composerBlock, mergeDescription } from './state.js';
 import { toast, confirmDialog } from './dialogs.js';
 import { chosenSkill, composeMessage, clearSkill } from './skills.js';
+import { confirmationOption } from './confirm-mode.js';
 
 let policySeq = 0;
 
@@ -234,8 +235,10 @@ export function sendInput(operation) {
   const requestId = uuid();
   const msg = { type: 'input', session: id, operation, request_id: requestId };
   if (operation === 'message') msg.content = [{ type: 'text', modality: 'text', raw: text }];
+  // Every input carries the session's confirmation mode (confirm-mode.js).
+  msg.options = confirmationOption(id);
   const model = $('model').value;
-  if (model) msg.options = { model: { model } };
+  if (model) msg.options.model = { model };
   v.outbox.set(requestId, { requestId, operation, text: operation === 'message' ? text : null, state: 'sending', detail: null, at: new Date().toISOString() });
   if (operation === 'message') v.rememberText(requestId, text);
   if (!send(msg)) {

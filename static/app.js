@@ -15,12 +15,20 @@ import { renderAll, renderHubInfo, buildHeader, followLatest, onTranscriptScroll
 import { onMessage, onDisconnected, upsertSession } from './messages.js';
 import { wireConfigurations } from './configs.js';
 import { wireSkills } from './skills.js';
+// The cockpit: palette, composer modes, confirmation mode, tokens, theme, status bar.
+import { wirePalette } from './palette.js';
+import { wireComposerMode, renderComposerMode, commandMode, submitCommand, onCommandKey } from './composer.js';
+import { wireModeControl, renderModeControl } from './confirm-mode.js';
+import { renderTokens } from './tokens.js';
+import { wireTheme } from './theme.js';
+import { wireStatusBar, renderStatusBar, onSocketStateForLatency } from './statusbar.js';
 
 // ---------------------------------------------------------------------------
 // Connection
 // ---------------------------------------------------------------------------
 
 function onSocketState(s) {
+  onSocketStateForLatency(s);
   if (s !== 'open') {
     if (state.started) onDisconnected();
   }
@@ -45,9 +53,11 @@ function connect() {
 function wireComposer() {
   $('composer').addEventListener('submit', (e) => {
     e.preventDefault();
-    sendInput('message');
+    if (commandMode()) submitCommand();
+    else sendInput('message');
   });
   $('message').addEventListener('keydown', (e) => {
+    if (onCommandKey(e) || commandMode()) return;
     if (e.key === 'Enter' && !e.shiftKey && !e.isComposing && !e.altKey && !e.ctrlKey && !e.metaKey) {
       e.preventDefault();
       sendInput('message');
@@ -119,8 +129,20 @@ function wireLayout() {
 // Startup
 // ---------------------------------------------------------------------------
 
+/** What the cockpit modules draw after the rest of the page. */
+function renderCockpit() {
+  renderModeControl();
+  renderTokens();
+  renderComposerMode();
+  renderStatusBar();
+}
+
 async function boot() {
-  setDraw(renderAll);
+  setDraw(() => {
+    renderAll();
+    renderCockpit();
+  });
+  wireTheme();
   panel.approvals = new Approvals({
     send,
     api,
@@ -137,6 +159,10 @@ async function boot() {
   wireCreate();
   wireConfigurations();
   wireSkills(() => render());
+  wireModeControl();
+  wireComposerMode();
+  wireStatusBar();
+  wirePalette();
   wireSignIn(connect);
   takeTokenFromUrl();
   const m = /^#session=([A-Za-z0-9_-]{1,128})$/.exec(location.hash);

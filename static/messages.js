@@ -12,6 +12,7 @@ import { maybeLoadHistory, historyFailed, onHistoryEvent } from './history.js';
 import { toast } from './dialogs.js';
 import { select } from './actions.js';
 import { renderHubInfo } from './render.js';
+import { onPong } from './statusbar.js';
 
 export function upsertSession(desc, authoritative = false) {
   if (!desc || typeof desc.session_id !== 'string') return;
@@ -248,7 +249,9 @@ const handlers = {
     if (!v.plan || !(msg.plan.revision < v.plan.revision)) v.plan = msg.plan;
   },
   snapshot() {},
-  pong() {},
+  pong() {
+    onPong();
+  },
   accepted(msg) {
     const session = msg.session;
     switch (msg.action) {

@@ -47,7 +47,14 @@ pub const ASSETS: &[Asset] = &[
     asset!("configs.js", "text/javascript; charset=utf-8"),
     asset!("editor.js", "text/javascript; charset=utf-8"),
     asset!("skills.js", "text/javascript; charset=utf-8"),
+    asset!("palette.js", "text/javascript; charset=utf-8"),
+    asset!("composer.js", "text/javascript; charset=utf-8"),
+    asset!("confirm-mode.js", "text/javascript; charset=utf-8"),
+    asset!("tokens.js", "text/javascript; charset=utf-8"),
+    asset!("statusbar.js", "text/javascript; charset=utf-8"),
+    asset!("theme.js", "text/javascript; charset=utf-8"),
     asset!("style.css", "text/css; charset=utf-8"),
+    asset!("dark.css", "text/css; charset=utf-8"),
     asset!("favicon.svg", "image/svg+xml"),
 ];
 

@@ -72,7 +72,7 @@ export function toggleMode() {
   }
   ui.active = 0;
   ui.note = '';
-  draw();
+  renderComposerMode();
   box.focus();
 }
 

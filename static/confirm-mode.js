@@ -64,6 +64,7 @@ function liveWorker(desc) {
  */
 export function reconcileModes() {
   let changed = false;
+  let noticed = false;
   for (const [id, rec] of [...records]) {
     const desc = state.sessions.get(id);
     if (!desc) {
@@ -85,9 +86,11 @@ export function reconcileModes() {
       const v = state.views.get(id);
       if (v) v.notices.add('mode', text);
       else state.notices.add('mode', text);
+      noticed = true;
     }
   }
   if (changed) save();
+  if (noticed) render(); // the notices were drawn before this ran
 }
 
 /** The mode the next input of `session` carries: `ask`, `approve` or `deny`. */

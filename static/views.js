@@ -388,6 +388,9 @@ export class View {
         const r = this.round(e);
         r.finished = data && typeof data === 'object' ? data : {};
         if (this.activeRun && this.activeRun.runId === runId) this.activeRun = null;
+        // A status taken before the run settled (a cancel's answer says
+        // active: true) no longer describes the worker.
+        if (this.status && this.status.active) this.status = { ...this.status, active: false };
         r.v++;
         return;
       }

@@ -254,3 +254,39 @@ export async function sendMessage(page, text) {
   await page.locator('#message').fill(text);
   await page.locator('#message').press('Enter');
 }
+
+/**
+ * A scripted worker for session `session`: a page at the hub's origin
+ * (so the hub's origin check passes) opens the session's event socket
+ * with the endpoint from the generated worker configuration `config` and
+ * sends hand-written envelopes. Returns the page; in it,
+ * `window.scripted.open()` connects and `window.scripted.send(event,
+ * data, {run, request})` sends one event with the next sequence number.
+ */
+export async function scriptedWorker(context, hubUrl, config, session, workerId) {
+  const page = await context.newPage();
+  await page.goto(`${hubUrl}/favicon.svg`);
+  await page.evaluate(
+    ({ events, session, workerId }) => {
+      window.scripted = {
+        seq: 0,
+        received: [],
+        open() {
+          return new Promise((resolve, reject) => {
+            const ws = new WebSocket(events);
+            ws.onopen = () => resolve();
+            ws.onerror = () => reject(new Error('event socket failed'));
+            ws.onmessage = (m) => window.scripted.received.push(JSON.parse(m.data));
+            window.scripted.ws = ws;
+          });
+        },
+        send(event, data, { run = '', request = '' } = {}) {
+          window.scripted.seq += 1;
+          window.scripted.ws.send(JSON.stringify({ type: 'event', event, session_id: session, worker_id: workerId, request_id: request, run_id: run, sequence: window.scripted.seq, data }));
+        },
+      };
+    },
+    { events: config.client.endpoint, session, workerId },
+  );
+  return page;
+}

@@ -427,3 +427,165 @@ fn an_unanswered_query_ends_at_the_ten_second_deadline() {
     );
     assert_eq!(waiter.join().unwrap().status, 200);
 }
+
+/// Writes one answer request on a raw connection and leaves it waiting.
+fn answer_pending_on_raw_socket(hub: &TestHub, session: &str, body: &Value) -> std::net::TcpStream {
+    use std::io::Write;
+    let body = body.to_string();
+    let mut s = std::net::TcpStream::connect(hub.addr).unwrap();
+    let head = format!(
+        "POST /api/sessions/{session}/answer?token={TOKEN} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        hub.addr,
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    s.write_all(body.as_bytes()).unwrap();
+    s
+}
+
+#[test]
+fn a_client_that_goes_away_cancels_its_query() {
+    let dir = TempDir::new("answer-hangup");
+    let hub = TestHub::start(dir.path(), &["--panel-token", TOKEN]);
+    create_session_with_token(&hub, "gone", TOKEN);
+    let mut ws = fake_worker(&hub, "gone", "w-gone", json!(["answer-pages"]));
+    // Two queries fill the session's two slots; their clients then leave.
+    let clients = [
+        answer_pending_on_raw_socket(&hub, "gone", &json!({"source": a_source("w-gone")})),
+        answer_pending_on_raw_socket(&hub, "gone", &json!({"source": a_source("w-gone")})),
+    ];
+    let old = [next_payload(&mut ws), next_payload(&mut ws)];
+    let res = answer(&hub, "gone", json!({"source": a_source("w-gone")}));
+    assert_eq!(error_of(&res).0, 429, "both slots are held: {}", res.text());
+    let left = Instant::now();
+    drop(clients);
+    // The slots come free long before the ten-second deadline: a new
+    // query is sent to the worker and answered.
+    let waiter = loop {
+        let waiter = answer_in_background(&hub, "gone", json!({"source": a_source("w-gone")}));
+        let payload = poll_until(Duration::from_secs(2), || {
+            ws.get_mut()
+                .set_read_timeout(Some(Duration::from_millis(50)))
+                .ok()?;
+            match ws.read() {
+                Ok(tungstenite::Message::Text(t)) => {
+                    let v: Value = serde_json::from_str(t.as_str()).ok()?;
+                    (v["type"] == "payload").then(|| v["data"].clone())
+                }
+                _ => None,
+            }
+        });
+        if let Some(payload) = payload {
+            break (waiter, payload);
+        }
+        let res = waiter.join().unwrap();
+        assert_eq!(error_of(&res).0, 429, "{}", res.text());
+        assert!(
+            left.elapsed() < Duration::from_secs(5),
+            "the queries of the clients that left were not cancelled"
+        );
+    };
+    assert!(
+        left.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        left.elapsed()
+    );
+    let (waiter, payload) = waiter;
+    ws.get_mut().set_read_timeout(None).unwrap();
+    assert_ne!(payload["request_id"], old[0]["request_id"]);
+    let id = payload["request_id"].clone();
+    send_text(
+        &mut ws,
+        envelope(
+            "gone",
+            "w-gone",
+            2,
+            "answer",
+            json!({"request_id": id, "raw": "after"}),
+        ),
+    );
+    let res = waiter.join().unwrap();
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.json()["raw"], "after");
+    // Late replies to the cancelled queries satisfy nothing and are not kept.
+    for (seq, q) in old.iter().enumerate() {
+        send_text(
+            &mut ws,
+            envelope(
+                "gone",
+                "w-gone",
+                3 + seq as u64,
+                "answer",
+                json!({"request_id": q["request_id"], "raw": "late"}),
+            ),
+        );
+    }
+    let events = hub
+        .get(&format!("/api/sessions/gone/events?token={TOKEN}"))
+        .json();
+    assert!(!events.to_string().contains("\"late\""), "{events}");
+}
+
+#[test]
+fn an_answer_too_large_for_the_transcript_keeps_its_source() {
+    let dir = TempDir::new("answer-omitted");
+    let hub = hub_with_args(
+        &dir,
+        json!({"limits": {"transcriptBytes": 20000}}),
+        &["--panel-token", TOKEN],
+    );
+    create_session_with_token(&hub, "om", TOKEN);
+    let _worker = KillOnDrop(spawn_mock_worker(&hub, "om", "mock-flash"));
+    let ok = wait_until(DEADLINE, || {
+        let s = session(&hub, "om");
+        s["identity"]["state"] == "live"
+            && s["worker_capabilities"]
+                .as_array()
+                .is_some_and(|c| c.contains(&json!("answer-pages")))
+    });
+    assert!(ok, "the worker never advertised answer-pages");
+    let res = post(
+        &hub,
+        &format!("/api/sessions/om/input?token={TOKEN}"),
+        json!({"content": [{"type": "text", "modality": "text", "raw": "/big 50000"}]}),
+    );
+    assert_eq!(res.status, 202, "{}", res.text());
+    // The response is larger than the whole transcript: an omission
+    // record, with the source the worker gave.
+    let record = model_response(&hub, "om");
+    assert_eq!(record["display_omitted"], true, "{record:#}");
+    assert_eq!(record["data"], Value::Null);
+    let source = record["answer_source"].clone();
+    assert_eq!(source.as_object().map(|o| o.len()), Some(5), "{record:#}");
+    // An ordinary small response carries no such member.
+    let res = post(
+        &hub,
+        &format!("/api/sessions/om/input?token={TOKEN}"),
+        json!({"content": [{"type": "text", "modality": "text", "raw": "small"}]}),
+    );
+    assert_eq!(res.status, 202);
+    let events = format!("/api/sessions/om/events?token={TOKEN}");
+    let small = wait_event_at(&hub, &events, |e| {
+        e["event"] == "model_response" && e["data"]["content"][0]["raw"] == "echo: small"
+    });
+    assert!(small.get("answer_source").is_none(), "{small:#}");
+    // The kept source reads every byte of the answer back.
+    let mut text = String::new();
+    let (mut part, mut offset) = (json!(0), json!(0));
+    loop {
+        let res = answer(
+            &hub,
+            "om",
+            json!({"source": source, "part": part, "offset": offset}),
+        );
+        assert_eq!(res.status, 200, "{}", res.text());
+        let page = res.json();
+        text.push_str(page["raw"].as_str().unwrap());
+        if page["done"] == true {
+            break;
+        }
+        (part, offset) = (page["next_part"].clone(), page["next_offset"].clone());
+    }
+    assert_eq!(text.len(), 50000);
+    assert!(text.bytes().all(|b| b.is_ascii()));
+}

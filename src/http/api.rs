@@ -138,7 +138,9 @@ fn route(
             ops::operable(hub, id, "answer")?;
             let bytes = read_body(rq, hub.config.http.max_body_bytes)?;
             let args: Value = serde_json::from_slice(&bytes).map_err(not_json)?;
-            Ok(ok(ops::worker::answer(hub, id, &args)?))
+            // A client that goes away cancels its query (seed 002).
+            let watch = super::hangup::watch(rq.socket_clone());
+            Ok(ok(ops::worker::answer(hub, id, &args, watch.gone())?))
         }
         ["sessions", id, action @ ("start" | "stop" | "restart" | "force-kill")] if post => {
             worker_action(hub, rq, id, action)

@@ -13,6 +13,7 @@ pub mod api;
 pub mod assets;
 pub mod auth;
 pub mod csp;
+pub mod hangup;
 pub mod library;
 pub mod tools;
 pub mod url;

@@ -239,11 +239,18 @@ pub fn signal(hub: &Hub, id: &str, operation: &str, run_id: Option<&str>) -> Res
 /// capability missing, a connection change, the worker's `answer_error`,
 /// the deadline), with `reason` and, for a worker refusal,
 /// `worker_error {code, message}` among the details. The caller's thread
-/// waits; no hub lock is held meanwhile.
-pub fn answer(hub: &Hub, id: &str, args: &Value) -> Result<Value, OpError> {
+/// waits; no hub lock is held meanwhile. The wait also ends (reason
+/// `cancelled`) as soon as `cancel` receives: the caller's client went away
+/// (`http::hangup`).
+pub fn answer(
+    hub: &Hub,
+    id: &str,
+    args: &Value,
+    cancel: &crossbeam_channel::Receiver<()>,
+) -> Result<Value, OpError> {
     operable(hub, id, "answer")?;
     let payload = query::answer_payload(args).map_err(OpError::invalid_arguments)?;
-    Ok(hub.query_worker(id, &payload, query::QUERY_DEADLINE)?)
+    Ok(hub.query_worker_or_cancel(id, &payload, query::QUERY_DEADLINE, cancel)?)
 }
 
 /// The confirmation modes a client may choose (the worker protocol's

@@ -242,6 +242,16 @@ fn ingest(hub: &Arc<Hub>, session_id: &str, conn_id: u64, env: Envelope, frame_b
     if matches!(env.event.as_str(), "ready" | "status" | "input_rejected") {
         let _ = env.data();
     }
+    // An entry too large for the ring is kept as an omission record; a
+    // model response's answer source goes into it, so the complete answer
+    // stays reachable (seed 002). Read before the lock, only then.
+    let source = if env.event == "model_response"
+        && prefix.len() + SEQUENCE_ROOM > hub.config.limits.transcript_bytes
+    {
+        kept_answer_source(&env)
+    } else {
+        None
+    };
     let published = hub.with_session(session_id, |s| {
         let was_live = s.identity() == IdentityState::Live;
         let request_change = s.observe_envelope(&env, &now);
@@ -256,7 +266,7 @@ fn ingest(hub: &Arc<Hub>, session_id: &str, conn_id: u64, env: Envelope, frame_b
         let (seq, json) = if retained {
             s.retain_event(
                 |seq| finish_entry(prefix, seq),
-                |seq, bytes| omission_record(seq, &env, bytes),
+                |seq, bytes| omission_record(seq, &env, bytes, source.as_ref()),
             )
         } else {
             let latest = s.transcript().latest();
@@ -303,11 +313,24 @@ fn ingest(hub: &Arc<Hub>, session_id: &str, conn_id: u64, env: Envelope, frame_b
     }
 }
 
+/// Largest answer source an omission record carries (its five fields are
+/// far smaller; a larger value is not a usable source).
+const MAX_KEPT_SOURCE: usize = 1024;
+
+/// A model response's `answer_source` when it is an object of at most
+/// [`MAX_KEPT_SOURCE`] encoded bytes.
+fn kept_answer_source(env: &Envelope) -> Option<Value> {
+    let source = env.data()?.get("answer_source")?;
+    let small = source.is_object() && serde_json::to_string(source).ok()?.len() <= MAX_KEPT_SOURCE;
+    small.then(|| source.clone())
+}
+
 /// The record kept in place of an envelope larger than the whole ring:
 /// the envelope's correlation fields (so it is still a worker envelope to
-/// a client), `data: null`, and what was left out.
-fn omission_record(seq: u64, env: &Envelope, bytes: usize) -> Arc<str> {
-    json!({
+/// a client), `data: null`, what was left out, and a model response's
+/// `answer_source` when it had one.
+fn omission_record(seq: u64, env: &Envelope, bytes: usize, source: Option<&Value>) -> Arc<str> {
+    let mut record = json!({
         "type": "event",
         "event": env.event,
         "session_id": env.session_id,
@@ -319,9 +342,11 @@ fn omission_record(seq: u64, env: &Envelope, bytes: usize) -> Arc<str> {
         "hub_sequence": seq,
         "display_omitted": true,
         "bytes": bytes,
-    })
-    .to_string()
-    .into()
+    });
+    if let Some(source) = source {
+        record["answer_source"] = source.clone();
+    }
+    record.to_string().into()
 }
 
 /// Clears the link if this connection is still the current one: identity

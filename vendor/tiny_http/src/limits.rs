@@ -381,6 +381,11 @@ impl ConnControl {
         Ok(stream)
     }
 
+    /// Another handle on the socket (see `Request::socket_clone`).
+    pub(crate) fn socket_clone(&self) -> Option<TcpStream> {
+        self.stream.try_clone().ok()
+    }
+
     /// A failed upgrade leaves the connection in an unknown state: close it.
     pub(crate) fn abort(&self) {
         self.expired.store(true, SeqCst);

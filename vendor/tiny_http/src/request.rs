@@ -300,6 +300,15 @@ impl Request {
         self.remote_addr.as_ref()
     }
 
+    /// Fork: a clone of the connection's socket, for requests served by
+    /// `Server::serve_with_limits` (None otherwise), so that a handler that
+    /// waits can notice the client going away (`poll(2)` for `POLLRDHUP`).
+    /// Reading from it would take bytes of the connection's next request:
+    /// only poll it. Its timeouts are the connection's own.
+    pub fn socket_clone(&self) -> Option<std::net::TcpStream> {
+        self.control.as_ref()?.socket_clone()
+    }
+
     /// Sends a response with a `Connection: upgrade` header, then turns the `Request` into a `Stream`.
     ///
     /// The main purpose of this function is to support websockets.

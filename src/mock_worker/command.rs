@@ -93,7 +93,8 @@ pub(crate) fn run(
     if let Some(pipe) = child.stderr.take() {
         drain(pipe, err.clone());
     }
-    let deadline = Instant::now() + limit;
+    let started = Instant::now();
+    let deadline = started + limit;
     let mut timed_out = false;
     let status = loop {
         match child.try_wait() {
@@ -123,17 +124,15 @@ pub(crate) fn run(
     };
     let (stdout, lost_out) = take(&out);
     let (stderr, lost_err) = take(&err);
-    let mut raw = stdout;
-    if !stderr.is_empty() {
-        if !raw.is_empty() && !raw.ends_with('\n') {
-            raw.push('\n');
-        }
-        raw.push_str("[stderr]\n");
-        raw.push_str(&stderr);
-    }
-    if timed_out {
-        raw.push_str(&format!("\n[killed after {} ms]", limit.as_millis()));
-    }
+    let exit_code = status.and_then(|s| s.code());
+    let signal = status.and_then(|s| s.signal());
+    let report = Report {
+        exit_code,
+        signal,
+        timed_out,
+        milliseconds: started.elapsed().as_millis(),
+    };
+    let mut raw = document(&report, (&stdout, lost_out > 0), (&stderr, lost_err > 0));
     let mut truncated = lost_out + lost_err > 0;
     if raw.len() > OUTPUT_LIMIT {
         raw = clip(&raw, OUTPUT_LIMIT).to_string();
@@ -141,12 +140,72 @@ pub(crate) fn run(
     }
     ToolOutput {
         raw,
-        exit_code: status.and_then(|s| s.code()),
-        signal: status.and_then(|s| s.signal()),
+        exit_code,
+        signal,
         timed_out,
         truncated,
         error: None,
     }
+}
+
+/// What the process did, for the fields of the output document.
+struct Report {
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    timed_out: bool,
+    milliseconds: u128,
+}
+
+/// The result text in the real worker's process-tool layout:
+/// `[[name]]: value` fields, a blank line, then one block per stream,
+/// `name (N bytes):` followed by exactly N bytes of output (and a line
+/// break when the output does not end with one), blocks separated by a
+/// blank line; `name: (empty)` for a stream with no output, and
+/// `name (truncated, first N bytes):` when output beyond the capture
+/// bound was discarded.
+fn document(report: &Report, stdout: (&str, bool), stderr: (&str, bool)) -> String {
+    use std::fmt::Write as _;
+    let mut raw = String::new();
+    let state = if report.timed_out || report.signal.is_some() {
+        "killed"
+    } else {
+        "exited"
+    };
+    let _ = writeln!(raw, "[[state]]: {state}");
+    if let Some(code) = report.exit_code {
+        let _ = writeln!(raw, "[[exit_code]]: {code}");
+    }
+    if let Some(signal) = report.signal {
+        let _ = writeln!(raw, "[[signal]]: {signal}");
+    }
+    if report.timed_out {
+        raw.push_str("[[timed_out]]: true\n");
+    }
+    let _ = writeln!(raw, "[[running_milliseconds]]: {}", report.milliseconds);
+    for (name, (text, truncated)) in [("stdout", stdout), ("stderr", stderr)] {
+        raw.push('\n');
+        match (text.is_empty(), truncated) {
+            (true, false) => {
+                let _ = writeln!(raw, "{name}: (empty)");
+                continue;
+            }
+            (true, true) => {
+                let _ = writeln!(raw, "{name}: (empty, truncated)");
+                continue;
+            }
+            (false, false) => {
+                let _ = writeln!(raw, "{name} ({} bytes):", text.len());
+            }
+            (false, true) => {
+                let _ = writeln!(raw, "{name} (truncated, first {} bytes):", text.len());
+            }
+        }
+        raw.push_str(text);
+        if !text.ends_with('\n') {
+            raw.push('\n');
+        }
+    }
+    raw
 }
 
 fn failed(message: String) -> ToolOutput {
@@ -175,7 +234,19 @@ mod tests {
             Duration::from_secs(10),
             &running,
         );
-        assert_eq!(output.raw, "out\n[stderr]\nerr");
+        let fields = output.raw.split("\n\n").next().unwrap();
+        assert!(
+            fields.starts_with("[[state]]: exited\n[[exit_code]]: 7\n[[running_milliseconds]]: "),
+            "{}",
+            output.raw
+        );
+        assert!(
+            output
+                .raw
+                .ends_with("\n\nstdout (3 bytes):\nout\n\nstderr (3 bytes):\nerr\n"),
+            "{}",
+            output.raw
+        );
         assert_eq!(output.exit_code, Some(7));
         assert!(!output.timed_out && !output.truncated);
         assert!(dir.join("marker").exists(), "ran in the workspace");
@@ -195,12 +266,23 @@ mod tests {
         );
         assert_eq!(big.raw.len(), OUTPUT_LIMIT);
         assert!(big.truncated);
+        assert!(big
+            .raw
+            .contains("\nstdout (truncated, first 1048576 bytes):\nxxx"));
         let started = Instant::now();
         let slow = run("sleep 30", &dir, Duration::from_millis(200), &running);
         assert!(started.elapsed() < Duration::from_secs(10));
         assert!(slow.timed_out);
         assert_eq!(slow.exit_code, None);
         assert_eq!(slow.signal, Some(libc::SIGKILL));
+        assert!(slow
+            .raw
+            .starts_with("[[state]]: killed\n[[signal]]: 9\n[[timed_out]]: true\n"));
+        assert!(
+            slow.raw.ends_with("\nstdout: (empty)\n\nstderr: (empty)\n"),
+            "{}",
+            slow.raw
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -115,7 +115,9 @@ pub(crate) struct Decision {
 /// What running a command produced.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct ToolOutput {
-    /// Human-readable output: stdout, then a `[stderr]` section.
+    /// The output document (`command::run`): `[[name]]: value` fields,
+    /// then a `stdout` and a `stderr` block, as the real worker lays out
+    /// its process-tool results.
     pub raw: String,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,

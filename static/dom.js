@@ -250,156 +250,54 @@ export function textBlock(text, { max = 65536, cls = 'text' } = {}) {
 }
 
 // ---------------------------------------------------------------------------
-// A tiny Markdown renderer producing DOM nodes (no HTML is ever parsed)
+// Copying to the clipboard
 // ---------------------------------------------------------------------------
 
-const INLINE = /(`+)([^`]|[^`][\s\S]*?[^`])\1(?!`)|\*\*([^*\n]+)\*\*|__([^_\n]+)__|\*([^*\s][^*\n]*?)\*|\[([^\]\n]+)\]\(([^)\s]+)\)/g;
-
-function inline(text) {
-  const nodes = [];
-  let last = 0;
-  // A fresh regex per call: inline() recurses, and a shared global regex
-  // would have its lastIndex reset under the outer loop.
-  const re = new RegExp(INLINE.source, 'g');
-  let m;
-  while ((m = re.exec(text)) !== null) {
-    if (m.index > last) nodes.push(document.createTextNode(text.slice(last, m.index)));
-    if (m[1]) nodes.push(h('code', { text: m[2] }));
-    else if (m[3] !== undefined) nodes.push(h('strong', null, inline(m[3])));
-    else if (m[4] !== undefined) nodes.push(h('strong', null, inline(m[4])));
-    else if (m[5] !== undefined) nodes.push(h('em', null, inline(m[5])));
-    else if (m[6] !== undefined) {
-      // Links are shown, never followed: text plus the target as text.
-      nodes.push(h('span', { class: 'md-link' }, inline(m[6])));
-      nodes.push(h('span', { class: 'md-url', text: ` (${m[7]})` }));
+/**
+ * Copies `text`; resolves to whether it worked. The asynchronous clipboard
+ * needs a secure context (127.0.0.1 and localhost are); elsewhere a hidden
+ * text area and the copy command are tried.
+ */
+export async function copyText(text) {
+  try {
+    if (navigator.clipboard && window.isSecureContext) {
+      await navigator.clipboard.writeText(text);
+      return true;
     }
-    last = re.lastIndex;
+  } catch {
+    /* fall back below */
   }
-  if (last < text.length) nodes.push(document.createTextNode(text.slice(last)));
-  return nodes;
+  const area = h('textarea', { class: 'copy-buffer', readonly: true, 'aria-hidden': 'true', tabindex: '-1' });
+  area.value = text;
+  document.body.appendChild(area);
+  area.select();
+  let ok = false;
+  try {
+    ok = document.execCommand('copy');
+  } catch {
+    ok = false;
+  }
+  area.remove();
+  return ok;
 }
-
-const LIST_ITEM = /^(\s*)([-*+]|\d{1,9}[.)])\s+(.*)$/;
 
 /**
- * Renders Markdown `text` as DOM nodes: ATX headings, fenced code, lists
- * (nested by indentation, task boxes as glyphs), block quotes, rules and
- * paragraphs, with inline code, strong, emphasis and links shown as text.
- * Raw HTML stays literal text. Returns a <div class="md">.
+ * A button that copies `getText()` and says, for a moment, whether that
+ * worked ("Copied" / "Copy failed"). `what` names the content for screen
+ * readers ("Copy JSON code").
  */
-export function markdown(text, { maxChars = 200000 } = {}) {
-  const root = h('div', { class: 'md' });
-  let src = typeof text === 'string' ? text : '';
-  let cut = false;
-  if (src.length > maxChars) {
-    src = clip(src, maxChars);
-    cut = true;
-  }
-  const lines = src.split(/\r?\n/);
-  let i = 0;
-  let para = [];
-  const flushPara = () => {
-    if (para.length) {
-      root.appendChild(h('p', null, inline(para.join(' '))));
-      para = [];
-    }
-  };
-  while (i < lines.length) {
-    const line = lines[i];
-    const fence = /^\s*(```+|~~~+)\s*([\w+-]*)\s*$/.exec(line);
-    if (fence) {
-      flushPara();
-      const body = [];
-      i++;
-      while (i < lines.length && !lines[i].trim().startsWith(fence[1])) body.push(lines[i++]);
-      i++;
-      root.appendChild(h('pre', { class: 'md-code', dataset: fence[2] ? { lang: fence[2] } : undefined }, h('code', { text: body.join('\n') })));
-      continue;
-    }
-    const heading = /^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$/.exec(line);
-    if (heading) {
-      flushPara();
-      root.appendChild(h(`h${Math.min(6, heading[1].length + 2)}`, { class: 'md-h' }, inline(heading[2])));
-      i++;
-      continue;
-    }
-    if (/^\s{0,3}([-*_])(\s*\1){2,}\s*$/.test(line)) {
-      flushPara();
-      root.appendChild(h('hr'));
-      i++;
-      continue;
-    }
-    if (/^\s{0,3}>/.test(line)) {
-      flushPara();
-      const body = [];
-      while (i < lines.length && /^\s{0,3}>/.test(lines[i])) body.push(lines[i++].replace(/^\s{0,3}>\s?/, ''));
-      const quote = markdown(body.join('\n'), { maxChars });
-      root.appendChild(h('blockquote', null, [...quote.childNodes]));
-      continue;
-    }
-    if (LIST_ITEM.test(line)) {
-      flushPara();
-      i = list(lines, i, root);
-      continue;
-    }
-    if (line.trim() === '') {
-      flushPara();
-      i++;
-      continue;
-    }
-    para.push(line.trim());
-    i++;
-  }
-  flushPara();
-  if (cut) root.appendChild(h('p', null, h('mark', { class: 'trunc', text: `⟨shown up to ${maxChars} characters⟩` })));
-  return root;
-}
-
-function list(lines, start, parent) {
-  // A stack of open lists by indentation.
-  const stack = [];
-  let i = start;
-  while (i < lines.length) {
-    const m = LIST_ITEM.exec(lines[i]);
-    if (!m) {
-      // A continuation line (indented, not blank) joins the last item.
-      if (lines[i].trim() !== '' && /^\s+/.test(lines[i]) && stack.length) {
-        const top = stack[stack.length - 1];
-        top.last.appendChild(document.createTextNode(' '));
-        top.last.append(...inline(lines[i].trim()));
-        i++;
-        continue;
-      }
-      break;
-    }
-    const indent = m[1].replace(/\t/g, '    ').length;
-    const ordered = /\d/.test(m[2]);
-    while (stack.length && indent < stack[stack.length - 1].indent) stack.pop();
-    let top = stack[stack.length - 1];
-    if (!top || indent > top.indent) {
-      const el = h(ordered ? 'ol' : 'ul', { class: 'md-list' });
-      if (ordered) {
-        const n = parseInt(m[2], 10);
-        if (n !== 1) el.setAttribute('start', String(n));
-      }
-      if (top && top.last) top.last.appendChild(el);
-      else parent.appendChild(el);
-      top = { indent, el, last: null };
-      stack.push(top);
-    }
-    let body = m[3];
-    const li = h('li');
-    const task = /^\[([ xX])\]\s+(.*)$/.exec(body);
-    if (task) {
-      li.classList.add('task');
-      li.appendChild(h('span', { class: 'task-box', 'aria-hidden': 'true', text: task[1] === ' ' ? '☐ ' : '☑ ' }));
-      li.appendChild(srOnly(task[1] === ' ' ? 'not done: ' : 'done: '));
-      body = task[2];
-    }
-    li.append(...inline(body));
-    top.el.appendChild(li);
-    top.last = li;
-    i++;
-  }
-  return i;
+export function copyButton(getText, { label = 'Copy', what = '' } = {}) {
+  const button = h('button', { type: 'button', class: 'link small copy', 'aria-label': what ? `${label} ${what}` : label, text: label });
+  let timer = 0;
+  button.addEventListener('click', async () => {
+    const ok = await copyText(getText());
+    button.textContent = ok ? 'Copied' : 'Copy failed';
+    button.dataset.copied = ok ? 'yes' : 'no';
+    clearTimeout(timer);
+    timer = setTimeout(() => {
+      button.textContent = label;
+      delete button.dataset.copied;
+    }, 1500);
+  });
+  return button;
 }

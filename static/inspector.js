@@ -3,7 +3,8 @@
 // Also the status/security view of a headless subagent session, shown
 // instead of the transcript and composer (see HeadlessView below).
 
-import { h, jsonBlock, jsonDetails, textBlock, markdown, fmtBytes, fmtDateTime, fmtTime, setChildren } from './dom.js';
+import { h, jsonBlock, jsonDetails, textBlock, fmtBytes, fmtDateTime, fmtTime, setChildren } from './dom.js';
+import { markdown } from './markdown.js';
 import { requestChip } from './transcript.js';
 
 export const TABS = ['run', 'process', 'logs', 'snapshot', 'plan'];

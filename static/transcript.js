@@ -2,12 +2,15 @@
 // per item and rebuilt only when the item's version changes, so live
 // events touch one round, not the whole transcript.
 
-import { h, jsonBlock, jsonDetails, textBlock, markdown, partsText, fmtTime, fmtBytes, shortId } from './dom.js';
+import { h, jsonBlock, jsonDetails, textBlock, partsText, fmtTime, fmtBytes, shortId } from './dom.js';
+import { markdown } from './markdown.js';
+import { answerAccess, textWindow } from './answers.js';
+import { toolCard } from './toolcard.js';
 
 /** Items rendered at once; older ones behind "show earlier". */
 const RENDER_LIMIT = 300;
-/** Above this many characters a response is shown as plain text. */
-const MARKDOWN_LIMIT = 100000;
+/** Above this many characters a response is shown in the plain-text window. */
+const MARKDOWN_LIMIT = 65536;
 
 const REQUEST_LABEL = {
   sending: 'sending…',
@@ -32,7 +35,7 @@ function contentNodes(parts) {
     if (!p || typeof p !== 'object') return null;
     if (p.display_omitted || p.display_truncated) return jsonBlock(p);
     if (typeof p.raw === 'string' && (p.modality === 'text' || p.modality === undefined) && p.type !== 'binary') {
-      const body = p.raw.length > MARKDOWN_LIMIT ? textBlock(p.raw, { max: MARKDOWN_LIMIT }) : markdown(p.raw);
+      const body = p.raw.length > MARKDOWN_LIMIT ? textWindow(p.raw) : markdown(p.raw);
       if (p.truncated) {
         return h('div', null, body, h('p', null, h('mark', { class: 'trunc', text: `⟨preview: the original part is ${fmtBytes(p.bytes)}⟩` })));
       }
@@ -40,6 +43,12 @@ function contentNodes(parts) {
     }
     return h('p', { class: 'muted', text: `[${p.modality || 'part'} ${p.type || ''}${p.bytes ? `, ${fmtBytes(p.bytes)}` : ''}]` });
   });
+}
+
+/** Whether the parts shown are less than the worker's answer. */
+function shortenedParts(parts) {
+  if (!Array.isArray(parts)) return true;
+  return parts.some((p) => !p || typeof p !== 'object' || p.truncated === true || p.display_truncated === true || p.display_omitted === true);
 }
 
 function reasoningNode(data) {
@@ -96,7 +105,7 @@ function userBubble(round, view) {
   );
 }
 
-function responseBlock(block) {
+function responseBlock(block, view) {
   const d = block.data;
   const cost = d.cost && typeof d.cost === 'object' ? d.cost : null;
   return h(
@@ -111,86 +120,8 @@ function responseBlock(block) {
     ),
     reasoningNode(d),
     contentNodes(d.content),
+    answerAccess(view.id, d.answer_source, { shortened: shortenedParts(d.content) }),
   );
-}
-
-function resultStatus(result) {
-  const x = result && typeof result.extras === 'object' && result.extras ? result.extras : {};
-  const bits = [];
-  if (typeof x.exit_code === 'number') bits.push(`exit ${x.exit_code}`);
-  if (x.signal) bits.push(`signal ${x.signal}`);
-  if (x.timed_out) bits.push('timed out');
-  if (x.truncated) bits.push('output truncated by the worker');
-  return bits.join(' · ');
-}
-
-/** What the operator should know about a call's approval. */
-function approvalInfo(tool, round, view, ctx) {
-  const call = tool.call || {};
-  const res = tool.result;
-  const err = res && res.extras && typeof res.extras === 'object' ? res.extras.error : null;
-  const recorded = view.approvals.get(`${round.runId}/${tool.id}`);
-  const prompt = ctx.promptFor(round.runId, tool.id);
-  if (res && (res.loop_skipped || (res.extras && res.extras.loop_skipped))) {
-    return { cls: 'skipped', text: 'Skipped by the loop: not executed.' };
-  }
-  if (err && err.stage === 'security_check') {
-    return { cls: 'denied', text: `Denied: ${err.message || 'security check'}` };
-  }
-  if (prompt && prompt.state !== 'retired') {
-    if (prompt.state === 'awaiting-identity') return { cls: 'pending', text: 'Approval requested: waiting for the worker identity to be verified (see Approvals).' };
-    if (prompt.state === 'decided') return { cls: prompt.decision === 'approved' ? 'approved' : 'denied', text: `Decided: ${prompt.decision}${prompt.reason ? ` (${prompt.reason})` : ''}; waiting for the worker.` };
-    return { cls: 'pending', text: 'Approval requested: waiting for your decision (see Approvals).' };
-  }
-  if (recorded) {
-    const who = recorded.decision === 'approved' ? 'Approved' : recorded.decision === 'denied' ? 'Denied' : `Closed (${recorded.decision})`;
-    return { cls: recorded.decision === 'approved' ? 'approved' : 'denied', text: `${who}${recorded.reason ? `: ${recorded.reason}` : ''}` };
-  }
-  if (res) {
-    if (call.security === 'require_confirm') return { cls: 'approved', text: 'Executed after approval.' };
-    return { cls: 'none', text: `No approval needed (security: ${call.security || 'unspecified'}).` };
-  }
-  if (call.security === 'require_confirm') {
-    return { cls: 'pending', text: round.finished ? 'No approval outcome recorded.' : 'Needs approval: waiting for the request.' };
-  }
-  return { cls: 'none', text: round.finished ? 'No result recorded.' : 'Running…' };
-}
-
-function toolCard(tool, round, view, ctx) {
-  const call = tool.call || {};
-  const info = approvalInfo(tool, round, view, ctx);
-  const res = tool.result;
-  const card = h(
-    'div',
-    { class: 'tool', dataset: { callId: tool.id } },
-    h(
-      'div',
-      { class: 'tool-head' },
-      h('span', { class: 'who', text: 'Tool' }),
-      h('code', { class: 'tool-name', text: call.name || '(unnamed call)' }),
-      call.type ? h('span', { class: 'chip', title: 'call type', text: call.type }) : null,
-      call.security ? h('span', { class: `chip sec-${call.security}`, title: 'security classification', text: call.security }) : null,
-      h('span', { class: 'muted small', text: tool.id }),
-    ),
-    call.arguments !== undefined ? jsonBlock(call.arguments, { maxChars: 16384, cls: 'json args' }) : null,
-    h('div', { class: `approval approval-${info.cls}` }, info.text),
-  );
-  if (res) {
-    const out = res.output;
-    const status = resultStatus(res);
-    const err = res.extras && typeof res.extras === 'object' ? res.extras.error : null;
-    const result = h('div', { class: 'tool-result' }, h('div', { class: 'tool-result-head' }, h('span', { class: 'who', text: 'Result' }), status ? h('span', { class: 'muted small', text: status }) : null));
-    if (out && typeof out === 'object' && typeof out.raw === 'string') {
-      result.appendChild(out.raw === '' ? h('p', { class: 'muted', text: '(no output)' }) : textBlock(out.raw, { max: 65536, cls: 'text output' }));
-    } else if (out !== undefined) {
-      result.appendChild(jsonBlock(out, { cls: 'json output' }));
-    }
-    if (err && err.stage !== 'security_check') {
-      result.appendChild(h('p', { class: 'error-text', text: `Error${err.stage ? ` (${err.stage})` : ''}: ${err.message || err.code || JSON.stringify(err)}` }));
-    }
-    card.appendChild(result);
-  }
-  return card;
 }
 
 function compactBlock(block) {
@@ -237,7 +168,8 @@ function genericBlock(entry) {
   );
 }
 
-function omittedBlock(entry) {
+function omittedBlock(entry, view) {
+  const response = entry.event === 'model_response';
   return h(
     'div',
     { class: 'generic omitted' },
@@ -245,6 +177,7 @@ function omittedBlock(entry) {
       class: 'trunc',
       text: `Event ${entry.event || ''} omitted from display${typeof entry.bytes === 'number' ? ` (${fmtBytes(entry.bytes)})` : ''}${entry.panel_omitted ? ' by this panel (over the per-session budget)' : ''}.`,
     }),
+    response ? answerAccess(view.id, entry.answer_source, { shortened: true }) : null,
     jsonDetails('metadata', entry),
   );
 }
@@ -271,11 +204,11 @@ function runFooter(round, view) {
 function renderRound(round, view, ctx) {
   const el = h('article', { class: 'round', dataset: { run: round.runId } }, userBubble(round, view));
   for (const b of round.blocks) {
-    if (b.type === 'response') el.appendChild(responseBlock(b));
+    if (b.type === 'response') el.appendChild(responseBlock(b, view));
     else if (b.type === 'tool') el.appendChild(toolCard(round.tools.get(b.id), round, view, ctx));
     else if (b.type === 'compact') el.appendChild(compactBlock(b));
     else if (b.type === 'error') el.appendChild(errorBlock(b));
-    else if (b.type === 'omitted') el.appendChild(omittedBlock(b.entry));
+    else if (b.type === 'omitted') el.appendChild(omittedBlock(b.entry, view));
     else if (b.type === 'generic') el.appendChild(genericBlock(b.entry));
   }
   const footer = runFooter(round, view);
@@ -288,7 +221,7 @@ function renderItem(item, view, ctx) {
   if (item.kind === 'system') {
     return h('div', { class: `system system-${item.level}` }, item.text, ' ', time(item.at));
   }
-  if (item.kind === 'omitted') return omittedBlock(item.entry);
+  if (item.kind === 'omitted') return omittedBlock(item.entry, view);
   return genericBlock(item.entry);
 }
 
@@ -333,6 +266,7 @@ function historySection(view, ctx) {
           h('div', { class: 'msg-head' }, h('span', { class: 'who', text: 'Model' }), step.tool_calls ? h('span', { class: 'muted small', text: `${step.tool_calls} tool call(s)` }) : null),
           contentNodes(step.content),
           step.omitted_parts ? h('mark', { class: 'trunc', text: `⟨${step.omitted_parts} part(s) not shown⟩` }) : null,
+          answerAccess(view.id, step.answer_source, { shortened: Boolean(step.omitted_parts) || shortenedParts(step.content) }),
         ),
       );
     }

@@ -189,6 +189,9 @@ export class View {
         bytes: size,
         panel_omitted: true,
       };
+      // The complete answer stays reachable through its source.
+      const source = entry.event === 'model_response' && entry.data && typeof entry.data === 'object' ? entry.data.answer_source : undefined;
+      if (source && typeof source === 'object' && JSON.stringify(source).length <= 1024) kept.answer_source = source;
       size = utf8Length(JSON.stringify(kept));
     }
     this.entries.push(kept);

@@ -4,7 +4,8 @@
 // configuration) and sends hand-written envelopes. Covers unknown events,
 // reasoning, trusted and skipped tool calls, run failures, argument
 // previews with truncation markers, the awaiting-identity hold, and the
-// 8 s outcome check with its explicit retry. Also the Markdown renderer.
+// 8 s outcome check with its explicit retry. Also the Markdown renderer
+// and the tool card with hostile input.
 
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -222,17 +223,89 @@ describe('panel: display rules with a scripted worker', { timeout: 180000 }, () 
 
   it('renders Markdown as DOM nodes without parsing HTML', async () => {
     const out = await page.evaluate(async () => {
-      const { markdown } = await import('/dom.js');
-      const el = markdown('# Plan\n\n1. first <img src=x onerror=alert(4)>\n2. second\n   - [x] done\n   - [ ] todo\n\n```\n<script>alert(5)</script>\n```\n\n> quoted [link](javascript:alert(6))');
-      return {
+      const { markdown } = await import('/markdown.js');
+      const el = markdown(
+        [
+          '# Plan',
+          '',
+          '1. first <img src=x onerror=alert(4)>',
+          '2. second',
+          '   - [x] done',
+          '   - [ ] todo',
+          '',
+          '```',
+          '<script>alert(5)</script>',
+          '```',
+          '',
+          '```html',
+          '<iframe src="javascript:alert(9)"></iframe>',
+          '```',
+          '',
+          '> quoted [link](javascript:alert(6)) [up](JAVASCRIPT:alert(10)) [data](data:text/html,<b>x</b>) [rel](//evil.example/x) <javascript:alert(11)>',
+          '',
+          '| <b>head</b> | x |',
+          '|---|---|',
+          '| <script>alert(12)</script> | <img src=y onerror=alert(13)> `<svg onload=alert(14)>` |',
+          '',
+          '![pic](https://example.com/p.png) <a href="https://example.com">raw anchor</a> [ok](https://example.com/a?b=<c>)',
+          '',
+          '<details open><summary>html block</summary></details>',
+        ].join('\n'),
+      );
+      document.body.appendChild(el);
+      const result = {
         tags: [...el.querySelectorAll('*')].map((n) => n.tagName.toLowerCase()),
         text: el.textContent,
+        links: [...el.querySelectorAll('a')].map((a) => [a.getAttribute('href'), a.target, a.rel]),
+        attrs: [...el.querySelectorAll('*')].flatMap((n) => [...n.attributes].map((a) => a.name)).filter((n) => n.startsWith('on') || n === 'src' || n === 'srcdoc' || n === 'style'),
       };
+      el.remove();
+      return result;
     });
-    assert.ok(!out.tags.includes('img') && !out.tags.includes('script') && !out.tags.includes('a'), `tags: ${out.tags}`);
-    for (const tag of ['h3', 'ol', 'ul', 'li', 'pre', 'code', 'blockquote']) assert.ok(out.tags.includes(tag), `missing ${tag}`);
-    assert.match(out.text, /<img src=x onerror=alert\(4\)>/);
-    assert.match(out.text, /<script>alert\(5\)<\/script>/);
+    for (const tag of ['img', 'script', 'iframe', 'svg', 'b', 'details', 'summary']) assert.ok(!out.tags.includes(tag), `created <${tag}>: ${out.tags}`);
+    for (const tag of ['h3', 'ol', 'ul', 'li', 'pre', 'code', 'blockquote', 'table', 'th', 'td', 'input']) assert.ok(out.tags.includes(tag), `missing ${tag}`);
+    assert.deepEqual(out.attrs, [], 'no event handler, source or style attribute');
+    assert.deepEqual(out.links, [['https://example.com/a?b=%3Cc%3E', '_blank', 'noopener noreferrer']], 'only the http(s) link is a link');
+    for (const literal of ['<img src=x onerror=alert(4)>', '<script>alert(5)</script>', '<iframe src="javascript:alert(9)"></iframe>', 'javascript:alert(6) — not opened', 'JAVASCRIPT:alert(10) — not opened', '//evil.example/x — not opened', '<javascript:alert(11)>', '<b>head</b>', '<script>alert(12)</script>', '<img src=y onerror=alert(13)>', '<svg onload=alert(14)>', '[image: pic] (https://example.com/p.png)', '<a href="https://example.com">raw anchor</a>', '<details open>']) {
+      assert.ok(out.text.includes(literal), `missing literal text ${literal}`);
+    }
+    assert.deepEqual(seen.dialogs, []);
+    assert.deepEqual(seen.errors, []);
+  });
+
+  it('renders hostile tool calls and output as text', async () => {
+    const out = await page.evaluate(async () => {
+      const { toolCard } = await import('/toolcard.js');
+      const out = '<script>alert(15)</script>\n';
+      const err = '<img src=z onerror=alert(16)>\n';
+      const raw = `[[<b>field</b>]]: <i>value</i>\n[[exit_code]]: 1\n\nstdout (${new TextEncoder().encode(out).length} bytes):\n${out}\nstderr (${new TextEncoder().encode(err).length} bytes):\n${err}\n<u>rest</u>`;
+      const tool = {
+        id: 'c-h',
+        call: { name: '<b>tool</b>', arguments: { command: 'echo "<img src=w onerror=alert(17)>" $(<svg/onload=alert(18)>)', note: '<script>x</script>' }, type: 'serial_write', security: 'trusted' },
+        result: { output: { type: 'text', modality: 'text', raw }, extras: {} },
+      };
+      const card = toolCard(tool, { runId: 'r', finished: {} }, { approvals: new Map() }, { promptFor: () => null });
+      document.body.appendChild(card);
+      card.querySelector('.json-details summary')?.click();
+      card.querySelector('.tool-raw summary')?.click();
+      await new Promise((r) => setTimeout(r, 50));
+      const result = {
+        tags: [...card.querySelectorAll('*')].map((n) => n.tagName.toLowerCase()),
+        text: card.textContent,
+        stdout: card.querySelector('.stream-stdout pre')?.textContent,
+        stderr: card.querySelector('.stream-stderr pre')?.textContent,
+        exit: card.querySelector('.chip.exit')?.textContent,
+      };
+      card.remove();
+      return result;
+    });
+    for (const tag of ['img', 'script', 'svg', 'b', 'i', 'u']) assert.ok(!out.tags.includes(tag), `created <${tag}>`);
+    assert.equal(out.stdout, '<script>alert(15)</script>');
+    assert.equal(out.stderr, '<img src=z onerror=alert(16)>');
+    assert.equal(out.exit, 'exit 1');
+    for (const literal of ['<b>tool</b>', '<b>field</b>', '<i>value</i>', '<u>rest</u>', 'echo "<img src=w onerror=alert(17)>" $(<svg/onload=alert(18)>)', '<script>x</script>']) {
+      assert.ok(out.text.includes(literal), `missing literal text ${literal}`);
+    }
     assert.deepEqual(seen.dialogs, []);
     assert.deepEqual(seen.errors, []);
   });

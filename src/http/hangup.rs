@@ -16,12 +16,11 @@ use std::sync::Arc;
 
 use crossbeam_channel::{Receiver, Sender};
 
+use crate::util::thread::Stack;
+
 /// One poll round, in milliseconds: the longest a finished [`Watch`]'s
 /// thread lingers.
 const ROUND_MS: i32 = 100;
-
-/// Stack of a watcher thread (it only calls `poll`).
-const STACK: usize = 64 * 1024;
 
 /// A running watch; dropping it ends the thread.
 pub struct Watch {
@@ -52,17 +51,14 @@ pub fn watch(socket: Option<TcpStream>) -> Watch {
     let done = Arc::new(AtomicBool::new(false));
     if let Some(socket) = socket {
         let (tx, done) = (tx.clone(), done.clone());
-        let started = std::thread::Builder::new()
-            .name("http-hangup".into())
-            .stack_size(STACK)
-            .spawn(move || {
-                while !done.load(Ordering::SeqCst) {
-                    if hung_up(&socket, ROUND_MS) {
-                        let _ = tx.try_send(());
-                        return;
-                    }
+        let started = crate::util::thread::spawn("http-hangup", Stack::Small, move || {
+            while !done.load(Ordering::SeqCst) {
+                if hung_up(&socket, ROUND_MS) {
+                    let _ = tx.try_send(());
+                    return;
                 }
-            });
+            }
+        });
         if let Err(err) = started {
             log::warn!("cannot watch a waiting client: {err}");
         }

@@ -457,8 +457,8 @@ fn two_clients_race_a_permission_and_both_see_the_one_resolution() {
     if winner == "allow" {
         assert_eq!(result["is_error"], false, "{result}");
         assert_eq!(
-            result["content"]["text"].as_str().unwrap().trim(),
-            "tool-output"
+            stdout_block(result["content"]["text"].as_str().unwrap()),
+            Some("tool-output\n")
         );
         assert_eq!(std::fs::read_to_string(&marker).unwrap().trim(), "ran");
     } else {

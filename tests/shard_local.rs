@@ -91,8 +91,8 @@ fn a_job_client_on_the_socket_drives_an_agent_a_websocket_client_and_a_panel_wat
         let result = client.event("tool_result", &agent);
         assert_eq!(result["is_error"], false, "{result}");
         assert_eq!(
-            result["content"]["text"].as_str().unwrap().trim(),
-            "from-the-socket"
+            stdout_block(result["content"]["text"].as_str().unwrap()),
+            Some("from-the-socket\n")
         );
         client.event("turn_end", &agent);
     }
@@ -198,8 +198,8 @@ fn a_permission_raised_by_the_worker_is_answered_on_stdio_and_resolved_everywher
     assert_eq!(late["data"]["applied"], false);
     let result = io.direct_event("tool_result");
     assert_eq!(
-        result["content"]["text"].as_str().unwrap().trim(),
-        "answered-on-stdio"
+        stdout_block(result["content"]["text"].as_str().unwrap()),
+        Some("answered-on-stdio\n")
     );
     io.direct_event("turn_end");
     // Nothing on the direct connection names an agent or the registry.

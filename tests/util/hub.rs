@@ -351,6 +351,16 @@ pub fn wait_event_at(hub: &TestHub, events: &str, mut pred: impl FnMut(&Value) -
     found
 }
 
+/// The `stdout` block of a built-in worker's `run_command` result text
+/// (`stdout (N bytes):` and exactly N bytes; `docs/mock-worker.md`), or
+/// None when the text has none.
+pub fn stdout_block(text: &str) -> Option<&str> {
+    let at = text.find("\nstdout (")? + "\nstdout (".len();
+    let rest = &text[at..];
+    let (count, body) = rest.split_once(" bytes):\n")?;
+    body.get(..count.parse::<usize>().ok()?)
+}
+
 /// Sends `text` to `session` and returns the raw outcome lines of the
 /// run's tool results once it finished.
 pub fn run_tools(hub: &TestHub, session: &str, text: &str) -> Vec<String> {

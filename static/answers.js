@@ -179,8 +179,20 @@ function answerReader(session, source, shortened) {
     draw();
   };
 
+  // The control that had focus keeps it across a redraw (buttons are not
+  // disabled while a page loads, so focus is never dropped; they say
+  // aria-disabled and ignore clicks instead).
+  const focusKey = () => {
+    const el = document.activeElement;
+    return el && root.contains(el) ? (el.dataset.key || (el.tagName === 'PRE' ? 'page' : null)) : null;
+  };
+  const busy = (fn) => () => {
+    if (!st.busy) fn();
+  };
   const draw = () => {
+    const had = focusKey();
     root.replaceChildren();
+    root.setAttribute('aria-busy', st.busy ? 'true' : 'false');
     const p = st.page;
     const bar = h('div', { class: 'answer-bar' });
     if (!p) {
@@ -188,8 +200,9 @@ function answerReader(session, source, shortened) {
         h('button', {
           type: 'button',
           class: 'link answer-open',
-          disabled: st.busy,
-          onclick: () => load(0, 0, 'first'),
+          dataset: { key: 'open' },
+          'aria-disabled': st.busy ? 'true' : null,
+          onclick: busy(() => load(0, 0, 'first')),
           text: st.busy ? 'Loading the answer…' : 'Read complete answer',
         }),
       );
@@ -203,18 +216,34 @@ function answerReader(session, source, shortened) {
         }),
       );
       const previous = st.trail[st.trail.length - 1];
-      bar.appendChild(h('button', { type: 'button', class: 'answer-prev', disabled: st.busy || !previous, onclick: () => previous && load(previous.part, previous.offset, 'previous'), text: 'Previous page' }));
+      // At the first page "Previous page" and at the end "Next page" are
+      // disabled; while loading, both only say so.
+      bar.appendChild(
+        h('button', {
+          type: 'button',
+          class: 'answer-prev',
+          dataset: { key: 'prev' },
+          disabled: !previous,
+          'aria-disabled': st.busy ? 'true' : null,
+          onclick: busy(() => previous && load(previous.part, previous.offset, 'previous')),
+          text: 'Previous page',
+        }),
+      );
       bar.appendChild(
         h('button', {
           type: 'button',
           class: 'answer-next',
-          disabled: st.busy || p.done,
-          onclick: () => load(p.next_part, p.next_part === p.part ? p.next_offset : 0, 'next'),
+          dataset: { key: 'next' },
+          disabled: p.done,
+          'aria-disabled': st.busy ? 'true' : null,
+          onclick: busy(() => load(p.next_part, p.next_part === p.part ? p.next_offset : 0, 'next')),
           text: p.done ? 'End of answer' : 'Next page',
         }),
       );
-      bar.appendChild(copyButton(() => (st.page ? st.page.raw : ''), { label: 'Copy this page', what: '' }));
-      bar.appendChild(h('button', { type: 'button', class: 'link answer-close', onclick: close, text: 'Close' }));
+      const copy = copyButton(() => (st.page ? st.page.raw : ''), { label: 'Copy this page', what: '' });
+      copy.dataset.key = 'copy';
+      bar.appendChild(copy);
+      bar.appendChild(h('button', { type: 'button', class: 'link answer-close', dataset: { key: 'close' }, onclick: close, text: 'Close' }));
     }
     root.appendChild(bar);
     if (st.error) {
@@ -224,13 +253,20 @@ function answerReader(session, source, shortened) {
           { class: 'answer-error error-text', role: 'status' },
           st.error,
           ' ',
-          st.last ? h('button', { type: 'button', class: 'link answer-retry', onclick: () => load(st.last.part, st.last.offset, st.last.move), text: 'Try again' }) : null,
+          st.last ? h('button', { type: 'button', class: 'link answer-retry', dataset: { key: 'retry' }, onclick: busy(() => load(st.last.part, st.last.offset, st.last.move)), text: 'Try again' }) : null,
         ),
       );
     }
     if (p) {
       if (p.type && p.type !== 'text') root.appendChild(h('p', { class: 'muted small', text: `part type ${p.type}${p.modality ? `, ${p.modality}` : ''}` }));
       root.appendChild(h('pre', { class: 'text answer-page', tabindex: '0', 'aria-label': 'Answer page text', text: p.raw }));
+    }
+    if (had) {
+      // Back to the same control, else (it is gone or disabled now) the
+      // page, else the first control.
+      const same = had === 'page' ? root.querySelector('pre.answer-page') : root.querySelector(`[data-key="${had}"]`);
+      const target = same && !same.disabled ? same : root.querySelector('pre.answer-page') || root.querySelector('button:not([disabled])');
+      if (target) target.focus();
     }
   };
   draw();

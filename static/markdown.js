@@ -38,6 +38,8 @@ export function safeUrl(url) {
 }
 
 const PUNCT = '!"#$%&\'()*+,-./:;<=>?@[\\]^_`{|}~';
+/** Characters at which inline parsing looks closer. */
+const SPECIAL_CHARS = '\\\n`*_~[!<hH';
 
 function isSpaceChar(c) {
   return c === undefined || c === ' ' || c === '\t' || c === '\n' || c === '\r';
@@ -87,9 +89,20 @@ function inline(text, ctx, depth = 0, noLinks = false) {
     nodes.push(node);
   };
   const failed = (key, at) => fail.has(key) && fail.get(key) <= at;
+  // Ordinary text is taken up to the next character that may start
+  // something (a one-character class: no backtracking).
+  const special = /[\\\n`*_~[!<hH]/g;
   let i = 0;
   while (i < n) {
     const c = text[i];
+    if (!SPECIAL_CHARS.includes(c)) {
+      special.lastIndex = i;
+      const m = special.exec(text);
+      const next = m ? m.index : n;
+      plain += text.slice(i, next);
+      i = next;
+      continue;
+    }
     if (c === '\\' && i + 1 < n) {
       const d = text[i + 1];
       if (d === '\n') {

@@ -275,11 +275,19 @@ describe('panel: Markdown, tool cards and complete answers', { timeout: 240000 }
     assert.equal(await pages.locator('.answer-prev').isDisabled(), true);
     await pages.getByRole('button', { name: 'Copy this page' }).click();
     assert.equal(await clipboard(), full.slice(0, 32768));
-    for (let n = 2; n <= 4; n++) {
-      await pages.locator('.answer-next').click();
+    // The first "Next page" by mouse, then from the keyboard: focus stays
+    // on the control across the redraw.
+    await pages.locator('.answer-next').click();
+    await where.filter({ hasText: 'page 2' }).waitFor();
+    texts.push(await pages.locator('pre.answer-page').innerText());
+    for (let n = 3; n <= 4; n++) {
+      assert.equal(await page.evaluate(() => document.activeElement.dataset.key), 'next');
+      await page.keyboard.press('Enter');
       await where.filter({ hasText: `page ${n}` }).waitFor();
       texts.push(await pages.locator('pre.answer-page').innerText());
     }
+    // At the end the disabled "End of answer" gives the focus to the page.
+    assert.equal(await page.evaluate(() => document.activeElement.classList.contains('answer-page')), true);
     assert.equal(texts.join(''), full, 'the pages hold every byte of the answer, in order');
     assert.equal(await pages.locator('.answer-next').innerText(), 'End of answer');
     assert.equal(await pages.locator('.answer-next').isDisabled(), true);

@@ -30,6 +30,7 @@ pub const ALL: &[&str] = &[
     "headless-subagents",
     "configuration-library",
     "skill-library",
+    "hub-health",
 ];
 
 /// The capabilities this build implements end to end. A capability joins
@@ -49,6 +50,7 @@ pub const IMPLEMENTED: &[&str] = &[
     "headless-subagents",
     "configuration-library",
     "skill-library",
+    "hub-health",
 ];
 
 #[cfg(test)]

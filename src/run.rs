@@ -34,6 +34,7 @@ impl Running {
     /// bound is released (dropping a listener, a server handle or the
     /// provider closes it) and the start fails naming the listener.
     pub fn start(config: Config, options: RunOptions) -> Result<Running, StartError> {
+        crate::util::time::start_monotonic();
         let hub = Arc::new(Hub::open(config, options)?);
         report_fd_limit(&hub);
         let panels = Panels::new();

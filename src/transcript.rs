@@ -214,6 +214,16 @@ impl Transcript {
         self.bytes
     }
 
+    /// The byte ceiling (`limits.transcriptBytes`).
+    pub fn max_bytes(&self) -> usize {
+        self.max_bytes
+    }
+
+    /// The event-count ceiling (`limits.transcriptEvents`).
+    pub fn max_events(&self) -> usize {
+        self.max_events
+    }
+
     /// Entries evicted over the transcript's lifetime (including those
     /// emptied by a retention gap).
     pub fn evicted(&self) -> u64 {

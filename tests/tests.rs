@@ -27,6 +27,8 @@ mod skills;
 mod node_config;
 // The panel WebSocket protocol.
 mod panel;
+// GET /api/hub/health: process figures, connections' pending bytes, workers' rates.
+mod health;
 // Who may reach the Shard endpoints: Host, Origin, forwarded headers, tickets, remote mode.
 mod shard_access;
 // The Shard wire protocol over /shard/ws, with a client written from the seed alone.

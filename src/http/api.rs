@@ -11,10 +11,26 @@ use tiny_http::{Method, Request};
 use super::{auth, header, read_body, url, ApiError, Reply};
 use crate::hub::Hub;
 use crate::ops::{self, code, sessions::LogBounds, worker::Action};
+use crate::panel::Panels;
+use crate::shard::Shard;
+
+/// The front-ends whose connections the health route lists.
+pub struct Fronts<'a> {
+    pub panels: &'a Panels,
+    pub shard: &'a Shard,
+}
 
 /// Routes one `/api` request to its handler.
-pub fn handle(hub: &Arc<Hub>, rq: &mut Request, method: &Method, path: &str, query: &str) -> Reply {
-    match route(hub, rq, method, path, query) {
+pub fn handle(
+    hub: &Arc<Hub>,
+    panels: &Panels,
+    shard: &Shard,
+    rq: &mut Request,
+    method: &Method,
+    path: &str,
+    query: &str,
+) -> Reply {
+    match route(hub, &Fronts { panels, shard }, rq, method, path, query) {
         Ok(reply) => reply,
         Err(err) => Reply::error(&err),
     }
@@ -22,6 +38,7 @@ pub fn handle(hub: &Arc<Hub>, rq: &mut Request, method: &Method, path: &str, que
 
 fn route(
     hub: &Arc<Hub>,
+    fronts: &Fronts<'_>,
     rq: &mut Request,
     method: &Method,
     path: &str,
@@ -134,6 +151,13 @@ fn route(
             Ok(ok(result))
         }
         ["subagents", "recovery"] if get => Ok(ok(ops::headless::global_recovery(hub))),
+        // A simplex-hub extension (not in seed 002): `ops::health`.
+        ["hub", "health"] if get => {
+            let health = ops::health::collect(hub, fronts.panels, fronts.shard);
+            let mut reply = Reply::json(200, &Value::Null);
+            reply.body = serde_json::to_vec(&health).unwrap_or_default();
+            Ok(reply)
+        }
         ["sessions", id, "answer"] if post => {
             ops::operable(hub, id, "answer")?;
             let bytes = read_body(rq, hub.config.http.max_body_bytes)?;
@@ -151,7 +175,8 @@ fn route(
         | ["sessions", _, "start" | "stop" | "restart" | "force-kill"]
         | ["sessions", _, "confirmations", _] => Err(method_not_allowed("POST")),
         ["sessions", _, "recovery" | "logs" | "snapshot" | "events"]
-        | ["subagents", "recovery"] => Err(method_not_allowed("GET")),
+        | ["subagents", "recovery"]
+        | ["hub", "health"] => Err(method_not_allowed("GET")),
         _ => Err(ApiError::new(404, code::NOT_FOUND, "no such API route")),
     }
 }

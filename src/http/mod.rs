@@ -163,7 +163,7 @@ fn handle(
     }
     let is_upgrade = header(&rq, "Upgrade").is_some();
     if path == "/api" || path.starts_with("/api/") {
-        let response = api::handle(hub, &mut rq, &method, path, query);
+        let response = api::handle(hub, panels, shard_front, &mut rq, &method, path, query);
         return respond(rq, response);
     }
     if shard {

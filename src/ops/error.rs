@@ -65,6 +65,8 @@ pub mod code {
     pub const SKILL_NOT_FOUND: &str = "skill_not_found";
     pub const TOO_MANY_SKILLS: &str = "too_many_skills";
     pub const INTERNAL_ERROR: &str = "internal_error";
+    // The hub health view: a part of the report that could not be read.
+    pub const PROC_UNAVAILABLE: &str = "proc_unavailable";
 }
 
 /// The `reason` of a `storage_error` whose disk is full.

@@ -15,6 +15,8 @@
 //!   save, delete, rename, validate, endpoint preview) and replacing a
 //!   stopped session's snapshot.
 //! - [`skills`]: the predefined skill library (list, template, one skill).
+//! - [`health`]: the hub's own figures (memory, threads, descriptors,
+//!   connections' pending bytes, workers' event rates and retained bytes).
 //!
 //! Which commands a headless session takes is decided here too: each
 //! command that is not for one refuses it with `headless_restricted`
@@ -29,6 +31,7 @@ pub mod confirm;
 pub mod daemon;
 pub mod error;
 pub mod headless;
+pub mod health;
 pub mod sessions;
 pub mod skills;
 pub mod worker;

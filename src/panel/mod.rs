@@ -56,6 +56,27 @@ impl Panels {
     }
 }
 
+/// The health view's list of panel connections (`ops::health`).
+impl crate::ops::health::Front for Panels {
+    fn connections(&self) -> Vec<crate::ops::health::Connection> {
+        self.snapshot()
+            .iter()
+            .map(|p| {
+                let f = p.outbound().figures();
+                crate::ops::health::Connection {
+                    id: p.id,
+                    pending_bytes: f.pending_bytes,
+                    queued_items: f.queued_items,
+                    budget_bytes: f.budget_bytes,
+                    detail: crate::ops::health::Detail::Panel {
+                        subscriptions: p.subs().len(),
+                    },
+                }
+            })
+            .collect()
+    }
+}
+
 /// Panels hear every hub notification (under the hub's publish lock).
 impl Subscriber for Panels {
     fn publish(&self, hub: &Hub, note: &Note) {

@@ -248,6 +248,8 @@ pub struct Session {
     /// The latest `status` event data of the current connection.
     status: Option<Value>,
     stats: Stats,
+    /// Worker events per second, for the health view (`meter_event`).
+    event_rate: crate::util::rate::Meter,
     /// `(worker_id, sequence)` of the last envelope, for gap/duplicate counts.
     last_sequence: Option<(String, u64)>,
     last_run_id: Option<String>,
@@ -373,6 +375,7 @@ impl Session {
             capabilities: None,
             status: None,
             stats: Stats::default(),
+            event_rate: Default::default(),
             last_sequence: None,
             last_run_id: None,
             active_run: None,
@@ -540,6 +543,17 @@ impl Session {
         let json = entry(seq);
         self.transcript.push(json.clone(), omission);
         (seq, json)
+    }
+
+    /// Counts one worker event into the event-rate meter at `now_ms` (a
+    /// monotonic time, `util::time::mono_millis`).
+    pub fn meter_event(&mut self, now_ms: u64) {
+        self.event_rate.note(now_ms);
+    }
+
+    /// The worker events of the last seconds, as of `now_ms`.
+    pub fn event_rate(&self, now_ms: u64) -> crate::util::rate::Reading {
+        self.event_rate.read(now_ms)
     }
 
     /// Appends captured output of the process launched as `lifecycle`;

@@ -133,3 +133,28 @@ impl Shard {
         self.agents().remove(id);
     }
 }
+
+/// The health view's list of Shard connections (`ops::health`).
+impl crate::ops::health::Front for Shard {
+    fn connections(&self) -> Vec<crate::ops::health::Connection> {
+        self.snapshot()
+            .iter()
+            .map(|c| {
+                let f = c.outbound().figures();
+                crate::ops::health::Connection {
+                    id: c.id,
+                    pending_bytes: f.pending_bytes,
+                    queued_items: f.queued_items,
+                    budget_bytes: f.budget_bytes,
+                    detail: crate::ops::health::Detail::Shard {
+                        transport: match c.transport() {
+                            conn::Transport::WebSocket => "websocket",
+                            conn::Transport::Socket => "unix",
+                        },
+                        direct: c.direct().map(str::to_string),
+                    },
+                }
+            })
+            .collect()
+    }
+}

@@ -1,5 +1,6 @@
 //! Small, dependency-free helpers shared by every module: wall-clock
-//! timestamps, atomic private file writes, identifiers, `poll(2)`.
+//! timestamps, atomic private file writes, identifiers, `poll(2)`, the
+//! process's own `/proc` figures, an event-rate meter.
 //!
 //! Nothing here holds state or locks; every function is safe to call from
 //! any thread.
@@ -12,6 +13,8 @@ mod fuzz_regressions;
 pub mod line_splitter;
 pub mod log_ring;
 pub mod poll;
+pub mod procself;
+pub mod rate;
 pub mod sha256;
 #[cfg(test)]
 pub mod testkit;

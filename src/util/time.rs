@@ -12,6 +12,23 @@ pub fn now_millis() -> u64 {
         .unwrap_or(0)
 }
 
+/// Milliseconds on a monotonic clock since its first reading in this
+/// process (`start_monotonic` makes that the hub's start): for rates and
+/// uptimes, which a wall-clock step must not bend.
+pub fn mono_millis() -> u64 {
+    u64::try_from(mono_epoch().elapsed().as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Starts the monotonic clock of [`mono_millis`] (later calls do nothing).
+pub fn start_monotonic() {
+    mono_epoch();
+}
+
+fn mono_epoch() -> std::time::Instant {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    *EPOCH.get_or_init(std::time::Instant::now)
+}
+
 /// The current time as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
 pub fn now_rfc3339() -> String {
     rfc3339_from_millis(now_millis())

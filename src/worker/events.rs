@@ -235,6 +235,7 @@ fn finish_entry(mut prefix: String, seq: u64) -> Arc<str> {
 /// is serialized before the lock; under it only `hub_sequence` is spliced.
 fn ingest(hub: &Arc<Hub>, session_id: &str, conn_id: u64, env: Envelope, frame_bytes: usize) {
     let now = time::now_rfc3339_cached();
+    let mono = time::mono_millis();
     let transient = TRANSIENT.contains(&env.event.as_str());
     let prefix = entry_prefix(&env, frame_bytes, &now);
     // The events whose `data` the session state reads: parse it before the
@@ -254,6 +255,7 @@ fn ingest(hub: &Arc<Hub>, session_id: &str, conn_id: u64, env: Envelope, frame_b
     };
     let published = hub.with_session(session_id, |s| {
         let was_live = s.identity() == IdentityState::Live;
+        s.meter_event(mono);
         let request_change = s.observe_envelope(&env, &now);
         // Capabilities, status and identity are part of the description
         // every panel lists.

@@ -417,6 +417,28 @@ impl Outbound {
     }
 }
 
+/// What the hub's health view reads of one connection's outbound side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Figures {
+    /// Bytes charged to the budget and not yet written.
+    pub pending_bytes: usize,
+    /// Items queued and not yet handled by the writer.
+    pub queued_items: usize,
+    /// The connection's outbound budget.
+    pub budget_bytes: usize,
+}
+
+/// Read-only figures for the health view: two atomic loads, no lock.
+impl Outbound {
+    pub fn figures(&self) -> Figures {
+        Figures {
+            pending_bytes: self.pending.load(Ordering::Relaxed),
+            queued_items: self.queued.load(Ordering::Relaxed),
+            budget_bytes: self.kind.budget,
+        }
+    }
+}
+
 /// What the writer thread waits on: the connection's queue.
 pub struct WriterInbox {
     queue: Arc<Queue>,

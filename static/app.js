@@ -22,6 +22,7 @@ import { wireModeControl, renderModeControl } from './confirm-mode.js';
 import { renderTokens } from './tokens.js';
 import { wireTheme } from './theme.js';
 import { wireStatusBar, renderStatusBar, onSocketStateForLatency } from './statusbar.js';
+import { wireHealth } from './health.js';
 
 // ---------------------------------------------------------------------------
 // Connection
@@ -189,6 +190,7 @@ async function boot() {
   const caps = Array.isArray(state.meta.capabilities) ? state.meta.capabilities : [];
   $('configs-open').hidden = !caps.includes('configuration-library');
   $('skills-open').hidden = !caps.includes('skill-library');
+  wireHealth(caps);
   let probe = null;
   try {
     probe = await api('GET', '/api/sessions');

@@ -58,6 +58,7 @@ pub const ASSETS: &[Asset] = &[
     asset!("answers.js", "text/javascript; charset=utf-8"),
     asset!("toolcard.js", "text/javascript; charset=utf-8"),
     asset!("toolout.js", "text/javascript; charset=utf-8"),
+    asset!("health.js", "text/javascript; charset=utf-8"),
     asset!("style.css", "text/css; charset=utf-8"),
     asset!("dark.css", "text/css; charset=utf-8"),
     asset!("favicon.svg", "image/svg+xml"),

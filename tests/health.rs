@@ -366,3 +366,54 @@ fn a_worker_sending_events_moves_its_rate_and_retained_bytes() {
     assert_eq!(quiet["events_per_second"], 0.0);
     assert_eq!(quiet["events_total"], 141, "the total stays");
 }
+
+#[test]
+fn a_stalled_shard_client_shows_its_pending_bytes_grow_toward_the_budget() {
+    let dir = TempDir::new("health-shard-stall");
+    let hub = TestHub::start(dir.path(), &[]);
+    create_session(&hub, "loud");
+    let mut worker = worker_events(&hub, "loud");
+    send_text(&mut worker, envelope("loud", "w", 1, "ready", json!({})));
+    wait_session(&hub, "loud", |s| s["identity"]["state"] == "live");
+    // A unix-socket client observes the agent, then never reads again.
+    let mut stalled = ShardClient::socket(&shard_socket(&hub));
+    stalled.attach("loud", "observer");
+    let figures = || {
+        let h = health(&hub);
+        let list = h["shard"]["connections"].as_array().unwrap().clone();
+        assert!(list.len() <= 1, "{list:?}");
+        list.into_iter().next()
+    };
+    let first = figures().expect("the Shard client is listed");
+    assert_eq!(first["transport"], "unix");
+    assert_eq!(first["budget_bytes"], BUDGET);
+    // Assistant messages of 256 KiB each reach the observer as Shard
+    // events; the socket's buffer fills, then the hub's queue.
+    let text = "s".repeat(256 * 1024);
+    let mut seen = Vec::new();
+    let mut cut = false;
+    for seq in 2..=80 {
+        let data = json!({"type": "model_response", "role": "assistant",
+            "content": [{"type": "text", "modality": "text", "raw": text}]});
+        send_text(
+            &mut worker,
+            envelope("loud", "w", seq, "model_response", data),
+        );
+        wait_events(&hub, "loud", seq);
+        match figures() {
+            Some(c) => {
+                let pending = c["pending_bytes"].as_u64().unwrap();
+                assert!(pending <= BUDGET, "{c}");
+                seen.push(pending);
+            }
+            None => {
+                cut = true;
+                break;
+            }
+        }
+    }
+    assert!(cut, "the stalled Shard client was never cut: {seen:?}");
+    let most = *seen.iter().max().unwrap();
+    assert!(most >= BUDGET / 2, "pending never grew: {seen:?}");
+    drop(stalled);
+}

@@ -212,7 +212,7 @@ pub fn collect(hub: &Hub, panels: &dyn Front, shard: &dyn Front) -> Health {
         hub: HubFigures {
             version: env!("CARGO_PKG_VERSION"),
             pid: std::process::id(),
-            uptime_ms: now,
+            uptime_ms: time::uptime_millis(),
             sampled_at: time::now_rfc3339(),
         },
         process,

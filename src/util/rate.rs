@@ -4,7 +4,7 @@
 //! reader asks for the count over the window ending at its own clock.
 //!
 //! Pure: the caller passes a monotonic time in milliseconds
-//! (`util::time::mono_millis`).
+//! (`util::time::mono_millis`, the coarse clock: a few ns per read).
 
 /// Seconds the meter remembers (and the length of the window it reports).
 pub const WINDOW_SECONDS: u64 = 10;

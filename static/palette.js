@@ -105,6 +105,7 @@ export function buildCommands() {
   add('view:details', 'View', detailsShown() ? 'Hide technical details' : 'Show technical details', () => toggleDetails());
   for (const t of THEMES) if (t !== theme()) add(`theme:${t}`, 'View', `Theme: ${themeLabel(t)}`, () => setTheme(t), `now ${themeLabel(theme())}`);
   if (caps.includes('configuration-library') && !$('configs-open').hidden) add('hub:configs', 'Hub', 'Configurations…', () => $('configs-open').click());
+  if (caps.includes('hub-health') && !$('health-open').hidden) add('hub:health', 'Hub', 'Hub health…', () => $('health-open').click(), 'memory, connections, worker rates');
   if (desc && !isHeadless(desc) && !$('skills-open').hidden && !$('skills-open').disabled && !$('composer').hidden) add('composer:skills', 'Conversation', 'Skills…', () => $('skills-open').click());
   if (panel.socket && panel.socket.state === 'waiting') add('hub:reconnect', 'Hub', 'Reconnect now', () => panel.socket.retryNow());
   return out;

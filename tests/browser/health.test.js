@@ -1,5 +1,5 @@
 // The hub health view against a real hub and its built-in worker: the
-// Health button opens it (mouse and keyboard), it shows the hub's figures
+// Health button opens it (mouse, keyboard, the command palette), it shows the hub's figures
 // from GET /api/hub/health and refreshes them while open (a second panel
 // appears in its list, a worker's events move its row), and it asks
 // nothing once closed.
@@ -118,6 +118,22 @@ describe('panel: hub health view', { timeout: 180000 }, () => {
     const refreshed = page.waitForRequest((rq) => new URL(rq.url()).pathname === `/api/sessions/${SESSION}` && Date.now() > closedAt + 4500, { timeout: 12000 });
     await refreshed;
     assert.equal(asked.length, count, 'the closed view kept asking');
+  });
+
+  it('is offered by the command palette', async () => {
+    await page.locator('#transcript').focus();
+    await page.keyboard.press('Control+K');
+    await page.locator('#palette-input').waitFor({ state: 'visible' });
+    await page.keyboard.type('hub health');
+    await page.locator('#palette-list li', { hasText: 'Hub health…' }).first().waitFor();
+    await page.keyboard.press('Enter');
+    await page.locator('#dlg-health').waitFor({ state: 'visible' });
+    assert.equal(await page.evaluate(() => document.activeElement?.id), 'health-close');
+    const before = await samples();
+    await waitFor(async () => (await samples()) > before, { what: 'a reading after the palette opened the view' });
+    await page.keyboard.press('Escape');
+    await page.locator('#dlg-health').waitFor({ state: 'hidden' });
+    assert.equal(await page.locator('#dlg-health').getAttribute('data-polling'), 'off');
   });
 
   it('opens from the keyboard and fits a narrow window', async () => {

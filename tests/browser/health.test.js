@@ -71,6 +71,8 @@ describe('panel: hub health view', { timeout: 180000 }, () => {
     // requests and idle writers, so only roughly the same).
     const api = (await hubApi(hub, 'GET', '/api/hub/health')).body;
     const cards = page.locator('#health-process');
+    // The view's own styles apply at this width (cards in a grid).
+    assert.equal(await cards.evaluate((el) => getComputedStyle(el).display), 'grid');
     assert.match(await cards.innerText(), /Memory \(RSS\)[\s\S]*(KiB|MiB)/);
     const threads = Number(await cards.locator('.health-card', { hasText: 'Threads' }).locator('.health-figure').innerText());
     assert.ok(threads >= 3 && Math.abs(threads - api.process.threads) <= 8, `${threads} vs ${api.process.threads}`);

@@ -12,7 +12,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { startHub, hubApi, launchBrowser, watch, tempDir, removeDir, createSession, selectSession, workerAction, sendMessage, scriptedWorker, shot, waitFor, ROOT, SOON } from './helpers.js';
+import { startHub, hubApi, launchBrowser, watch, tempDir, removeDir, createSession, selectSession, workerAction, sendMessage, scriptedWorker, shot, shots, waitFor, ROOT, SOON } from './helpers.js';
 
 /** Frames the panel page sent on its socket, parsed. */
 function recordFrames(page) {
@@ -190,7 +190,7 @@ describe('panel: the cockpit with the built-in worker', { timeout: 240000 }, () 
     await page.keyboard.press('Tab');
     assert.equal(await box.inputValue(), 'Continue run', 'Tab completes the chosen name');
     assert.equal(await activeId(page), 'message', 'Tab completed instead of moving the focus');
-    await shot(page, 'cockpit-command-mode.png');
+    await shots(page, 'cockpit-command-mode', page.locator('#message'));
     const before = frames.sent.filter((f) => f.type === 'input').length;
     await page.keyboard.press('Enter');
     await page.locator('.msg.assistant', { hasText: 'continued' }).waitFor();
@@ -248,7 +248,7 @@ describe('panel: the cockpit with the built-in worker', { timeout: 240000 }, () 
     await waitFor(async () => /mode-approve/.test(await select.getAttribute('class')), { what: 'the danger style' });
     const colors = await select.evaluate((el) => [getComputedStyle(el).color, getComputedStyle(document.documentElement).getPropertyValue('--bad').trim()]);
     assert.equal(colors[0], 'rgb(180, 35, 24)', `Approve all is drawn in the danger colour (${colors})`);
-    await shot(page, 'cockpit-approve-all.png');
+    await shots(page, 'cockpit-approve-all', page.locator('#confirm-mode'));
     // The worker approves by itself: no prompt, the command runs.
     const sentBefore = frames.sent.length;
     await sendMessage(page, '/run echo approved > approved.txt');

@@ -213,6 +213,28 @@ export async function shot(page, name) {
   await page.screenshot({ path: path.join(dir, name) });
 }
 
+/**
+ * With SCREENSHOTS=1: `<name>.png` (light, wide), then dark, narrow and
+ * narrow dark, each with `target` scrolled into view.
+ */
+export async function shots(page, name, target) {
+  if (process.env.SCREENSHOTS !== '1') return;
+  const size = page.viewportSize();
+  for (const [suffix, scheme, viewport] of [
+    ['', 'light', size],
+    ['-dark', 'dark', size],
+    ['-narrow', 'light', { width: 420, height: 860 }],
+    ['-narrow-dark', 'dark', { width: 420, height: 860 }],
+  ]) {
+    await page.emulateMedia({ colorScheme: scheme });
+    await page.setViewportSize(viewport);
+    await target.scrollIntoViewIfNeeded();
+    await shot(page, `${name}${suffix}.png`);
+  }
+  await page.emulateMedia({ colorScheme: 'light' });
+  await page.setViewportSize(size);
+}
+
 export async function waitFor(fn, { timeout = SOON, interval = 100, what = 'condition' } = {}) {
   const end = Date.now() + timeout;
   for (;;) {

@@ -11,29 +11,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { ROOT, startHub, hubApi, launchBrowser, watch, tempDir, removeDir, createSession, workerAction, sendMessage, shot, waitFor, SOON } from './helpers.js';
-
-/**
- * With SCREENSHOTS=1: `<name>.png` (light, wide), then dark, narrow and
- * narrow dark, each with `target` scrolled into view.
- */
-async function shots(page, name, target) {
-  if (process.env.SCREENSHOTS !== '1') return;
-  const size = page.viewportSize();
-  for (const [suffix, scheme, viewport] of [
-    ['', 'light', size],
-    ['-dark', 'dark', size],
-    ['-narrow', 'light', { width: 420, height: 860 }],
-    ['-narrow-dark', 'dark', { width: 420, height: 860 }],
-  ]) {
-    await page.emulateMedia({ colorScheme: scheme });
-    await page.setViewportSize(viewport);
-    await target.scrollIntoViewIfNeeded();
-    await shot(page, `${name}${suffix}.png`);
-  }
-  await page.emulateMedia({ colorScheme: 'light' });
-  await page.setViewportSize(size);
-}
+import { ROOT, startHub, hubApi, launchBrowser, watch, tempDir, removeDir, createSession, workerAction, sendMessage, shots, waitFor, SOON } from './helpers.js';
 
 const MARKDOWN = [
   'Report',

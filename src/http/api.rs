@@ -10,27 +10,26 @@ use tiny_http::{Method, Request};
 
 use super::{auth, header, read_body, url, ApiError, Reply};
 use crate::hub::Hub;
+use crate::ops::health::Front;
 use crate::ops::{self, code, sessions::LogBounds, worker::Action};
-use crate::panel::Panels;
-use crate::shard::Shard;
 
-/// The front-ends whose connections the health route lists.
+/// The front-ends whose connections the health route lists (the panel
+/// socket's and Shard's, seen only as [`Front`]s).
 pub struct Fronts<'a> {
-    pub panels: &'a Panels,
-    pub shard: &'a Shard,
+    pub panels: &'a dyn Front,
+    pub shard: &'a dyn Front,
 }
 
 /// Routes one `/api` request to its handler.
 pub fn handle(
     hub: &Arc<Hub>,
-    panels: &Panels,
-    shard: &Shard,
+    fronts: &Fronts<'_>,
     rq: &mut Request,
     method: &Method,
     path: &str,
     query: &str,
 ) -> Reply {
-    match route(hub, &Fronts { panels, shard }, rq, method, path, query) {
+    match route(hub, fronts, rq, method, path, query) {
         Ok(reply) => reply,
         Err(err) => Reply::error(&err),
     }

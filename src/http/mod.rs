@@ -163,7 +163,11 @@ fn handle(
     }
     let is_upgrade = header(&rq, "Upgrade").is_some();
     if path == "/api" || path.starts_with("/api/") {
-        let response = api::handle(hub, panels, shard_front, &mut rq, &method, path, query);
+        let fronts = api::Fronts {
+            panels: &**panels,
+            shard: &**shard_front,
+        };
+        let response = api::handle(hub, &fronts, &mut rq, &method, path, query);
         return respond(rq, response);
     }
     if shard {

@@ -23,7 +23,6 @@ const view = {
   dialog: null,
   status: null,
   body: null,
-  open: false,
   timer: null,
   inflight: false,
   samples: 0,
@@ -41,7 +40,7 @@ export function wireHealth(capabilities) {
   button.hidden = false;
   button.addEventListener('click', openHealth);
   document.addEventListener('visibilitychange', () => {
-    if (!view.open) return;
+    if (!view.dialog.open) return;
     if (document.hidden) stop();
     else schedule(0);
   });
@@ -56,16 +55,14 @@ function build() {
     { id: 'dlg-health', class: 'wide health', 'aria-labelledby': 'health-title', dataset: { polling: 'off', samples: '0' } },
     h('div', { class: 'dialog-form' }, h('div', { class: 'health-head' }, h('h2', { id: 'health-title', text: 'Hub health' }), view.status, h('span', { class: 'spacer' }), close), view.body),
   );
-  view.dialog.addEventListener('close', () => {
-    view.open = false;
-    stop();
-  });
+  // (The dialog's `open` is what counts: it is false as soon as the
+  // dialog closes, before this event is delivered.)
+  view.dialog.addEventListener('close', stop);
   document.body.appendChild(view.dialog);
 }
 
 export function openHealth() {
-  if (!view.dialog || view.open) return;
-  view.open = true;
+  if (!view.dialog || view.dialog.open) return;
   view.dialog.showModal();
   $('health-close').focus();
   schedule(0);
@@ -80,7 +77,7 @@ function stop() {
 function schedule(delay) {
   clearTimeout(view.timer);
   view.timer = null;
-  if (!view.open || document.hidden) {
+  if (!view.dialog.open || document.hidden) {
     view.dialog.dataset.polling = 'off';
     return;
   }
@@ -90,7 +87,7 @@ function schedule(delay) {
 
 async function refresh() {
   view.timer = null;
-  if (view.inflight || !view.open) return;
+  if (view.inflight || !view.dialog.open) return;
   view.inflight = true;
   let problem = null;
   try {
@@ -99,7 +96,7 @@ async function refresh() {
       view.last = res.body;
       view.samples += 1;
       view.dialog.dataset.samples = String(view.samples);
-      if (view.open) render(res.body);
+      if (view.dialog.open) render(res.body);
     } else {
       const code = res.body && typeof res.body.error === 'string' ? res.body.error : `HTTP ${res.status}`;
       problem = res.status === 401 ? `${code}: sign in again to see the figures` : code;

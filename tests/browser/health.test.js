@@ -58,7 +58,8 @@ describe('panel: hub health view', { timeout: 180000 }, () => {
     await selectSession(page, SESSION);
     await page.locator('#health-open').waitFor({ state: 'visible' });
     assert.equal(asked.length, 0);
-    assert.equal(await page.locator('#dlg-health').getAttribute('data-polling'), 'off');
+    // The dialog's close event (which clears the timer) follows its hiding.
+    await waitFor(async () => (await page.locator('#dlg-health').getAttribute('data-polling')) === 'off', { what: 'polling to stop' });
   });
 
   it('opens with the hub figures', async () => {
@@ -111,7 +112,8 @@ describe('panel: hub health view', { timeout: 180000 }, () => {
   it('closes with Escape and stops asking', async () => {
     await page.keyboard.press('Escape');
     await page.locator('#dlg-health').waitFor({ state: 'hidden' });
-    assert.equal(await page.locator('#dlg-health').getAttribute('data-polling'), 'off');
+    // The dialog's close event (which clears the timer) follows its hiding.
+    await waitFor(async () => (await page.locator('#dlg-health').getAttribute('data-polling')) === 'off', { what: 'polling to stop' });
     assert.equal(await page.evaluate(() => document.activeElement?.id), 'health-open');
     const closedAt = Date.now();
     const count = asked.length;
@@ -135,7 +137,8 @@ describe('panel: hub health view', { timeout: 180000 }, () => {
     await waitFor(async () => (await samples()) > before, { what: 'a reading after the palette opened the view' });
     await page.keyboard.press('Escape');
     await page.locator('#dlg-health').waitFor({ state: 'hidden' });
-    assert.equal(await page.locator('#dlg-health').getAttribute('data-polling'), 'off');
+    // The dialog's close event (which clears the timer) follows its hiding.
+    await waitFor(async () => (await page.locator('#dlg-health').getAttribute('data-polling')) === 'off', { what: 'polling to stop' });
   });
 
   it('opens from the keyboard and fits a narrow window', async () => {

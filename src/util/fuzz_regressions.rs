@@ -81,3 +81,20 @@ fn r_15_yaml_edit_append_after_an_open_block_scalar() {
         "prompt: |\n  text\nclient:\n  endpoint: \"ws://e\"\n"
     );
 }
+
+/// `skill_document`: a skill file whose duplicate key was nearly a
+/// kilobyte long (multi-byte characters included) was refused with a
+/// message that repeated the whole key. The YAML reader now shows at most
+/// 200 bytes of it, cut at a character boundary.
+#[test]
+fn r_19_a_duplicate_keys_message_is_bounded() {
+    let key = format!("k{}", "\u{fffd}".repeat(400));
+    let text = format!("{key}: 1\n{key}: 2\n");
+    let err = crate::util::yaml_edit::read::read_json(&text).unwrap_err();
+    let message = err.to_string();
+    assert!(message.len() < 300, "{} bytes: {message}", message.len());
+    assert!(message.contains("twice (again on line 2)"), "{message}");
+    assert!(message.contains('…'), "{message}");
+    let short = crate::util::yaml_edit::read::read_json("a: 1\na: 2\n").unwrap_err();
+    assert_eq!(short.to_string(), "has the key a twice (again on line 2)");
+}

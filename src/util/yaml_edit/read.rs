@@ -116,6 +116,7 @@ impl fmt::Display for ReadError {
                 write!(f, "must be a mapping at the top level, found {found}")
             }
             ReadError::DuplicateKey { key, line } => {
+                let key = shown_key(key);
                 write!(f, "has the key {key} twice (again on line {line})")
             }
             ReadError::TooManyAliases { line } => write!(
@@ -131,6 +132,22 @@ impl fmt::Display for ReadError {
 }
 
 impl std::error::Error for ReadError {}
+
+/// The most of a duplicate key's dotted path a message shows, in bytes: a
+/// key may be as long as the file.
+const SHOWN_KEY_BYTES: usize = 200;
+
+/// `key` cut at a character boundary to [`SHOWN_KEY_BYTES`], with `…`.
+fn shown_key(key: &str) -> std::borrow::Cow<'_, str> {
+    if key.len() <= SHOWN_KEY_BYTES {
+        return key.into();
+    }
+    let mut end = SHOWN_KEY_BYTES;
+    while !key.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &key[..end]).into()
+}
 
 /// A container being built, with the key awaiting its value.
 enum Open {

@@ -97,6 +97,9 @@ describe('panel: configuration library and skills', { timeout: 240000 }, () => {
     await page.locator('#cfg-kind-worker').click();
     await page.locator('#cfg-list .cfg-item', { hasText: 'default' }).waitFor();
     await page.locator('#cfg-new').click();
+    // The kind switch alone already says "new file"; the template has
+    // arrived only when the status says so.
+    await page.locator('#cfg-status', { hasText: 'A new file from the template' }).waitFor();
     await page.locator('#cfg-state', { hasText: 'new file' }).waitFor();
     assert.match(await page.locator('#cfg-editor textarea').inputValue(), /\{\{hub\.events_endpoint\}\}/);
     assert.ok((await page.locator('#cfg-editor .code-layer .tok-ph').count()) > 0, 'placeholders are highlighted');

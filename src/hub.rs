@@ -705,13 +705,17 @@ impl Hub {
     }
 
     /// Announces a change to every subscriber, in the order changes are
-    /// announced. Never called with a registry or store lock held.
+    /// announced. Never called with a registry or store lock held. The
+    /// frames queued are written once the publish lock is released (a
+    /// batch, `util::wakes`), or at the end of the caller's own batch.
     pub fn notify(&self, note: Note) {
         let subscribers = self
             .subscribers
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
+        // Declared before the lock, so it ends (and writes) after it.
+        let _batch = crate::util::wakes::batch();
         let _ordered = self.publishing();
         for subscriber in subscribers.iter() {
             subscriber.publish(self, &note);

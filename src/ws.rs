@@ -16,7 +16,7 @@ use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use tiny_http::{Header, Request, Response};
@@ -91,6 +91,14 @@ pub enum Sock {
 }
 
 impl Sock {
+    fn raw_fd(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        match self {
+            Sock::Tcp(s) => s.as_raw_fd(),
+            Sock::Unix(s) => s.as_raw_fd(),
+        }
+    }
+
     fn try_clone(&self) -> io::Result<Sock> {
         Ok(match self {
             Sock::Tcp(s) => Sock::Tcp(s.try_clone()?),
@@ -129,11 +137,25 @@ impl Write for Sock {
     }
 }
 
+/// The socket behind a [`FrameWriter`]'s lock, and whether the last
+/// non-blocking write left a frame half on the wire.
+#[derive(Debug)]
+struct Wire {
+    sock: Sock,
+    /// Part of a frame was written by [`FrameWriter::try_write_vectored`]
+    /// and its rest waits in the sender's queue: until that rest is
+    /// written, no other frame may go out (a pong or a close would land
+    /// inside the torn frame).
+    torn: bool,
+}
+
 /// Writes complete frames to one socket; shared by every thread that sends
 /// on it. Once closed, further sends fail without touching the socket.
 #[derive(Debug)]
 pub struct FrameWriter {
-    stream: Mutex<Sock>,
+    stream: Mutex<Wire>,
+    /// Signalled when a torn frame has been completed.
+    mended: Condvar,
     /// A second handle used only to shut the socket down. It is never
     /// locked, so ending a connection cannot wait behind a write that is
     /// blocked on a peer that stopped reading.
@@ -143,6 +165,11 @@ pub struct FrameWriter {
     /// false for a JSONL stream.
     websocket: bool,
 }
+
+/// How long one wait for a torn frame's completion lasts before the
+/// waiter looks at `closed` again (a terminate cannot take the lock to
+/// signal, so a waiter must not depend on the signal alone).
+const TORN_WAIT: Duration = Duration::from_millis(100);
 
 impl FrameWriter {
     fn new(stream: TcpStream) -> io::Result<FrameWriter> {
@@ -158,7 +185,11 @@ impl FrameWriter {
     fn over(stream: Sock, websocket: bool) -> io::Result<FrameWriter> {
         Ok(FrameWriter {
             ctl: stream.try_clone()?,
-            stream: Mutex::new(stream),
+            stream: Mutex::new(Wire {
+                sock: stream,
+                torn: false,
+            }),
+            mended: Condvar::new(),
             closed: AtomicBool::new(false),
             websocket,
         })
@@ -170,17 +201,35 @@ impl FrameWriter {
         FrameWriter::new(stream).unwrap()
     }
 
-    /// Writes already-encoded frame bytes as one unit.
-    pub fn write_raw(&self, bytes: &[u8]) -> io::Result<()> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(io::Error::new(io::ErrorKind::NotConnected, "socket closed"));
+    fn closed_error() -> io::Error {
+        io::Error::new(io::ErrorKind::NotConnected, "socket closed")
+    }
+
+    /// The wire, once no frame is torn on it (or the socket was closed).
+    fn whole(&self) -> io::Result<MutexGuard<'_, Wire>> {
+        let mut wire = self.stream.lock().unwrap_or_else(|p| p.into_inner());
+        while wire.torn && !self.closed.load(Ordering::Acquire) {
+            wire = self
+                .mended
+                .wait_timeout(wire, TORN_WAIT)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
-        let mut stream = self.stream.lock().unwrap_or_else(|p| p.into_inner());
         // A writer that waited behind one that failed must not try again.
         if self.closed.load(Ordering::Acquire) {
-            return Err(io::Error::new(io::ErrorKind::NotConnected, "socket closed"));
+            return Err(Self::closed_error());
         }
-        let result = stream.write_all(bytes).and_then(|()| stream.flush());
+        Ok(wire)
+    }
+
+    /// Writes already-encoded frame bytes as one unit (after the rest of
+    /// a torn frame, if one is on the wire).
+    pub fn write_raw(&self, bytes: &[u8]) -> io::Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Self::closed_error());
+        }
+        let mut wire = self.whole()?;
+        let result = wire.sock.write_all(bytes).and_then(|()| wire.sock.flush());
         if result.is_err() {
             // A failed or timed-out write may have left half a frame on
             // the wire: the connection is unusable, so end it and wake its
@@ -193,19 +242,21 @@ impl FrameWriter {
 
     /// Writes several already-encoded frames, in order, as one unit:
     /// one `writev` when the socket takes them all (the usual case),
-    /// more only after a partial write. `bufs` is consumed.
+    /// more only after a partial write. `bufs` is consumed. The first
+    /// buffer may be the rest of a torn frame (the queue's owner writes
+    /// it): this call does not wait for it, it completes it.
     pub fn write_all_vectored(&self, bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
         if self.closed.load(Ordering::Acquire) {
-            return Err(io::Error::new(io::ErrorKind::NotConnected, "socket closed"));
+            return Err(Self::closed_error());
         }
-        let mut stream = self.stream.lock().unwrap_or_else(|p| p.into_inner());
+        let mut wire = self.stream.lock().unwrap_or_else(|p| p.into_inner());
         if self.closed.load(Ordering::Acquire) {
-            return Err(io::Error::new(io::ErrorKind::NotConnected, "socket closed"));
+            return Err(Self::closed_error());
         }
         let mut bufs = bufs;
         let mut result = Ok(());
         while !bufs.is_empty() {
-            match stream.write_vectored(bufs) {
+            match wire.sock.write_vectored(bufs) {
                 Ok(0) => {
                     result = Err(io::Error::new(
                         io::ErrorKind::WriteZero,
@@ -224,8 +275,52 @@ impl FrameWriter {
         if result.is_err() {
             // As in `write_raw`: half a frame may be on the wire.
             self.terminate();
+        } else if wire.torn {
+            wire.torn = false;
+            drop(wire);
+            self.mended.notify_all();
         }
         result
+    }
+
+    /// Writes what the socket takes now of `bufs` (whole frames, the
+    /// first possibly the rest of a torn frame), without waiting: one
+    /// `sendmsg` with `MSG_DONTWAIT`. Returns the bytes written;
+    /// `WouldBlock` when the socket takes nothing now or another thread is
+    /// writing on it. A write that ends inside a frame leaves the wire
+    /// torn: the caller must write that frame's rest before anything else,
+    /// and other writers wait for it.
+    pub fn try_write_vectored(&self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Self::closed_error());
+        }
+        let mut wire = match self.stream.try_lock() {
+            Ok(wire) => wire,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return Err(io::ErrorKind::WouldBlock.into()),
+        };
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Self::closed_error());
+        }
+        let fd = wire.sock.raw_fd();
+        let n = match send_dontwait(fd, bufs) {
+            Ok(n) => n,
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => return Err(err),
+            Err(err) => {
+                drop(wire);
+                self.terminate();
+                return Err(err);
+            }
+        };
+        if n > 0 {
+            let was_torn = wire.torn;
+            wire.torn = !ends_on_a_boundary(bufs, n);
+            if was_torn && !wire.torn {
+                drop(wire);
+                self.mended.notify_all();
+            }
+        }
+        Ok(n)
     }
 
     pub fn send_text(&self, text: &str) -> io::Result<()> {
@@ -255,25 +350,30 @@ impl FrameWriter {
         // ends within microseconds, so wait for it briefly; one blocked on
         // a peer that stopped reading must not delay the shutdown below,
         // and then the close frame is skipped.
-        if let Some(mut stream) = self.lock_within(CLOSE_LOCK_WAIT) {
+        if let Some(mut wire) = self.lock_within(CLOSE_LOCK_WAIT) {
             if !self.closed.load(Ordering::Acquire) {
-                let _ = stream.write_all(&encode_frame(opcode::CLOSE, &payload));
+                let _ = wire.sock.write_all(&encode_frame(opcode::CLOSE, &payload));
             }
         }
         self.terminate();
     }
 
-    /// The stream, if its lock frees up within `wait`.
-    fn lock_within(&self, wait: Duration) -> Option<MutexGuard<'_, Sock>> {
+    /// The stream with no torn frame on it, if its lock frees up (and a
+    /// torn frame is completed) within `wait`.
+    fn lock_within(&self, wait: Duration) -> Option<MutexGuard<'_, Wire>> {
         let deadline = Instant::now() + wait;
         loop {
-            match self.stream.try_lock() {
-                Ok(guard) => return Some(guard),
-                Err(TryLockError::Poisoned(p)) => return Some(p.into_inner()),
-                Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
+            let locked = match self.stream.try_lock() {
+                Ok(guard) => Some(guard),
+                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            };
+            match locked {
+                Some(wire) if !wire.torn => return Some(wire),
+                _ if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(1));
                 }
-                Err(TryLockError::WouldBlock) => return None,
+                _ => return None,
             }
         }
     }
@@ -288,6 +388,47 @@ impl FrameWriter {
     pub fn terminate(&self) {
         self.closed.store(true, Ordering::Release);
         let _ = self.ctl.shutdown(Shutdown::Both);
+        // Whoever waits for a torn frame looks at `closed` again (it also
+        // does so on its own within `TORN_WAIT`: this signal is not under
+        // the lock, which a terminate never waits for).
+        self.mended.notify_all();
+    }
+}
+
+/// Whether writing `n` bytes of `bufs` ends exactly at the end of one of
+/// them (no frame left torn).
+fn ends_on_a_boundary(bufs: &[IoSlice<'_>], mut n: usize) -> bool {
+    for buf in bufs {
+        if n < buf.len() {
+            return n == 0;
+        }
+        n -= buf.len();
+    }
+    true
+}
+
+/// One `sendmsg` of `bufs` on socket `fd` that does not wait (the
+/// descriptor's own flags are untouched): the bytes written, or
+/// `WouldBlock` when the socket takes none now. At most 1024 buffers
+/// (`IOV_MAX`) are handed over; the caller sees how many bytes went.
+fn send_dontwait(fd: std::os::fd::RawFd, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
+    let bufs = &bufs[..bufs.len().min(1024)];
+    // SAFETY: zeroed is a valid `msghdr` (no name, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    // `IoSlice` is ABI-compatible with `iovec` on unix (documented).
+    msg.msg_iov = bufs.as_ptr() as *mut libc::iovec;
+    msg.msg_iovlen = bufs.len() as _;
+    loop {
+        // SAFETY: `msg` points at `bufs.len()` valid, live buffers that
+        // are only read; the caller keeps the descriptor open for the call.
+        let n = unsafe { libc::sendmsg(fd, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL) };
+        if n >= 0 {
+            return Ok(n as usize);
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
     }
 }
 

@@ -138,6 +138,8 @@ mod tests {
         let _client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (server, _) = listener.accept().unwrap();
         let (conn, _inbox) = PanelConn::new(1, Arc::new(FrameWriter::for_tests(server)));
+        // Held, so nothing is written before the budget is checked.
+        let _batch = crate::util::wakes::batch();
         assert!(conn.send_text(&"b".repeat(protocol::OUTBOUND_BUDGET - 10)));
         assert_eq!(conn.outbound().pending_bytes(), protocol::OUTBOUND_BUDGET);
         assert!(!conn.send_text(""));

@@ -509,6 +509,8 @@ fn legacy_subscribe(
     // `since` is beyond it: a stale cursor, such as one from before a hub
     // restart, never silences live events). Queued under the publish lock,
     // so a later event's fan-out comes after it.
+    // Its writes happen after the publish lock is released.
+    let _batch = crate::util::wakes::batch();
     let _ordered = hub.publishing();
     let built = hub.with_session(session, |s| {
         let entries: Vec<Arc<str>> = s
@@ -578,6 +580,8 @@ fn replay_step(
     if panel.is_dead() {
         return;
     }
+    // Its writes happen after the publish lock is released.
+    let _batch = crate::util::wakes::batch();
     let ordered = hub.publishing();
     let step = hub.with_session(&session, |s| {
         let mut subs = panel.subs();

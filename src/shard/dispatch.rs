@@ -605,6 +605,8 @@ fn attach(
         Err(err) => return reply(Err(err.into())),
     };
     let profiles = &hub.config.provider_profiles;
+    // Its writes happen after the publish lock is released.
+    let _batch = crate::util::wakes::batch();
     let _ordered = hub.publishing();
     let read = ops::sessions::read(hub, agent, |s| {
         let snap = Snapshot::of(s, profiles);

@@ -1,27 +1,49 @@
-//! One front-end WebSocket connection's outbound side (a panel's or a
-//! Shard client's): a writer thread fed by the connection's queue. Every
-//! frame is charged to the connection's outbound budget (4 MiB for both
-//! front-ends) before it is queued; a frame that would exceed it
-//! terminates the connection at once, without a close handshake.
+//! One front-end connection's outbound side (a panel's or a Shard
+//! client's, over a WebSocket or a JSONL stream). Every frame is charged to
+//! the connection's outbound budget (4 MiB for both front-ends) before it
+//! is queued; a frame that would exceed it terminates the connection at
+//! once, without a close handshake.
 //!
-//! The writer takes everything queued at once and writes the frames with
-//! one `writev` (up to [`WRITE_BATCH_BYTES`]), so a burst of events costs
-//! one syscall per connection, not one per frame. The queue is a
-//! `VecDeque` under a short mutex, allocated on use; it grows only as far
-//! as the budget (bytes) and [`QUEUE_FRAMES`] (items) let it.
+//! **The write path.** A queued frame is written by the thread that
+//! queued it, without blocking, whenever nobody else is writing on the
+//! connection: one `sendmsg` with `MSG_DONTWAIT` of everything queued
+//! (a flush). When the socket takes all of it, that is the end: no other
+//! thread is involved. When it takes only part (a peer that reads slowly,
+//! a full socket buffer), what is left stays at the front of the queue, a
+//! frame cut in the middle keeping its offset, and the connection's writer
+//! thread takes over with blocking `writev`s until the queue is empty
+//! again; frames queued meanwhile go behind it. So a socket write never
+//! blocks the thread that fans out, one slow connection never delays
+//! another, and each connection's frames leave in the order they were
+//! queued.
 //!
-//! A writer thread that has had nothing to write for
-//! [`WRITER_IDLE_EXIT`] exits, and the next frame starts a new one, so an
-//! idle connection costs no thread at all (its socket waits in the
-//! poller).
+//! A thread in the middle of a batch of input (see `util::wakes`: a
+//! worker-events thread that ingests the envelopes of one socket read, or
+//! `Hub::notify` under the publish lock) does not flush at once: each
+//! connection it queued for is flushed once, when the batch ends (its next
+//! socket read, or the notification's end after the publish lock is
+//! released). A burst of 32 envelopes is then one `sendmsg` per
+//! connection, and no flush ever runs under the publish lock.
 //!
-//! Waking a sleeping writer is deferred while the queuing thread is in the
-//! middle of a batch of input (see `util::wakes`): a worker-events thread
-//! that ingests 32 envelopes from one socket read wakes each writer once,
-//! when it goes back to read, instead of 32 times.
+//! **Who writes.** One thread at a time owns a connection's writes (the
+//! `writing` flag): a flusher for one non-blocking `sendmsg`, or the
+//! writer thread for one batch. A frame only ever leaves from the front of
+//! the queue, taken by the owner. The budget counts bytes charged and not
+//! yet accepted by the kernel, to the byte: a partial write uncharges
+//! exactly what it wrote.
+//!
+//! **The writer thread** exists only while a connection has pushed back
+//! (and for the first 0.5 s of a connection): it takes everything queued
+//! at once and writes it with blocking `writev`s of up to
+//! [`WRITE_BATCH_BYTES`], runs pacing callbacks (`after_writes`, replay)
+//! once the frames before them are written, and exits after
+//! [`WRITER_IDLE_EXIT`] with nothing to write. The queue is a `VecDeque`
+//! under a short mutex, allocated on use; it grows only as far as the
+//! budget (bytes) and [`QUEUE_FRAMES`] (items) let it. No lock is held
+//! across any socket write, blocking or not.
 
 use std::collections::VecDeque;
-use std::io::IoSlice;
+use std::io::{self, IoSlice};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -34,14 +56,19 @@ use crate::ws::{self, FrameWriter};
 /// budget is the real bound; this caps bookkeeping for tiny frames).
 const QUEUE_FRAMES: usize = 16 * 1024;
 
-/// The most frame bytes the writer hands to one `writev`.
+/// The most frame bytes handed to one `writev` or `sendmsg`.
 pub const WRITE_BATCH_BYTES: usize = 256 * 1024;
 
-/// The most frames in one `writev` (well under `IOV_MAX`, 1024).
+/// The most frames in one `writev` or `sendmsg` (well under `IOV_MAX`,
+/// 1024).
 const WRITE_BATCH_FRAMES: usize = 256;
 
+/// Non-blocking writes one flush makes at most before it hands what is
+/// left to the writer thread (frames keep arriving while it writes).
+const FLUSH_ROUNDS: usize = 4;
+
 /// A writer thread with nothing to write for this long exits; the next
-/// frame starts a new one. Idle connections then hold no thread.
+/// push-back starts a new one. Idle connections then hold no thread.
 const WRITER_IDLE_EXIT: Duration = Duration::from_millis(500);
 
 /// Queue capacity kept after a burst; a drained queue larger than this is
@@ -57,14 +84,25 @@ pub struct Kind {
     pub budget: usize,
 }
 
-/// Something for the writer thread: an encoded frame, or work to run once
+/// Something to write: an encoded frame (of which the first `sent` bytes
+/// are on the wire already), or work to run on the writer thread once
 /// everything queued before it has been written (replay pacing).
 pub enum Outgoing {
-    Frame { bytes: Arc<[u8]>, cost: usize },
+    Frame { bytes: Arc<[u8]>, sent: usize },
     Then(Box<dyn FnOnce() + Send>),
 }
 
-/// The queue between the threads that send and the writer thread.
+impl Outgoing {
+    /// The bytes of a frame not yet written.
+    fn unsent(&self) -> Option<&[u8]> {
+        match self {
+            Outgoing::Frame { bytes, sent } => Some(&bytes[*sent..]),
+            Outgoing::Then(_) => None,
+        }
+    }
+}
+
+/// The queue between the threads that send and whoever writes.
 struct Queue {
     state: Mutex<QueueState>,
     ready: Condvar,
@@ -72,10 +110,14 @@ struct Queue {
 
 struct QueueState {
     items: VecDeque<Outgoing>,
+    /// Some thread owns the connection's writes now: a flusher, or the
+    /// writer thread with a batch taken. Frames queued meanwhile wait
+    /// behind, and the owner looks at them before it lets go.
+    writing: bool,
     /// The writer is (about to be) waiting on `ready`.
     sleeping: bool,
-    /// A wake for this queue sits in some thread's deferred list.
-    wake_deferred: bool,
+    /// A flush of this connection sits in some thread's deferred list.
+    flush_deferred: bool,
     /// Set by `terminate`: the writer stops at its next look.
     stop: bool,
     /// A writer thread is running (or starting). Cleared, under this
@@ -83,55 +125,13 @@ struct QueueState {
     writer_running: bool,
 }
 
-/// What `Queue::push` did.
-enum Pushed {
-    Queued,
-    /// Queued, and no writer runs: the caller starts one.
-    NeedsWriter,
-    /// The connection is stopping; nothing was queued.
-    Stopped,
-}
-
 impl Queue {
     fn lock(&self) -> MutexGuard<'_, QueueState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Appends `item`; wakes the writer now, or records the wake for the
-    /// end of the current batch.
-    fn push(self: &Arc<Self>, item: Outgoing) -> Pushed {
-        let mut state = self.lock();
-        if state.stop {
-            return Pushed::Stopped;
-        }
-        state.items.push_back(item);
-        if !state.writer_running {
-            state.writer_running = true;
-            return Pushed::NeedsWriter;
-        }
-        if !state.sleeping {
-            return Pushed::Queued;
-        }
-        if !wakes::holding() {
-            state.sleeping = false;
-            drop(state);
-            self.ready.notify_one();
-        } else if !state.wake_deferred {
-            state.wake_deferred = true;
-            drop(state);
-            if !wakes::defer(self.clone()) {
-                self.wake();
-            }
-        }
-        Pushed::Queued
-    }
-}
-
-/// Wakes the writer if it sleeps (a deferred wake, or `terminate`).
-impl Wake for Queue {
-    fn wake(&self) {
-        let mut state = self.lock();
-        state.wake_deferred = false;
+    /// Wakes the writer if it sleeps (`terminate`, or work handed over).
+    fn wake_writer(&self, mut state: MutexGuard<'_, QueueState>) {
         if state.sleeping {
             state.sleeping = false;
             drop(state);
@@ -140,18 +140,37 @@ impl Wake for Queue {
     }
 }
 
+/// What one non-blocking write of the front of a batch did.
+enum Wrote {
+    /// Every frame at the front was written.
+    All,
+    /// The socket took less than offered, or someone else was writing.
+    PushedBack,
+    /// The connection is dead.
+    Failed,
+}
+
 /// The outbound side of one connection.
 pub struct Outbound {
     pub id: u64,
     kind: Kind,
-    /// This connection, for starting a writer thread from `&self`.
+    /// This connection, for starting a writer thread from `&self` and for
+    /// deferring a flush.
     me: Weak<Outbound>,
     writer: Arc<FrameWriter>,
     queue: Arc<Queue>,
-    /// Items queued and not yet handled by the writer (≤ `QUEUE_FRAMES`).
+    /// Items queued and not yet written or run (≤ `QUEUE_FRAMES`).
     queued: AtomicUsize,
+    /// Bytes charged and not yet accepted by the kernel.
     pending: AtomicUsize,
     dead: AtomicBool,
+}
+
+/// A deferred flush (`util::wakes`): the batch that queued it ended.
+impl Wake for Outbound {
+    fn wake(&self) {
+        self.flush();
+    }
 }
 
 impl Outbound {
@@ -161,8 +180,9 @@ impl Outbound {
         let queue = Arc::new(Queue {
             state: Mutex::new(QueueState {
                 items: VecDeque::new(),
+                writing: false,
                 sleeping: false,
-                wake_deferred: false,
+                flush_deferred: false,
                 stop: false,
                 // The caller starts the first writer with the inbox.
                 writer_running: true,
@@ -228,18 +248,23 @@ impl Outbound {
             self.terminate();
             return false;
         }
-        let queued = self.reserve_slot()
-            && self.enqueue(Outgoing::Frame {
-                bytes: frame.bytes,
-                cost,
-            });
-        if !queued {
+        if !self.reserve_slot() {
             self.pending.fetch_sub(cost, Ordering::AcqRel);
             log::warn!(
                 "{} {}: outbound queue full; terminating",
                 self.kind.label,
                 self.id
             );
+            self.terminate();
+            return false;
+        }
+        let queued = self.enqueue(Outgoing::Frame {
+            bytes: frame.bytes,
+            sent: 0,
+        });
+        if !queued {
+            // Stopping (its bytes are dropped with the queue), or no
+            // writer thread could start for what the socket did not take.
             self.terminate();
             return false;
         }
@@ -266,43 +291,191 @@ impl Outbound {
         }
     }
 
-    /// Queues `item`, starting a writer thread if the last one exited
-    /// idle. False when the connection is stopping or no thread starts.
+    /// Queues `item` and flushes: now, or when the calling thread's batch
+    /// of input ends. False when the connection is stopping or a writer
+    /// thread was needed and none started.
     fn enqueue(&self, item: Outgoing) -> bool {
-        match self.queue.push(item) {
-            Pushed::Queued => true,
-            Pushed::Stopped => false,
-            Pushed::NeedsWriter => {
-                let Some(out) = self.me.upgrade() else {
-                    return false;
-                };
-                let inbox = WriterInbox {
-                    queue: self.queue.clone(),
-                };
-                let spawned =
-                    crate::util::thread::spawn(self.kind.writer_thread, Stack::Medium, move || {
-                        out.write_loop(inbox)
-                    });
-                if let Err(err) = spawned {
-                    log::error!(
-                        "{} {}: cannot start a writer: {err}",
-                        self.kind.label,
-                        self.id
-                    );
-                    self.queue.lock().writer_running = false;
+        let mut state = self.queue.lock();
+        if state.stop {
+            return false;
+        }
+        state.items.push_back(item);
+        if state.writing {
+            // The owner looks at the queue before it lets go.
+            return true;
+        }
+        if wakes::holding() {
+            if state.flush_deferred {
+                return true;
+            }
+            state.flush_deferred = true;
+            drop(state);
+            if let Some(me) = self.me.upgrade() {
+                if wakes::defer(me) {
+                    return true;
+                }
+            }
+            // Not recorded (the thread is ending): flush now.
+        } else {
+            drop(state);
+        }
+        self.flush()
+    }
+
+    /// Writes what is queued without waiting, as far as the socket takes
+    /// it, and hands the rest (a push-back, or a pacing callback) to the
+    /// writer thread. False when the connection is dead or stopping, or no
+    /// writer thread starts.
+    fn flush(&self) -> bool {
+        // What is taken out of the queue to write; the queue gets an empty
+        // (unallocated) deque meanwhile, and its own buffer back after.
+        let mut batch: VecDeque<Outgoing> = VecDeque::new();
+        let mut state = self.queue.lock();
+        state.flush_deferred = false;
+        if state.stop {
+            return false;
+        }
+        if state.writing || state.items.is_empty() {
+            return true;
+        }
+        state.writing = true;
+        let mut rounds = 0;
+        loop {
+            std::mem::swap(&mut state.items, &mut batch);
+            drop(state);
+            let wrote = self.write_now(&mut batch);
+            rounds += 1;
+            state = self.queue.lock();
+            // What is left goes back in front of what was queued meanwhile.
+            if !state.items.is_empty() {
+                batch.append(&mut state.items);
+            }
+            std::mem::swap(&mut state.items, &mut batch);
+            match wrote {
+                Wrote::Failed => {
+                    state.writing = false;
+                    drop(state);
+                    self.terminate();
                     return false;
                 }
-                true
+                _ if state.stop => {
+                    state.writing = false;
+                    return false;
+                }
+                _ if state.items.is_empty() => {
+                    state.writing = false;
+                    return true;
+                }
+                Wrote::All
+                    if rounds < FLUSH_ROUNDS
+                        && matches!(state.items.front(), Some(Outgoing::Frame { .. })) =>
+                {
+                    continue;
+                }
+                _ => break,
             }
         }
+        // Pushed back, or a pacing callback is next: the writer thread's.
+        state.writing = false;
+        if state.writer_running {
+            self.queue.wake_writer(state);
+            return true;
+        }
+        state.writer_running = true;
+        drop(state);
+        self.spawn_writer()
+    }
+
+    /// One non-blocking write of the run of frames at the front of
+    /// `batch`; what was written is taken off (a frame cut in the middle
+    /// keeps its offset) and uncharged.
+    fn write_now(&self, batch: &mut VecDeque<Outgoing>) -> Wrote {
+        if self.is_dead() {
+            return Wrote::Failed;
+        }
+        let mut slices = [IoSlice::new(&[]); WRITE_BATCH_FRAMES];
+        let mut count = 0;
+        let mut offered = 0;
+        for item in batch.iter() {
+            let Some(unsent) = item.unsent() else { break };
+            if count == WRITE_BATCH_FRAMES
+                || (count > 0 && offered + unsent.len() > WRITE_BATCH_BYTES)
+            {
+                break;
+            }
+            slices[count] = IoSlice::new(unsent);
+            count += 1;
+            offered += unsent.len();
+        }
+        if count == 0 {
+            return Wrote::All;
+        }
+        let written = match self.writer.try_write_vectored(&slices[..count]) {
+            Ok(n) => n,
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => 0,
+            Err(_) => return Wrote::Failed,
+        };
+        self.consume(batch, written);
+        if written < offered {
+            Wrote::PushedBack
+        } else {
+            Wrote::All
+        }
+    }
+
+    /// Takes `written` bytes of frames off the front of `batch` and
+    /// uncharges them.
+    fn consume(&self, batch: &mut VecDeque<Outgoing>, mut written: usize) {
+        self.pending.fetch_sub(written, Ordering::AcqRel);
+        let mut done = 0;
+        while written > 0 {
+            let Some(Outgoing::Frame { bytes, sent }) = batch.front_mut() else {
+                break;
+            };
+            let left = bytes.len() - *sent;
+            if written < left {
+                *sent += written;
+                break;
+            }
+            written -= left;
+            batch.pop_front();
+            done += 1;
+        }
+        self.queued.fetch_sub(done, Ordering::AcqRel);
+    }
+
+    /// Starts a writer thread for what the socket did not take. False
+    /// (and the connection ended) when the system refuses one.
+    fn spawn_writer(&self) -> bool {
+        let Some(out) = self.me.upgrade() else {
+            return false;
+        };
+        let inbox = WriterInbox {
+            queue: self.queue.clone(),
+        };
+        let spawned =
+            crate::util::thread::spawn(self.kind.writer_thread, Stack::Medium, move || {
+                out.write_loop(inbox)
+            });
+        if let Err(err) = spawned {
+            log::error!(
+                "{} {}: cannot start a writer: {err}",
+                self.kind.label,
+                self.id
+            );
+            self.queue.lock().writer_running = false;
+            return false;
+        }
+        true
     }
 
     /// Ends the connection at once (no close handshake).
     pub fn terminate(&self) {
         if !self.dead.swap(true, Ordering::AcqRel) {
             self.writer.terminate();
-            self.queue.lock().stop = true;
-            self.queue.wake();
+            let mut state = self.queue.lock();
+            state.stop = true;
+            self.queue.wake_writer(state);
         }
     }
 
@@ -312,9 +485,10 @@ impl Outbound {
         self.pending.load(Ordering::Acquire)
     }
 
-    /// The writer thread's loop: takes everything queued, writes runs of
-    /// frames with one call each, runs pacing callbacks once the frames
-    /// before them are written, and ends when the connection dies.
+    /// The writer thread's loop: takes everything queued when nobody else
+    /// writes, writes runs of frames with one blocking call each, runs
+    /// pacing callbacks once the frames before them are written, and ends
+    /// when the connection dies or after [`WRITER_IDLE_EXIT`] idle.
     pub fn write_loop(&self, inbox: WriterInbox) {
         let queue = inbox.queue;
         let mut batch: VecDeque<Outgoing> = VecDeque::new();
@@ -326,7 +500,8 @@ impl Outbound {
                     if state.stop {
                         break 'outer;
                     }
-                    if !state.items.is_empty() {
+                    if !state.writing && !state.items.is_empty() {
+                        state.writing = true;
                         std::mem::swap(&mut state.items, &mut batch);
                         if state.items.capacity() > KEEP_CAPACITY {
                             state.items.shrink_to(KEEP_CAPACITY);
@@ -335,32 +510,39 @@ impl Outbound {
                     }
                     let now = Instant::now();
                     let deadline = *idle_since.get_or_insert(now) + WRITER_IDLE_EXIT;
-                    if now >= deadline {
-                        // Idle: exit; the next push starts a new writer.
+                    if now >= deadline && state.items.is_empty() {
+                        // Idle: exit; the next push-back starts a new writer.
                         state.writer_running = false;
                         state.sleeping = false;
                         return;
                     }
                     state.sleeping = true;
+                    let wait = deadline
+                        .saturating_duration_since(now)
+                        .max(WRITER_IDLE_EXIT / 4);
                     state = queue
                         .ready
-                        .wait_timeout(state, deadline - now)
+                        .wait_timeout(state, wait)
                         .unwrap_or_else(|p| p.into_inner())
                         .0;
                     state.sleeping = false;
                 }
                 idle_since = None;
             }
-            if !self.write_batch(&mut batch) {
-                break;
-            }
+            let alive = self.write_batch(&mut batch);
             if batch.capacity() > KEEP_CAPACITY {
                 batch.shrink_to(KEEP_CAPACITY);
+            }
+            queue.lock().writing = false;
+            if !alive {
+                break;
             }
         }
         // Whatever is left is dropped; the connection is dead.
         batch.clear();
-        queue.lock().items.clear();
+        let mut state = queue.lock();
+        state.items.clear();
+        state.writing = false;
     }
 
     /// Writes and runs everything in `batch`, in order. False when the
@@ -371,19 +553,19 @@ impl Outbound {
                 return false;
             }
             // The run of frames at the front, up to the batch limits.
+            let mut slices = [IoSlice::new(&[]); WRITE_BATCH_FRAMES];
             let mut frames = 0;
             let mut bytes = 0;
             for item in batch.iter() {
-                match item {
-                    Outgoing::Frame { cost, .. }
-                        if frames < WRITE_BATCH_FRAMES
-                            && (frames == 0 || bytes + cost <= WRITE_BATCH_BYTES) =>
-                    {
-                        frames += 1;
-                        bytes += cost;
-                    }
-                    _ => break,
+                let Some(unsent) = item.unsent() else { break };
+                if frames == WRITE_BATCH_FRAMES
+                    || (frames > 0 && bytes + unsent.len() > WRITE_BATCH_BYTES)
+                {
+                    break;
                 }
+                slices[frames] = IoSlice::new(unsent);
+                frames += 1;
+                bytes += unsent.len();
             }
             if frames == 0 {
                 if let Some(Outgoing::Then(work)) = batch.pop_front() {
@@ -392,21 +574,12 @@ impl Outbound {
                 }
                 continue;
             }
-            let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(frames);
-            for item in batch.iter().take(frames) {
-                if let Outgoing::Frame { bytes, .. } = item {
-                    slices.push(IoSlice::new(bytes));
-                }
-            }
-            let result = self.writer.write_all_vectored(&mut slices);
-            drop(slices);
-            batch.drain(..frames);
-            self.queued.fetch_sub(frames, Ordering::AcqRel);
-            self.pending.fetch_sub(bytes, Ordering::AcqRel);
+            let result = self.writer.write_all_vectored(&mut slices[..frames]);
             if result.is_err() {
                 self.terminate();
                 return false;
             }
+            self.consume(batch, bytes);
         }
         true
     }
@@ -467,6 +640,7 @@ pub fn ping() -> Encoded {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Read;
     use std::net::{TcpListener, TcpStream};
 
     const BUDGET: usize = 4 * 1024 * 1024;
@@ -476,20 +650,94 @@ mod tests {
         budget: BUDGET,
     };
 
-    /// A connection whose writer thread is not started, so every queued
-    /// byte stays pending.
-    fn stalled() -> (Arc<Outbound>, WriterInbox, TcpStream) {
+    /// A connection whose writer thread is not started (its inbox is
+    /// returned): what the socket does not take stays pending. With
+    /// `small`, the hub side's send buffer is as small as the kernel
+    /// allows, so a peer that does not read pushes back early.
+    fn stalled_with(small: bool) -> (Arc<Outbound>, WriterInbox, TcpStream) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
         let (server, _) = listener.accept().unwrap();
+        if small {
+            let size: libc::c_int = 4096;
+            // SAFETY: a plain setsockopt on a socket we own, with a valid
+            // pointer to an int of the size given.
+            let rc = unsafe {
+                libc::setsockopt(
+                    std::os::fd::AsRawFd::as_raw_fd(&server),
+                    libc::SOL_SOCKET,
+                    libc::SO_SNDBUF,
+                    (&size as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            assert_eq!(rc, 0);
+        }
         let (conn, inbox) = Outbound::new(1, Arc::new(FrameWriter::for_tests(server)), KIND);
         (conn, inbox, client)
+    }
+
+    fn stalled() -> (Arc<Outbound>, WriterInbox, TcpStream) {
+        stalled_with(false)
+    }
+
+    /// Polls `done` for up to 10 s.
+    fn wait_for(mut done: impl FnMut() -> bool) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done() {
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        true
+    }
+
+    /// Reads unmasked server frames from `peer` until `want` text frames
+    /// arrived: every frame's opcode and payload, in order.
+    fn read_frames(peer: &mut TcpStream, want: usize) -> Vec<(u8, Vec<u8>)> {
+        let mut frames = Vec::new();
+        let mut texts = 0;
+        while texts < want {
+            let mut head = [0u8; 2];
+            peer.read_exact(&mut head).unwrap();
+            assert_eq!(head[0] & 0xf0, 0x80, "a frame starts here: {head:?}");
+            let len = match head[1] {
+                126 => {
+                    let mut b = [0u8; 2];
+                    peer.read_exact(&mut b).unwrap();
+                    u16::from_be_bytes(b) as usize
+                }
+                127 => {
+                    let mut b = [0u8; 8];
+                    peer.read_exact(&mut b).unwrap();
+                    u64::from_be_bytes(b) as usize
+                }
+                n => n as usize,
+            };
+            let mut payload = vec![0; len];
+            peer.read_exact(&mut payload).unwrap();
+            let opcode = head[0] & 0x0f;
+            if opcode == ws::opcode::TEXT {
+                texts += 1;
+            }
+            frames.push((opcode, payload));
+        }
+        frames
+    }
+
+    fn read_exact(peer: &mut TcpStream, n: usize) -> Vec<u8> {
+        let mut buf = vec![0; n];
+        peer.read_exact(&mut buf).unwrap();
+        buf
     }
 
     #[test]
     fn costs_include_the_exact_frame_header() {
         for (len, header) in [(125usize, 2usize), (126, 4), (65535, 4), (65536, 10)] {
             let (conn, _inbox, _peer) = stalled();
+            // Held: nothing is written before the batch ends.
+            let _batch = wakes::batch();
             assert!(conn.send_text(&"a".repeat(len)));
             assert_eq!(conn.pending_bytes(), len + header, "payload {len}");
         }
@@ -498,6 +746,7 @@ mod tests {
     #[test]
     fn the_budget_edge_is_exact() {
         let (conn, _inbox, _peer) = stalled();
+        let _batch = wakes::batch();
         // A frame whose wire cost is exactly the budget fits...
         assert!(conn.send_text(&"b".repeat(BUDGET - 10)));
         assert_eq!(conn.pending_bytes(), BUDGET);
@@ -505,6 +754,37 @@ mod tests {
         // ...and any further frame terminates the connection.
         assert!(!conn.send_text(""));
         assert!(conn.is_dead());
+    }
+
+    #[test]
+    fn the_budget_is_cut_at_exactly_four_mib_of_what_the_socket_did_not_take() {
+        // Written directly: the socket takes what fits, the rest stays
+        // charged; the cut comes with the first frame whose cost would
+        // take the bytes not accepted by the kernel past 4 MiB.
+        let (conn, _inbox, _peer) = stalled_with(true);
+        let cost = 64 * 1024;
+        let text = "g".repeat(cost - 4);
+        let mut sent = 0usize;
+        loop {
+            let before = conn.pending_bytes();
+            let fits = before + cost <= BUDGET;
+            assert_eq!(conn.send_text(&text), fits, "pending {before}");
+            if !fits {
+                assert!(conn.is_dead());
+                assert_eq!(
+                    conn.pending_bytes(),
+                    before,
+                    "the refused frame is not charged"
+                );
+                assert!(before > BUDGET - cost);
+                break;
+            }
+            sent += cost;
+            assert!(sent < 4 * BUDGET, "never cut");
+        }
+        // The kernel took some of it (the direct write ran) but not all.
+        let taken = sent - conn.pending_bytes();
+        assert!(taken > 0 && taken < sent, "taken {taken} of {sent}");
     }
 
     #[test]
@@ -525,16 +805,10 @@ mod tests {
             ..KIND
         };
         let (conn, _inbox) = Outbound::new(2, Arc::new(FrameWriter::for_tests(server)), kind);
+        let _batch = wakes::batch();
         assert!(conn.send_text(&"d".repeat(98)));
         assert!(!conn.send_text("e"));
         assert!(conn.is_dead());
-    }
-
-    fn read_exact(peer: &mut TcpStream, n: usize) -> Vec<u8> {
-        use std::io::Read;
-        let mut buf = vec![0; n];
-        peer.read_exact(&mut buf).unwrap();
-        buf
     }
 
     #[test]
@@ -558,28 +832,98 @@ mod tests {
         let marks: Vec<usize> = done_rx.iter().take(7).collect();
         assert!(marks.windows(2).all(|w| w[0] < w[1]), "{marks:?}");
         // The writer uncharges a run right after its `writev` returns.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while conn.pending_bytes() != 0 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        assert_eq!(conn.pending_bytes(), 0);
+        assert!(wait_for(|| conn.pending_bytes() == 0));
         conn.terminate();
     }
 
     #[test]
-    fn an_idle_writer_exits_and_the_next_frame_starts_one() {
+    fn a_frame_is_written_by_the_sender_when_the_socket_takes_it() {
         let (conn, inbox, mut peer) = stalled();
         let writer = conn.clone();
         let first = std::thread::spawn(move || writer.write_loop(inbox));
-        assert!(conn.send_text("one"));
-        assert_eq!(read_exact(&mut peer, 5), &*encode("one").bytes);
+        // The first writer idles out; frames then go out without one.
         first.join().unwrap();
         assert!(!conn.writer_running());
+        assert!(conn.send_text("one"));
+        assert_eq!(conn.pending_bytes(), 0, "written before send_text returned");
         assert!(conn.send_text("two"));
-        assert!(conn.send_text("three"));
-        let mut expect = encode("two").bytes.to_vec();
-        expect.extend_from_slice(&encode("three").bytes);
+        let mut expect = encode("one").bytes.to_vec();
+        expect.extend_from_slice(&encode("two").bytes);
         assert_eq!(read_exact(&mut peer, expect.len()), expect);
+        assert!(!conn.writer_running(), "no writer thread was started");
+        conn.terminate();
+    }
+
+    #[test]
+    fn a_partial_write_keeps_its_rest_and_later_frames_in_order() {
+        let (conn, inbox, mut peer) = stalled_with(true);
+        let big = "x".repeat(1024 * 1024);
+        let big_cost = encode(&big).bytes.len();
+        assert!(conn.send_text(&big));
+        let left = conn.pending_bytes();
+        assert!(left > 0 && left < big_cost, "cut in the middle: {left}");
+        // A pong from the reader's side waits for the torn frame's rest.
+        let pong_writer = conn.writer.clone();
+        let pong = std::thread::spawn(move || {
+            pong_writer
+                .write_raw(&ws::encode_frame(ws::opcode::PING, b"p"))
+                .unwrap()
+        });
+        let later: Vec<String> = (0..50).map(|i| format!("later {i}")).collect();
+        for text in &later {
+            assert!(conn.send_text(text));
+        }
+        let writer = conn.clone();
+        std::thread::spawn(move || writer.write_loop(inbox));
+        let frames = read_frames(&mut peer, 1 + later.len());
+        pong.join().unwrap();
+        let texts: Vec<&[u8]> = frames
+            .iter()
+            .filter(|(op, _)| *op == ws::opcode::TEXT)
+            .map(|(_, p)| p.as_slice())
+            .collect();
+        assert_eq!(texts[0], big.as_bytes());
+        for (got, want) in texts[1..].iter().zip(&later) {
+            assert_eq!(*got, want.as_bytes());
+        }
+        // The ping, if it is out already, came between whole frames (each
+        // frame above parsed from its own header).
+        assert!(frames
+            .iter()
+            .all(|(op, p)| *op == ws::opcode::TEXT || (*op == ws::opcode::PING && p == b"p")));
+        assert!(wait_for(|| conn.pending_bytes() == 0));
+        conn.terminate();
+    }
+
+    #[test]
+    fn a_connection_that_pushes_back_mid_burst_falls_back_to_its_writer() {
+        let (conn, inbox, mut peer) = stalled_with(true);
+        conn.start_writer(inbox);
+        assert!(
+            wait_for(|| !conn.writer_running()),
+            "the first writer idles out"
+        );
+        assert!(conn.send_text("before"));
+        assert!(!conn.writer_running(), "written directly");
+        // A burst larger than the socket takes while the peer is away.
+        let burst: Vec<String> = (0..40)
+            .map(|i| format!("{i:04}{}", "y".repeat(60 * 1024)))
+            .collect();
+        for text in &burst {
+            assert!(conn.send_text(text));
+        }
+        assert!(conn.pending_bytes() > 0);
+        assert!(conn.writer_running(), "the push-back started the writer");
+        let frames = read_frames(&mut peer, 1 + burst.len());
+        assert_eq!(frames[0].1, b"before");
+        for ((_, got), want) in frames[1..].iter().zip(&burst) {
+            assert_eq!(got.as_slice(), want.as_bytes());
+        }
+        assert!(wait_for(|| conn.pending_bytes() == 0));
+        assert!(
+            wait_for(|| !conn.writer_running()),
+            "and it idles out again"
+        );
         conn.terminate();
     }
 
@@ -588,14 +932,13 @@ mod tests {
         let (conn, inbox, mut peer) = stalled();
         let writer = conn.clone();
         std::thread::spawn(move || writer.write_loop(inbox));
-        // Let the writer go to sleep, then queue while holding wakes.
-        std::thread::sleep(std::time::Duration::from_millis(50));
         wakes::hold();
         assert!(conn.send_text("a"));
         assert!(conn.send_text("b"));
         std::thread::sleep(std::time::Duration::from_millis(50));
         assert_eq!(conn.pending_bytes(), 6, "written before the release");
         wakes::release();
+        assert_eq!(conn.pending_bytes(), 0, "flushed by the release itself");
         let mut expect = encode("a").bytes.to_vec();
         expect.extend_from_slice(&encode("b").bytes);
         assert_eq!(read_exact(&mut peer, expect.len()), expect);

@@ -120,7 +120,14 @@ fn event(hub: &Hub, shard: &Shard, agent: &str, seq: u64, retained: bool, json: 
     if !attached && !status {
         return;
     }
-    let Some(entry) = translate::parse(name, json) else {
+    // Nobody attached: the agent's status takes the event in, and only
+    // what it reads of it is read.
+    let read = if attached {
+        None
+    } else {
+        translate::parse_status(name, json)
+    };
+    let Some(entry) = read.or_else(|| translate::parse(name, json)) else {
         return;
     };
     let translate = attached && retained;
@@ -151,11 +158,13 @@ fn event(hub: &Hub, shard: &Shard, agent: &str, seq: u64, retained: bool, json: 
 fn event_changed(hub: &Hub, shard: &Shard, agent: &str) {
     let mut to_attachments = None;
     let mut activity = None;
+    // With no client connected the change is recorded, not rendered.
+    let listening = shard.has_clients();
     let cached = shard.agent(agent, |t| {
         let facts = t.facts?;
         let before = t.last().cloned();
         let now = t.derive(&facts);
-        if t.announce(&now) {
+        if t.announce(&now) && listening {
             if before.is_none_or(|b| b.status != now.status || b.runtime != now.runtime) {
                 to_attachments = Some((
                     render::status(agent, &now),

@@ -114,9 +114,24 @@ impl Shard {
         self.agents.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Runs `f` on agent `id`'s state (created when there is none).
+    /// Runs `f` on agent `id`'s state (created when there is none; the id
+    /// is copied only then).
     pub fn agent<R>(&self, id: &str, f: impl FnOnce(&mut Track) -> R) -> R {
-        f(self.agents().entry(id.to_string()).or_default())
+        let mut agents = self.agents();
+        if let Some(track) = agents.get_mut(id) {
+            return f(track);
+        }
+        f(agents.entry(id.to_string()).or_default())
+    }
+
+    /// Whether any client is connected at all (nothing rendered for
+    /// clients is needed otherwise).
+    pub fn has_clients(&self) -> bool {
+        !self
+            .list
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
     }
 
     /// The hub's shutdown has begun (`run.rs`, before workers are stopped).

@@ -20,6 +20,12 @@
 //! frequent one whose shape the views do not take, goes through
 //! `serde_json::Value`.
 //!
+//! When no connection is attached to an agent its events are not
+//! translated, only taken in by its status (`track`): `tool_calls` and
+//! `tool_results` are then read by [`parse_status`] into what the status
+//! needs alone (the worker, the run, the first call's name), the rest of
+//! the entry skipped without being built.
+//!
 //! Message ids are `msg-<hub_sequence>`, so a message has the same id live
 //! and in a `sync` window rebuilt from the transcript.
 
@@ -155,6 +161,78 @@ pub enum Parsed<'a> {
     Results(Entry<'a, Vec<ToolResult<'a>>>),
     /// Every other event, or a frequent one in another shape.
     Other(Value),
+    /// A `tool_calls` or `tool_results` entry read only for the agent's
+    /// status ([`parse_status`]); it translates to nothing.
+    Status(Entry<'a, FirstCall<'a>>),
+}
+
+/// The first call's name of a `tool_calls` list (every other element and
+/// member skipped); for `tool_results`, any `data` at all.
+#[derive(Default)]
+pub struct FirstCall<'a>(Option<Cow<'a, str>>);
+
+/// A call object's name alone.
+#[derive(Deserialize)]
+struct Named<'a> {
+    #[serde(borrow, default)]
+    name: Cow<'a, str>,
+}
+
+/// Reads the first element of a list as [`Named`] and skips the rest; a
+/// value that is not a list fails (the typed view would not take it).
+struct FirstOfList;
+
+impl<'de> serde::de::Visitor<'de> for FirstOfList {
+    type Value = FirstCall<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a list of calls")
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        let first: Option<Named<'de>> = seq.next_element()?;
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(FirstCall(first.map(|n| n.name)))
+    }
+}
+
+impl<'de> Deserialize<'de> for FirstCall<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        d.deserialize_seq(FirstOfList)
+    }
+}
+
+/// `data` skipped whatever it is (a `tool_results` entry's status needs
+/// none of it).
+struct AnyData;
+
+impl<'de> Deserialize<'de> for AnyData {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(d).map(|_| AnyData)
+    }
+}
+
+/// Reads a `tool_calls` or `tool_results` entry for the agent's status
+/// only (no connection is attached, so nothing is translated): the same
+/// worker, run and first call name [`parse`] would give, without building
+/// the calls, their arguments or the results. `None` for every other
+/// event, and for a shape only the full reading takes (the caller then
+/// uses [`parse`]).
+pub fn parse_status<'a>(event: &str, json: &'a str) -> Option<Parsed<'a>> {
+    match event {
+        "tool_calls" => serde_json::from_str(json).ok().map(Parsed::Status),
+        "tool_results" => serde_json::from_str::<Entry<'a, AnyData>>(json)
+            .ok()
+            .map(|e| {
+                Parsed::Status(Entry {
+                    worker_id: e.worker_id,
+                    run_id: e.run_id,
+                    hub_sequence: e.hub_sequence,
+                    data: FirstCall(None),
+                })
+            }),
+        _ => None,
+    }
 }
 
 /// Reads the entry `json` whose event is `event` (from
@@ -175,6 +253,7 @@ impl Parsed<'_> {
             Parsed::Response(e) => &e.worker_id,
             Parsed::Calls(e) => &e.worker_id,
             Parsed::Results(e) => &e.worker_id,
+            Parsed::Status(e) => &e.worker_id,
             Parsed::Other(v) => v["worker_id"].as_str().unwrap_or(""),
         }
     }
@@ -184,6 +263,7 @@ impl Parsed<'_> {
             Parsed::Response(e) => &e.run_id,
             Parsed::Calls(e) => &e.run_id,
             Parsed::Results(e) => &e.run_id,
+            Parsed::Status(e) => &e.run_id,
             Parsed::Other(v) => v["run_id"].as_str().unwrap_or(""),
         }
     }
@@ -209,6 +289,7 @@ impl Parsed<'_> {
     pub fn first_call(&self) -> Option<&str> {
         match self {
             Parsed::Calls(e) => e.data.first().map(|c| &*c.name),
+            Parsed::Status(e) => e.data.0.as_deref(),
             Parsed::Other(v) => calls_of(v)?.first()?.get("name")?.as_str(),
             _ => None,
         }
@@ -502,6 +583,7 @@ pub fn events(agent: &str, parsed: &Parsed<'_>, run_usage: Option<Usage>) -> Vec
                 .iter()
                 .map(Value::to_string),
         ),
+        Parsed::Status(_) => {}
     }
     out
 }
@@ -612,6 +694,48 @@ mod tests {
             "request_id": "q", "run_id": "r1", "sequence": seq, "data": data,
             "hub_sequence": seq})
         .to_string()
+    }
+
+    #[test]
+    fn the_status_reading_gives_what_the_full_reading_gives() {
+        let shapes = [
+            (
+                "tool_calls",
+                json!([{"id": "c1", "name": "read_file", "arguments": {"path": "a"}, "type": "read_only"},
+                {"id": "c2", "name": "write_file"}]),
+            ),
+            (
+                "tool_calls",
+                json!([{"id": "c1", "name": "esc\u{e9}\"aped"}]),
+            ),
+            ("tool_calls", json!([{"id": "c1"}])),
+            ("tool_calls", json!([])),
+            ("tool_calls", json!([{"name": 5}])),
+            ("tool_calls", json!([7, {"name": "x"}])),
+            ("tool_calls", json!({"calls": [{"name": "older"}]})),
+            ("tool_calls", json!(null)),
+            (
+                "tool_results",
+                json!([{"query": {"id": "c1"}, "output": {"type": "text", "raw": "ok"}}]),
+            ),
+            ("tool_results", json!({"results": []})),
+            ("tool_results", json!("odd")),
+        ];
+        for (event, data) in shapes {
+            let text = entry(event, 3, data.clone());
+            let full = parse(event, &text).unwrap();
+            let light = parse_status(event, &text).unwrap_or_else(|| parse(event, &text).unwrap());
+            assert_eq!(light.worker_id(), full.worker_id(), "{data}");
+            assert_eq!(light.run_id(), full.run_id(), "{data}");
+            assert_eq!(light.first_call(), full.first_call(), "{data}");
+        }
+        let text = entry("tool_calls", 3, json!([{"name": "n"}]));
+        assert!(matches!(
+            parse_status("tool_calls", &text),
+            Some(Parsed::Status(_))
+        ));
+        assert!(events("a", &parse_status("tool_calls", &text).unwrap(), None).is_empty());
+        assert!(parse_status("model_response", &text).is_none());
     }
 
     fn translated(event: &str, seq: u64, data: Value, usage: Option<Usage>) -> Vec<Value> {

@@ -32,6 +32,10 @@ pub enum EventKind {
 struct Template {
     prefix: Vec<u8>,
     mid: Vec<u8>,
+    /// When set, the send time is written a second time after it (a
+    /// call's `arguments` carry it for Shard clients, whose `tool_call`
+    /// event keeps them, and its `extras` as every other shape).
+    mid2: Option<Vec<u8>>,
     suffix: Vec<u8>,
 }
 
@@ -125,8 +129,11 @@ fn filler(len: usize) -> String {
             i += 1;
         }
     }
-    // Never end inside an escape.
+    // Never end inside an escape (nor with the half of one the trim left).
     while s.len() > len.max(2) && !s.ends_with(' ') {
+        s.pop();
+    }
+    while s.ends_with('\\') {
         s.pop();
     }
     s
@@ -134,7 +141,7 @@ fn filler(len: usize) -> String {
 
 impl Template {
     fn new(kind: EventKind, size: usize) -> Template {
-        let build = |fill: &str| -> (String, String, String) {
+        let build = |fill: &str| -> (String, String, Option<String>, String) {
             let head = match kind {
                 EventKind::ModelResponse => "model_response",
                 EventKind::ToolCalls => "tool_calls",
@@ -145,19 +152,24 @@ impl Template {
                  \"worker_id\":\"6f1c2a9e-bench-4e0b-9d3a-5a1f00c0ffee\",\"request_id\":\"req-000042\",\
                  \"run_id\":\"run-000042\",\"sequence\":"
             );
-            let (mid, suffix) = match kind {
+            let (mid, mid2, suffix) = match kind {
                 EventKind::ModelResponse => (
                     format!(
                         ",\"data\":{{\"type\":\"model_response\",\"role\":\"assistant\",\"content\":[{{\"type\":\"text\",\
                          \"modality\":\"text\",\"text\":\"{fill}\"}}],\"cost\":{{\"input_tokens\":18234,\
                          \"output_tokens\":412}},\"extras\":{{\"bench_t\":"
                     ),
+                    None,
                     "}}}".to_string(),
                 ),
                 EventKind::ToolCalls => (
                     format!(
-                        ",\"data\":[{{\"id\":\"call-7\",\"name\":\"run_command\",\"arguments\":{{\"command\":\"{fill}\"}},\
-                         \"type\":\"serial_write\",\"security\":\"require_confirm\",\"extras\":{{\"bench_t\":"
+                        ",\"data\":[{{\"id\":\"call-7\",\"name\":\"run_command\",\"arguments\":{{\"command\":\"{fill}\",\
+                         \"bench_t\":"
+                    ),
+                    Some(
+                        "},\"type\":\"serial_write\",\"security\":\"require_confirm\",\"extras\":{\"bench_t\":"
+                            .to_string(),
                     ),
                     "}}]}".to_string(),
                 ),
@@ -167,19 +179,22 @@ impl Template {
                          \"src/hub.rs\"}},\"type\":\"read_only\",\"security\":\"trusted\"}},\"output\":{{\"type\":\
                          \"text\",\"modality\":\"text\",\"raw\":\"{fill}\"}},\"extras\":{{\"exit_code\":0,\"bench_t\":"
                     ),
+                    None,
                     "}}]}".to_string(),
                 ),
             };
-            (prefix, mid, suffix)
+            (prefix, mid, mid2, suffix)
         };
-        let (p, m, s) = build("");
-        // Typical digits of the sequence and timestamp.
-        let base = p.len() + m.len() + s.len() + 6 + 11;
+        let (p, m, m2, s) = build("");
+        // Typical digits of the sequence and timestamp(s).
+        let times = if m2.is_some() { 2 } else { 1 };
+        let base = p.len() + m.len() + m2.as_ref().map_or(0, String::len) + s.len() + 6 + 11 * times;
         let fill = filler(size.saturating_sub(base));
-        let (p, m, s) = build(&fill);
+        let (p, m, m2, s) = build(&fill);
         Template {
             prefix: p.into_bytes(),
             mid: m.into_bytes(),
+            mid2: m2.map(String::into_bytes),
             suffix: s.into_bytes(),
         }
     }
@@ -191,6 +206,10 @@ impl Template {
         out.extend_from_slice(&self.mid);
         num = itoa(t);
         out.extend_from_slice(num.as_bytes());
+        if let Some(mid2) = &self.mid2 {
+            out.extend_from_slice(mid2);
+            out.extend_from_slice(num.as_bytes());
+        }
         out.extend_from_slice(&self.suffix);
     }
 }
@@ -262,6 +281,20 @@ pub enum Clients {
     Panel,
     /// Shard observers (the hub only).
     Shard,
+    /// The first half panels, the rest Shard observers, all on the one
+    /// session (the hub only).
+    Mixed,
+}
+
+impl Clients {
+    /// Whether client `i` of `n` is a Shard client.
+    pub fn is_shard(self, i: usize, n: usize) -> bool {
+        match self {
+            Clients::Panel => false,
+            Clients::Shard => true,
+            Clients::Mixed => i >= n / 2,
+        }
+    }
 }
 
 /// Connects a Shard client, reads `hello`, and attaches it to the bench
@@ -297,9 +330,19 @@ const SHARD_EVENTS: [&[u8]; 3] = [
 ];
 
 /// Reads until `expect` Shard events arrived, the socket closed or
-/// `deadline` (no order or latency: Shard events carry neither the hub's
-/// sequence nor the envelope's extras).
-pub fn shard_read(mut ws: RawWs, expect: u64, counter: &AtomicU64, deadline: Instant) -> PanelStats {
+/// `deadline` (no order check: Shard events do not carry the hub's
+/// sequence). With `latency`, each `tool_call` event is timed from the
+/// send time its call's `arguments` carry (`bench_t`): one sample per
+/// three envelopes, the first `skip` events' not kept.
+pub fn shard_read(
+    mut ws: RawWs,
+    expect: u64,
+    counter: &AtomicU64,
+    base: Instant,
+    latency: bool,
+    skip: u64,
+    deadline: Instant,
+) -> PanelStats {
     let _ = ws.stream.set_read_timeout(Some(Duration::from_millis(200)));
     let mut st = PanelStats::default();
     while st.events < expect {
@@ -307,6 +350,14 @@ pub fn shard_read(mut ws: RawWs, expect: u64, counter: &AtomicU64, deadline: Ins
             Ok(Frame::Message(wire::OP_TEXT, m)) => {
                 if !SHARD_EVENTS.iter().any(|p| m.starts_with(p)) {
                     continue;
+                }
+                let now = Instant::now();
+                if latency && st.events >= skip && m.starts_with(SHARD_EVENTS[1]) {
+                    if let Some(t) = wire::number_after(m, b"\"bench_t\":") {
+                        let at = (now - base).as_nanos() as u64;
+                        st.latencies_ns
+                            .push(at.saturating_sub(t).min(u32::MAX as u64) as u32);
+                    }
                 }
                 st.events += 1;
                 st.bytes += m.len() as u64;
@@ -525,6 +576,9 @@ pub struct RunResult {
     pub cut_panels: usize,
     pub bytes: u64,
     pub latencies_ns: Vec<u32>,
+    /// The Shard clients' samples of a mixed run (`latencies_ns` then
+    /// holds the panels' alone).
+    pub shard_latencies_ns: Vec<u32>,
     /// Slow-panel runs: when the slow panel was cut, after the first send
     /// (from the server's own log line), and what the server logged.
     pub slow_cut_after: Option<Duration>,
@@ -565,10 +619,14 @@ pub fn run_on(server: &Server, spec: &RunSpec) -> RunResult {
     let token = server.create_session(SESSION);
     let base = Instant::now();
     let deadline = base + spec.limit;
-    let panels: Vec<RawWs> = (0..spec.panels)
-        .map(|_| match spec.clients {
-            Clients::Panel => panel_connect(server.addr, None),
-            Clients::Shard => shard_connect(server.addr, None),
+    let n = spec.panels;
+    let panels: Vec<RawWs> = (0..n)
+        .map(|i| {
+            if spec.clients.is_shard(i, n) {
+                shard_connect(server.addr, None)
+            } else {
+                panel_connect(server.addr, None)
+            }
         })
         .collect();
     // The stalled panel: a small receive buffer, and nobody reads it.
@@ -589,13 +647,17 @@ pub fn run_on(server: &Server, spec: &RunSpec) -> RunResult {
         let handles: Vec<_> = panels
             .into_iter()
             .zip(counters.iter())
-            .map(|(ws, c)| {
+            .enumerate()
+            .map(|(i, (ws, c))| {
                 let c = c.clone();
                 let (latency, skip) = (spec.latency, spec.skip);
-                let clients = spec.clients;
-                scope.spawn(move || match clients {
-                    Clients::Panel => panel_read(ws, expect, &c, base, latency, skip, deadline),
-                    Clients::Shard => shard_read(ws, expect, &c, deadline),
+                let shard = spec.clients.is_shard(i, n);
+                scope.spawn(move || {
+                    if shard {
+                        shard_read(ws, expect, &c, base, latency, skip, deadline)
+                    } else {
+                        panel_read(ws, expect, &c, base, latency, skip, deadline)
+                    }
                 })
             })
             .collect();
@@ -621,7 +683,8 @@ pub fn run_on(server: &Server, spec: &RunSpec) -> RunResult {
         ..RunResult::default()
     };
     let mut end = first;
-    for s in stats {
+    let mixed = spec.clients == Clients::Mixed;
+    for (i, s) in stats.into_iter().enumerate() {
         r.deliveries += s.events;
         r.bytes += s.bytes;
         r.order_errors += s.order_errors;
@@ -631,9 +694,20 @@ pub fn run_on(server: &Server, spec: &RunSpec) -> RunResult {
         } else {
             end = end.max(Instant::now());
         }
-        r.latencies_ns.extend(s.latencies_ns);
+        if mixed && spec.clients.is_shard(i, n) {
+            r.shard_latencies_ns.extend(s.latencies_ns);
+        } else {
+            r.latencies_ns.extend(s.latencies_ns);
+        }
     }
     r.secs = (end - first).as_secs_f64();
+    if r.deliveries < r.expected {
+        // Say why: the server's last words.
+        let lines = server.log_lines("");
+        for (_, line) in lines.iter().rev().take(5).rev() {
+            eprintln!("[bench] server said: {}", line.trim());
+        }
+    }
     if let Some(mut slow) = slow {
         // Was it cut? Drain what the kernel holds, then expect EOF/RST.
         let _ = slow
@@ -710,5 +784,30 @@ fn detach_profiler(child: Option<std::process::Child>) {
             libc::kill(-(child.id() as i32), libc::SIGINT);
         }
         let _ = child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_envelope_is_json_of_about_its_size() {
+        for (name, spec) in [("small", SMALL), ("mixed", MIXED), ("2k", TWO_KIB), ("1k", ONE_KIB)] {
+            let mix = Mix::new(name, spec);
+            for (i, (_, size)) in spec.iter().enumerate() {
+                let mut out = Vec::new();
+                mix.render(i, 12_345_678_901, &mut out);
+                let text = String::from_utf8(out).unwrap();
+                let v: serde_json::Value = serde_json::from_str(&text)
+                    .unwrap_or_else(|e| panic!("{name} {i}: {e}: {text}"));
+                assert_eq!(v["type"], "event");
+                assert!(text.contains("\"bench_t\":12345678901"), "{text}");
+                // (Below about 400 B the skeleton alone is larger.)
+                if *size >= 420 {
+                    assert!(text.len().abs_diff(*size) < 64, "{name} {i}: {} for {size}", text.len());
+                }
+            }
+        }
     }
 }

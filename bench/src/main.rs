@@ -49,7 +49,7 @@ fn parse_args() -> Args {
             "--json" => a.json = it.next(),
             "-h" | "--help" => {
                 println!(
-                    "usage: bench <fanout|fanout10|fanout100|shard|latency|slow|memory|http|sessions|startup|size|splitter|replay|sqlite|all>... \
+                    "usage: bench <fanout|fanout10|fanout100|shard|shardlat|latency|slow|memory|http|sessions|startup|size|splitter|replay|sqlite|all>... \
                      [--reps N] [--quick] [--json FILE]"
                 );
                 std::process::exit(0);
@@ -59,7 +59,7 @@ fn parse_args() -> Args {
     }
     if a.scenarios.is_empty() || a.scenarios.iter().any(|s| s == "all") {
         a.scenarios = [
-            "fanout", "shard", "latency", "slow", "memory", "sessions", "startup", "size",
+            "fanout", "shard", "shardlat", "latency", "slow", "memory", "sessions", "startup", "size",
             "splitter", "replay", "sqlite",
         ]
         .iter()
@@ -192,6 +192,7 @@ fn main() {
             "fanout10" => fanout(&env, &args, &mut rep, Some(10)),
             "fanout100" => fanout(&env, &args, &mut rep, Some(100)),
             "shard" => shard(&env, &args, &mut rep),
+            "shardlat" => shard_latency(&env, &args, &mut rep),
             "latency" => latency(&env, &args, &mut rep),
             "slow" => slow(&env, &args, &mut rep),
             "memory" => memory(&env, &args, &mut rep),
@@ -374,11 +375,12 @@ fn shard(env: &Env, args: &Args, rep: &mut Report) {
     progress(&format!(
         "shard: 10 Shard clients against 10 panels, {events} small events"
     ));
-    let (mut shard, mut panel) = (vec![], vec![]);
+    let (mut shard, mut panel, mut mixed) = (vec![], vec![], vec![]);
     for _ in 0..args.reps {
         for (clients, out) in [
             (load::Clients::Shard, &mut shard),
             (load::Clients::Panel, &mut panel),
+            (load::Clients::Mixed, &mut mixed),
         ] {
             let r = load::run(
                 env,
@@ -434,6 +436,27 @@ fn shard(env: &Env, args: &Args, rep: &mut Report) {
         cpu(&panel),
         Better::Lower,
         target("≤ 1.25× the panel path", |h, n| n.is_none_or(|n| h <= 1.25 * n)),
+        "",
+    );
+    let group = "fan-out 5 panels + 5 Shard clients on one session (small; B: 10 panels, same run)";
+    rep.add(
+        group,
+        "deliveries/s",
+        "1/s",
+        rate(&mixed),
+        rate(&panel),
+        Better::Higher,
+        None,
+        "",
+    );
+    rep.add(
+        group,
+        "server CPU per delivery",
+        "µs",
+        cpu(&mixed),
+        cpu(&panel),
+        Better::Lower,
+        None,
         "",
     );
     let n = if args.quick { 200 } else { 1000 };
@@ -509,12 +532,26 @@ fn paced(
     slow: bool,
     skip: u64,
 ) -> load::RunResult {
+    paced_with(kind, load::Clients::Panel, env, panels, mix, secs, slow, skip)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn paced_with(
+    kind: Kind,
+    clients: load::Clients,
+    env: &Env,
+    panels: usize,
+    mix: &Mix,
+    secs: u64,
+    slow: bool,
+    skip: u64,
+) -> load::RunResult {
     let rate = 2000u64;
     load::run(
         env,
         &RunSpec {
             kind,
-            clients: load::Clients::Panel,
+            clients,
             panels,
             mix,
             send: Send {
@@ -591,6 +628,77 @@ fn latency(env: &Env, args: &Args, rep: &mut Report) {
         None,
         "",
     );
+    flush_notes(rep);
+}
+
+/// Latency at 2000 events/s for Shard clients (the hub only): 10 Shard
+/// observers, and 5 panels + 5 Shard observers on the one session, each
+/// run alternated with 10 panels on the same binary (the B column). A
+/// Shard client's samples are its `tool_call` events (one envelope in
+/// three carries its send time where the Shard event keeps it).
+fn shard_latency(env: &Env, args: &Args, rep: &mut Report) {
+    let small = Mix::new("small", load::SMALL);
+    let secs = if args.quick { 2 } else { 5 };
+    progress(&format!(
+        "shardlat: 2000 events/s × 10 Shard clients, × 5 panels + 5 Shard clients, × 10 panels; 1 s warm-up + {secs} s"
+    ));
+    let (mut shard, mut mixed, mut panel) = (vec![], vec![], vec![]);
+    for _ in 0..args.reps {
+        for (clients, out) in [
+            (load::Clients::Shard, &mut shard),
+            (load::Clients::Mixed, &mut mixed),
+            (load::Clients::Panel, &mut panel),
+        ] {
+            let r = paced_with(Kind::Hub, clients, env, 10, &small, secs + 1, false, 2000);
+            if r.deliveries < r.expected || r.order_errors > 0 || r.cut_panels > 0 {
+                rep_note_later(format!(
+                    "shardlat {clients:?}: {} of {} delivered, {} order errors, {} cut",
+                    r.deliveries, r.expected, r.order_errors, r.cut_panels
+                ));
+            }
+            out.push(r);
+        }
+    }
+    let q = |v: &[load::RunResult], shard_samples: bool, i: usize| -> Vec<f64> {
+        v.iter()
+            .map(|r| {
+                let mut v = if shard_samples {
+                    r.shard_latencies_ns.clone()
+                } else {
+                    r.latencies_ns.clone()
+                };
+                v.sort_unstable();
+                load::quantile(&v, [0.5, 0.99, 0.999][i]) / 1e3
+            })
+            .collect()
+    };
+    let cpu = |v: &[load::RunResult]| -> Vec<f64> {
+        v.iter()
+            .map(|r| r.server_cpu.as_secs_f64() / r.secs * 100.0)
+            .collect()
+    };
+    let groups: [(&str, &[load::RunResult], bool); 3] = [
+        ("latency 2000 ev/s × 10 Shard clients (B: 10 panels, same run)", &shard, false),
+        ("latency 2000 ev/s × 5 panels + 5 Shard: the panels (B: 10 panels)", &mixed, false),
+        ("latency 2000 ev/s × 5 panels + 5 Shard: the Shard clients (B: 10 panels)", &mixed, true),
+    ];
+    for (g, runs, shard_samples) in groups {
+        for (i, name) in ["p50", "p99", "p99.9"].into_iter().enumerate() {
+            rep.add(
+                g,
+                name,
+                "µs",
+                q(runs, shard_samples, i),
+                q(&panel, false, i),
+                Better::Lower,
+                None,
+                "",
+            );
+        }
+        if !shard_samples {
+            rep.add(g, "server CPU busy", "%", cpu(runs), cpu(&panel), Better::Lower, None, "");
+        }
+    }
     flush_notes(rep);
 }
 

@@ -29,6 +29,8 @@
 //! Each event is serialized once (`conn::Frame`) and encoded once per
 //! framing in use (WebSocket, JSONL, JSONL without `agent_id`).
 
+use std::sync::Arc;
+
 use serde_json::{json, Value};
 
 use super::agent::Snapshot;
@@ -113,8 +115,14 @@ fn fan_out(hub: &Hub, shard: &Shard, note: &Note) {
 }
 
 /// One worker envelope of agent `agent`.
-fn event(hub: &Hub, shard: &Shard, agent: &str, seq: u64, retained: bool, json: &str) {
+fn event(hub: &Hub, shard: &Shard, agent: &str, seq: u64, retained: bool, json: &Arc<str>) {
     let name = window::event_name(json).unwrap_or("");
+    if matches!(name, "tool_calls" | "tool_results") && !shard.has_clients() {
+        // Nobody to tell (so nobody attached either): the agent's state
+        // reads it when it is next looked at.
+        shard.defer_entry(agent, json);
+        return;
+    }
     let attached = shard.agent(agent, |t| t.attached > 0);
     let status = STATUS_EVENTS.contains(&name);
     if !attached && !status {

@@ -115,13 +115,24 @@ impl Shard {
     }
 
     /// Runs `f` on agent `id`'s state (created when there is none; the id
-    /// is copied only then).
+    /// is copied only then), once a deferred entry has been taken in.
     pub fn agent<R>(&self, id: &str, f: impl FnOnce(&mut Track) -> R) -> R {
         let mut agents = self.agents();
         if let Some(track) = agents.get_mut(id) {
+            track.settle(id);
             return f(track);
         }
         f(agents.entry(id.to_string()).or_default())
+    }
+
+    /// Keeps `entry` (a `tool_calls` or `tool_results` of agent `id`) to be
+    /// read when the agent's state is next looked at ([`Track::defer`]).
+    pub fn defer_entry(&self, id: &str, entry: &Arc<str>) {
+        let mut agents = self.agents();
+        if let Some(track) = agents.get_mut(id) {
+            return track.defer(entry);
+        }
+        agents.entry(id.to_string()).or_default().defer(entry);
     }
 
     /// Whether any client is connected at all (nothing rendered for

@@ -122,9 +122,34 @@ pub struct Track {
     /// (the process, the connection and the prompts have notes of their
     /// own), so a status change caused by an event is derived from these.
     pub facts: Option<Facts>,
+    /// The latest `tool_calls` or `tool_results` entry taken in while no
+    /// client was connected, not read yet ([`Track::defer`]).
+    unread: Option<std::sync::Arc<str>>,
 }
 
 impl Track {
+    /// Keeps a `tool_calls` or `tool_results` entry for later instead of
+    /// reading it now (no client is connected, so nothing is announced):
+    /// of a run of them only the latest changes the state (the tool it
+    /// names or clears; a new worker's resets the run either way, and a
+    /// worker id never comes back), so it replaces any kept before. It is
+    /// read by [`Track::settle`] before the state is next looked at.
+    pub fn defer(&mut self, entry: &std::sync::Arc<str>) {
+        self.unread = Some(entry.clone());
+    }
+
+    /// Takes in the entry [`Track::defer`] kept, if any.
+    pub fn settle(&mut self, agent: &str) {
+        let Some(json) = self.unread.take() else {
+            return;
+        };
+        let name = super::window::event_name(&json).unwrap_or("");
+        let read = translate::parse_status(name, &json).or_else(|| translate::parse(name, &json));
+        if let Some(entry) = read {
+            self.observe(agent, name, &entry, false);
+        }
+    }
+
     /// Takes in one transcript entry (or a transient event) named
     /// `event` and returns its Shard events (JSON text) when `translate`
     /// (the agent has attachments).
@@ -293,6 +318,39 @@ mod tests {
         connected: true,
         decidable: 0,
     };
+
+    #[test]
+    fn a_deferred_run_of_tool_events_ends_where_reading_each_would() {
+        let events = [
+            ("tool_calls", json!([{"name": "read_file"}, {"name": "x"}])),
+            ("tool_results", json!([])),
+            ("tool_calls", json!([{"name": "write_file"}])),
+            ("tool_calls", json!({"calls": [{"name": "older_shape"}]})),
+        ];
+        for n in 1..=events.len() {
+            let mut read = Track::default();
+            let mut deferred = Track::default();
+            for t in [&mut read, &mut deferred] {
+                see(t, entry("run_started", "r1", json!({})), false);
+            }
+            for (event, data) in &events[..n] {
+                see(&mut read, entry(event, "r1", data.clone()), false);
+                deferred.defer(&std::sync::Arc::from(entry(event, "r1", data.clone()).1));
+            }
+            deferred.settle("a");
+            assert_eq!(read.derive(&LIVE), deferred.derive(&LIVE), "after {n}");
+            assert!(deferred.unread.is_none());
+        }
+        // A new worker's entry resets the run, deferred or not.
+        let mut t = Track::default();
+        see(&mut t, entry("run_started", "r1", json!({})), false);
+        let other = json!({"event": "tool_calls", "worker_id": "w2", "run_id": "r1",
+            "data": [{"name": "n"}], "hub_sequence": 2})
+        .to_string();
+        t.defer(&std::sync::Arc::from(other));
+        t.settle("a");
+        assert_eq!(t.derive(&LIVE).phase, "idle");
+    }
 
     #[test]
     fn runtime_states_come_from_the_process_record() {

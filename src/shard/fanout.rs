@@ -123,7 +123,7 @@ fn event(hub: &Hub, shard: &Shard, agent: &str, seq: u64, retained: bool, json: 
         shard.defer_entry(agent, json);
         return;
     }
-    let attached = shard.agent(agent, |t| t.attached > 0);
+    let attached = shard.attached(agent);
     let status = STATUS_EVENTS.contains(&name);
     if !attached && !status {
         return;

@@ -125,6 +125,12 @@ impl Shard {
         f(agents.entry(id.to_string()).or_default())
     }
 
+    /// Whether any connection is attached to agent `id` (its deferred
+    /// entry, if any, stays unread).
+    pub fn attached(&self, id: &str) -> bool {
+        self.agents().get(id).is_some_and(|t| t.attached > 0)
+    }
+
     /// Keeps `entry` (a `tool_calls` or `tool_results` of agent `id`) to be
     /// read when the agent's state is next looked at ([`Track::defer`]).
     pub fn defer_entry(&self, id: &str, entry: &Arc<str>) {

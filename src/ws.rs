@@ -441,7 +441,16 @@ pub struct SplitStream {
     /// Reads return `WouldBlock` instead of waiting (the socket itself
     /// stays blocking, so writes through the `FrameWriter` still wait).
     nonblocking_reads: bool,
+    /// Reads in a row that found more input already waiting, so the
+    /// current batch went on (at most [`HELD_READS`]).
+    held_reads: u32,
 }
+
+/// Reads in a row one batch may span while more input is already waiting
+/// in the socket: a flood of envelopes is then written out to each
+/// connection in larger runs (at most this many reads of input, a few
+/// hundred KiB), while a lone event is written at once.
+const HELD_READS: u32 = 4;
 
 impl SplitStream {
     /// Sets the read timeout of the underlying socket.
@@ -467,11 +476,20 @@ impl SplitStream {
 impl Read for SplitStream {
     /// Tungstenite reads only when the messages already buffered are used
     /// up, so this is where one batch of input ends and the next begins:
-    /// panel writers this thread queued frames for are woken here, once,
-    /// and their wakes are held again while the new data is handled
-    /// (`util::wakes`).
+    /// the connections this thread queued frames for are written here,
+    /// once each, and further writes are held again while the new data is
+    /// handled (`util::wakes`). When more input already waits in the
+    /// socket, the batch goes on instead (at most [`HELD_READS`] reads in
+    /// a row), so a flood is written out in larger runs.
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        wakes::release();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.read);
+        if self.held_reads < HELD_READS && wakes::holding() && input_waiting(fd) {
+            // More input is here already: the batch goes on.
+            self.held_reads += 1;
+        } else {
+            self.held_reads = 0;
+            wakes::release();
+        }
         let n = if self.nonblocking_reads {
             recv_dontwait(std::os::fd::AsRawFd::as_raw_fd(&self.read), buf)?
         } else {
@@ -488,6 +506,15 @@ impl std::os::fd::AsRawFd for SplitStream {
     fn as_raw_fd(&self) -> std::os::fd::RawFd {
         self.read.as_raw_fd()
     }
+}
+
+/// Whether socket `fd` has input waiting to be read now.
+fn input_waiting(fd: std::os::fd::RawFd) -> bool {
+    let mut waiting: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one int through the valid pointer given; the
+    // caller keeps the descriptor open for the call.
+    let rc = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut waiting) };
+    rc == 0 && waiting > 0
 }
 
 /// One `recv` on socket `fd` that does not wait: `WouldBlock` when
@@ -625,6 +652,7 @@ pub fn accept_selecting(
         read,
         writer: writer.clone(),
         nonblocking_reads: false,
+        held_reads: 0,
     };
     Ok(Accepted {
         socket: WebSocket::from_raw_socket(split, Role::Server, Some(config)),
@@ -658,6 +686,7 @@ mod tests {
             read: server.try_clone().unwrap(),
             writer: Arc::new(FrameWriter::new(server).unwrap()),
             nonblocking_reads: true,
+            held_reads: 0,
         };
         let mut buf = [0u8; 8];
         let err = split.read(&mut buf).unwrap_err();

@@ -188,7 +188,8 @@ impl Template {
         let (p, m, m2, s) = build("");
         // Typical digits of the sequence and timestamp(s).
         let times = if m2.is_some() { 2 } else { 1 };
-        let base = p.len() + m.len() + m2.as_ref().map_or(0, String::len) + s.len() + 6 + 11 * times;
+        let base =
+            p.len() + m.len() + m2.as_ref().map_or(0, String::len) + s.len() + 6 + 11 * times;
         let fill = filler(size.saturating_sub(base));
         let (p, m, m2, s) = build(&fill);
         Template {
@@ -308,7 +309,10 @@ pub fn shard_connect(addr: SocketAddr, rcvbuf: Option<i32>) -> RawWs {
     loop {
         match ws.next_frame().expect("shard read") {
             Frame::Message(_, m) if m.starts_with(b"{\"type\":\"sync\"") => break,
-            Frame::Message(_, m) if m.starts_with(b"{\"type\":\"response\"") && find_bytes(m, b"\"success\":false") => {
+            Frame::Message(_, m)
+                if m.starts_with(b"{\"type\":\"response\"")
+                    && find_bytes(m, b"\"success\":false") =>
+            {
                 panic!("attach failed: {}", String::from_utf8_lossy(m))
             }
             Frame::Message(..) => {}
@@ -793,7 +797,12 @@ mod tests {
 
     #[test]
     fn every_envelope_is_json_of_about_its_size() {
-        for (name, spec) in [("small", SMALL), ("mixed", MIXED), ("2k", TWO_KIB), ("1k", ONE_KIB)] {
+        for (name, spec) in [
+            ("small", SMALL),
+            ("mixed", MIXED),
+            ("2k", TWO_KIB),
+            ("1k", ONE_KIB),
+        ] {
             let mix = Mix::new(name, spec);
             for (i, (_, size)) in spec.iter().enumerate() {
                 let mut out = Vec::new();
@@ -805,7 +814,11 @@ mod tests {
                 assert!(text.contains("\"bench_t\":12345678901"), "{text}");
                 // (Below about 400 B the skeleton alone is larger.)
                 if *size >= 420 {
-                    assert!(text.len().abs_diff(*size) < 64, "{name} {i}: {} for {size}", text.len());
+                    assert!(
+                        text.len().abs_diff(*size) < 64,
+                        "{name} {i}: {} for {size}",
+                        text.len()
+                    );
                 }
             }
         }

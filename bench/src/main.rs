@@ -49,7 +49,7 @@ fn parse_args() -> Args {
             "--json" => a.json = it.next(),
             "-h" | "--help" => {
                 println!(
-                    "usage: bench <fanout|fanout10|fanout100|shard|shardlat|latency|slow|memory|http|sessions|startup|size|splitter|replay|sqlite|all>... \
+                    "usage: bench <fanout|fanout1|fanout10|fanout100|shard|shardlat|latency|slow|memory|http|sessions|startup|size|splitter|replay|sqlite|all>... \
                      [--reps N] [--quick] [--json FILE]"
                 );
                 std::process::exit(0);
@@ -59,8 +59,8 @@ fn parse_args() -> Args {
     }
     if a.scenarios.is_empty() || a.scenarios.iter().any(|s| s == "all") {
         a.scenarios = [
-            "fanout", "shard", "shardlat", "latency", "slow", "memory", "sessions", "startup", "size",
-            "splitter", "replay", "sqlite",
+            "fanout", "shard", "shardlat", "latency", "slow", "memory", "sessions", "startup",
+            "size", "splitter", "replay", "sqlite",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -189,6 +189,7 @@ fn main() {
         let t = std::time::Instant::now();
         match s.as_str() {
             "fanout" => fanout(&env, &args, &mut rep, None),
+            "fanout1" => fanout(&env, &args, &mut rep, Some(1)),
             "fanout10" => fanout(&env, &args, &mut rep, Some(10)),
             "fanout100" => fanout(&env, &args, &mut rep, Some(100)),
             "shard" => shard(&env, &args, &mut rep),
@@ -425,7 +426,9 @@ fn shard(env: &Env, args: &Args, rep: &mut Report) {
         rate(&shard),
         rate(&panel),
         Better::Higher,
-        target("≥ 0.8× the panel path", |h, n| n.is_none_or(|n| h >= 0.8 * n)),
+        target("≥ 0.8× the panel path", |h, n| {
+            n.is_none_or(|n| h >= 0.8 * n)
+        }),
         "",
     );
     rep.add(
@@ -435,7 +438,9 @@ fn shard(env: &Env, args: &Args, rep: &mut Report) {
         cpu(&shard),
         cpu(&panel),
         Better::Lower,
-        target("≤ 1.25× the panel path", |h, n| n.is_none_or(|n| h <= 1.25 * n)),
+        target("≤ 1.25× the panel path", |h, n| {
+            n.is_none_or(|n| h <= 1.25 * n)
+        }),
         "",
     );
     let group = "fan-out 5 panels + 5 Shard clients on one session (small; B: 10 panels, same run)";
@@ -460,7 +465,9 @@ fn shard(env: &Env, args: &Args, rep: &mut Report) {
         "",
     );
     let n = if args.quick { 200 } else { 1000 };
-    progress(&format!("shard: {n} idle Shard connections against {n} panels"));
+    progress(&format!(
+        "shard: {n} idle Shard connections against {n} panels"
+    ));
     let (mut idle_shard, mut idle_panel) = (vec![], vec![]);
     for _ in 0..args.reps {
         idle_shard.push(sys::sockets(env, Kind::Hub, n, sys::Socket::Shard));
@@ -532,7 +539,16 @@ fn paced(
     slow: bool,
     skip: u64,
 ) -> load::RunResult {
-    paced_with(kind, load::Clients::Panel, env, panels, mix, secs, slow, skip)
+    paced_with(
+        kind,
+        load::Clients::Panel,
+        env,
+        panels,
+        mix,
+        secs,
+        slow,
+        skip,
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -678,9 +694,21 @@ fn shard_latency(env: &Env, args: &Args, rep: &mut Report) {
             .collect()
     };
     let groups: [(&str, &[load::RunResult], bool); 3] = [
-        ("latency 2000 ev/s × 10 Shard clients (B: 10 panels, same run)", &shard, false),
-        ("latency 2000 ev/s × 5 panels + 5 Shard: the panels (B: 10 panels)", &mixed, false),
-        ("latency 2000 ev/s × 5 panels + 5 Shard: the Shard clients (B: 10 panels)", &mixed, true),
+        (
+            "latency 2000 ev/s × 10 Shard clients (B: 10 panels, same run)",
+            &shard,
+            false,
+        ),
+        (
+            "latency 2000 ev/s × 5 panels + 5 Shard: the panels (B: 10 panels)",
+            &mixed,
+            false,
+        ),
+        (
+            "latency 2000 ev/s × 5 panels + 5 Shard: the Shard clients (B: 10 panels)",
+            &mixed,
+            true,
+        ),
     ];
     for (g, runs, shard_samples) in groups {
         for (i, name) in ["p50", "p99", "p99.9"].into_iter().enumerate() {
@@ -696,7 +724,16 @@ fn shard_latency(env: &Env, args: &Args, rep: &mut Report) {
             );
         }
         if !shard_samples {
-            rep.add(g, "server CPU busy", "%", cpu(runs), cpu(&panel), Better::Lower, None, "");
+            rep.add(
+                g,
+                "server CPU busy",
+                "%",
+                cpu(runs),
+                cpu(&panel),
+                Better::Lower,
+                None,
+                "",
+            );
         }
     }
     flush_notes(rep);

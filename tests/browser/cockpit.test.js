@@ -12,7 +12,7 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
 import path from 'node:path';
-import { startHub, hubApi, launchBrowser, watch, tempDir, removeDir, createSession, selectSession, workerAction, sendMessage, scriptedWorker, shot, shots, waitFor, ROOT, SOON } from './helpers.js';
+import { startHub, hubApi, launchBrowser, watch, tempDir, removeDir, createSession, selectSession, workerAction, sendMessage, scriptedWorker, sessionWorkerConfig, shot, shots, waitFor, ROOT, SOON } from './helpers.js';
 
 /** Frames the panel page sent on its socket, parsed. */
 function recordFrames(page) {
@@ -409,13 +409,7 @@ describe('panel: cockpit figures from a scripted worker', { timeout: 120000 }, (
   before(async () => {
     dataDir = path.join(tempDir('cockpit-fake'), 'data');
     hub = await startHub({ dataDir });
-    assert.equal((await hubApi(hub, 'POST', '/api/sessions', { session: 'meter' })).status, 201);
-    // The built-in worker's first start writes the worker configuration
-    // with the session's endpoints and token.
-    assert.equal((await hubApi(hub, 'POST', '/api/sessions/meter/start', {})).status, 200);
-    await waitFor(async () => (await hubApi(hub, 'GET', '/api/sessions/meter')).body.session.connected, { what: 'worker connected' });
-    assert.equal((await hubApi(hub, 'POST', '/api/sessions/meter/stop')).status, 200);
-    const config = JSON.parse(fs.readFileSync(path.join(dataDir, 'sessions', 'meter', 'config', 'config.yaml'), 'utf8'));
+    const config = await sessionWorkerConfig(hub, dataDir, 'meter');
     browser = await launchBrowser({ colorScheme: 'dark' });
     page = await browser.context.newPage();
     page.setDefaultTimeout(SOON);

@@ -9,9 +9,8 @@
 
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import fs from 'node:fs';
 import path from 'node:path';
-import { startHub, hubApi, launchBrowser, watch, tempDir, removeDir, waitFor, shot, SOON } from './helpers.js';
+import { startHub, launchBrowser, watch, tempDir, removeDir, waitFor, scriptedWorker, sessionWorkerConfig, shot, SOON } from './helpers.js';
 
 const WORKER = '11111111-2222-4333-8444-555555555555';
 
@@ -27,61 +26,14 @@ describe('panel: display rules with a scripted worker', { timeout: 180000 }, () 
   before(async () => {
     dataDir = path.join(tempDir('display'), 'data');
     hub = await startHub({ dataDir });
-    assert.equal((await hubApi(hub, 'POST', '/api/sessions', { session: 'fake' })).status, 201);
-    // Start and stop the built-in worker once: that writes the worker
-    // configuration holding the session's endpoints and token.
-    assert.equal((await hubApi(hub, 'POST', '/api/sessions/fake/start', {})).status, 200);
-    await waitFor(async () => (await hubApi(hub, 'GET', '/api/sessions/fake')).body.session.connected, { what: 'worker connected' });
-    assert.equal((await hubApi(hub, 'POST', '/api/sessions/fake/stop')).status, 200);
-    config = JSON.parse(fs.readFileSync(path.join(dataDir, 'sessions', 'fake', 'config', 'config.yaml'), 'utf8'));
+    config = await sessionWorkerConfig(hub, dataDir, 'fake');
     browser = await launchBrowser();
     page = await browser.context.newPage();
     page.setDefaultTimeout(SOON);
     seen = watch(page);
     await page.goto(`${hub.url}/#session=fake`);
     await page.locator('#session-title', { hasText: 'fake' }).waitFor();
-    fake = await browser.context.newPage();
-    await fake.goto(`${hub.url}/favicon.svg`);
-    await fake.evaluate(
-      ({ events, confirm, worker }) => {
-        window.fakeWorker = {
-          seq: 0,
-          received: [],
-          open() {
-            return new Promise((resolve, reject) => {
-              const ws = new WebSocket(events);
-              ws.onopen = () => resolve();
-              ws.onerror = () => reject(new Error('event socket failed'));
-              ws.onmessage = (m) => window.fakeWorker.received.push(JSON.parse(m.data));
-              window.fakeWorker.ws = ws;
-            });
-          },
-          close() {
-            window.fakeWorker.ws.close();
-          },
-          send(event, data, { run = '', request = '', skip = 0 } = {}) {
-            window.fakeWorker.seq += 1 + skip;
-            window.fakeWorker.ws.send(
-              JSON.stringify({ type: 'event', event, session_id: 'fake', worker_id: worker, request_id: request, run_id: run, sequence: window.fakeWorker.seq, data }),
-            );
-          },
-          confirm(call, run) {
-            return new Promise((resolve) => {
-              const ws = new WebSocket(confirm);
-              window.fakeWorker.answer = null;
-              ws.onopen = () =>
-                ws.send(JSON.stringify({ type: 'confirmation_request', data: { worker_id: worker, session_id: 'fake', run_id: run, confirmation_id: `cf-${Date.now()}`, call } }));
-              ws.onmessage = (m) => {
-                window.fakeWorker.answer = JSON.parse(m.data);
-                ws.close();
-              };
-              resolve();
-            });
-          },
-        };
-      },
-      { events: config.client.endpoint, confirm: config.security.confirmation.endpoint, worker: WORKER },
-    );
+    fake = await scriptedWorker(browser.context, hub.url, config, 'fake', WORKER);
   });
 
   after(async () => {
@@ -93,10 +45,10 @@ describe('panel: display rules with a scripted worker', { timeout: 180000 }, () 
   const status = { active: false, stopping: false, storage_failed: true, rejected_payloads: 3, capabilities: ['session-history'], loop: { status: 'failed', phase: 'model', completed_exchanges: 1, error: 'boom', pending_results: [] } };
 
   it('renders unknown events, reasoning, tool cards and a failed run', async () => {
-    await fake.evaluate(() => window.fakeWorker.open());
+    await fake.evaluate(() => window.scripted.open());
     await page.locator('#session-header .badge', { hasText: 'worker attached' }).waitFor();
     await fake.evaluate((st) => {
-      const w = window.fakeWorker;
+      const w = window.scripted;
       w.send('ready', st);
       w.send('mystery_event', { note: '<b>not bold</b>', nested: { n: 1 } });
       const run = { run: 'run-1', request: 'req-1' };
@@ -141,10 +93,10 @@ describe('panel: display rules with a scripted worker', { timeout: 180000 }, () 
 
   it('holds decisions while the worker identity is unverified, then shows truncated arguments', async () => {
     // The event connection goes away: identity becomes stale.
-    await fake.evaluate(() => window.fakeWorker.close());
+    await fake.evaluate(() => window.scripted.close());
     await page.locator('#session-header .badge', { hasText: 'no worker' }).waitFor();
     const big = 'A'.repeat(200000);
-    await fake.evaluate(({ big }) => window.fakeWorker.confirm({ id: 'c9', name: 'run_command', arguments: { command: 'echo hi', blob: big }, type: 'serial_write', security: 'require_confirm' }, 'run-2'), { big });
+    await fake.evaluate(({ big }) => window.scripted.confirm({ id: 'c9', name: 'run_command', arguments: { command: 'echo hi', blob: big }, type: 'serial_write', security: 'require_confirm' }, 'run-2'), { big });
     const prompt = page.locator('.prompt');
     await prompt.waitFor();
     await prompt.locator('.chip', { hasText: 'awaiting-identity' }).waitFor();
@@ -157,8 +109,8 @@ describe('panel: display rules with a scripted worker', { timeout: 180000 }, () 
     await shot(page, 'approval-identity-hold.png');
     // The worker reconnects and names itself: decisions are enabled.
     await fake.evaluate(async () => {
-      await window.fakeWorker.open();
-      window.fakeWorker.send('status', { active: true, stopping: false, storage_failed: false, rejected_payloads: 0, capabilities: [], loop: { status: 'running', phase: 'tools' } });
+      await window.scripted.open();
+      window.scripted.send('status', { active: true, stopping: false, storage_failed: false, rejected_payloads: 0, capabilities: [], loop: { status: 'running', phase: 'tools' } });
     });
     await prompt.locator('.chip', { hasText: 'awaiting-decision' }).waitFor();
     assert.equal(await prompt.locator('button.approve').isDisabled(), false);
@@ -193,11 +145,11 @@ describe('panel: display rules with a scripted worker', { timeout: 180000 }, () 
     await prompt.locator('input.reason').fill('not today');
     await prompt.locator('button.deny').click();
     await page.locator('#tray').waitFor({ state: 'hidden' });
-    const answer = await waitFor(() => fake.evaluate(() => window.fakeWorker.answer), { what: 'the confirmation response' });
+    const answer = await waitFor(() => fake.evaluate(() => window.scripted.answer), { what: 'the confirmation response' });
     assert.equal(answer.type, 'confirmation_response');
     assert.equal(answer.data.decision, 'denied');
     assert.equal(answer.data.reason, 'not today');
-    await fake.evaluate(() => window.fakeWorker.close());
+    await fake.evaluate(() => window.scripted.close());
   });
 
   it('bounds each view’s transcript copy to 8 MiB', async () => {

@@ -2,6 +2,7 @@
 // port with a temporary data directory, and headless Chromium driven by
 // playwright-core.
 
+import assert from 'node:assert/strict';
 import { spawn, execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
@@ -278,21 +279,39 @@ export async function sendMessage(page, text) {
 }
 
 /**
+ * Creates session `session` and starts and stops the built-in worker in
+ * it once: its first start writes the worker configuration holding the
+ * session's endpoints and token, which is returned (parsed; the file is
+ * JSON, which is YAML).
+ */
+export async function sessionWorkerConfig(hub, dataDir, session) {
+  assert.equal((await hubApi(hub, 'POST', '/api/sessions', { session })).status, 201);
+  assert.equal((await hubApi(hub, 'POST', `/api/sessions/${session}/start`, {})).status, 200);
+  await waitFor(async () => (await hubApi(hub, 'GET', `/api/sessions/${session}`)).body.session.connected, { what: 'worker connected' });
+  assert.equal((await hubApi(hub, 'POST', `/api/sessions/${session}/stop`)).status, 200);
+  return JSON.parse(fs.readFileSync(path.join(dataDir, 'sessions', session, 'config', 'config.yaml'), 'utf8'));
+}
+
+/**
  * A scripted worker for session `session`: a page at the hub's origin
  * (so the hub's origin check passes) opens the session's event socket
  * with the endpoint from the generated worker configuration `config` and
  * sends hand-written envelopes. Returns the page; in it,
- * `window.scripted.open()` connects and `window.scripted.send(event,
- * data, {run, request})` sends one event with the next sequence number.
+ * `window.scripted.open()` connects, `close()` disconnects,
+ * `send(event, data, {run, request, skip})` sends one event with the next
+ * sequence number (`skip` leaves that many out), and `confirm(call, run)`
+ * asks the hub for a confirmation on a one-shot socket, keeping the
+ * hub's answer in `window.scripted.answer`.
  */
 export async function scriptedWorker(context, hubUrl, config, session, workerId) {
   const page = await context.newPage();
   await page.goto(`${hubUrl}/favicon.svg`);
   await page.evaluate(
-    ({ events, session, workerId }) => {
+    ({ events, confirm, session, workerId }) => {
       window.scripted = {
         seq: 0,
         received: [],
+        answer: null,
         open() {
           return new Promise((resolve, reject) => {
             const ws = new WebSocket(events);
@@ -302,13 +321,26 @@ export async function scriptedWorker(context, hubUrl, config, session, workerId)
             window.scripted.ws = ws;
           });
         },
-        send(event, data, { run = '', request = '' } = {}) {
-          window.scripted.seq += 1;
+        close() {
+          window.scripted.ws.close();
+        },
+        send(event, data, { run = '', request = '', skip = 0 } = {}) {
+          window.scripted.seq += 1 + skip;
           window.scripted.ws.send(JSON.stringify({ type: 'event', event, session_id: session, worker_id: workerId, request_id: request, run_id: run, sequence: window.scripted.seq, data }));
+        },
+        confirm(call, run) {
+          const ws = new WebSocket(confirm);
+          window.scripted.answer = null;
+          ws.onopen = () =>
+            ws.send(JSON.stringify({ type: 'confirmation_request', data: { worker_id: workerId, session_id: session, run_id: run, confirmation_id: `cf-${Date.now()}`, call } }));
+          ws.onmessage = (m) => {
+            window.scripted.answer = JSON.parse(m.data);
+            ws.close();
+          };
         },
       };
     },
-    { events: config.client.endpoint, session, workerId },
+    { events: config.client.endpoint, confirm: config.security.confirmation.endpoint, session, workerId },
   );
   return page;
 }

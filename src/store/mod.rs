@@ -176,33 +176,45 @@ impl Store {
         Ok(out)
     }
 
-    /// Replaces a session's spec. Errors if the session does not exist.
-    pub fn update_session_spec(&self, id: &str, spec: &Value) -> Result<(), StoreError> {
-        const OP: &str = "update session spec";
+    /// Runs a one-row `UPDATE` (`?1` the row's id, `?2` the new value);
+    /// an error names `op`, and no row with that id is one.
+    fn update_one(
+        &self,
+        op: &'static str,
+        statement: &str,
+        id: &str,
+        value: &dyn rusqlite::ToSql,
+    ) -> Result<(), StoreError> {
         let n = self
             .conn
-            .prepare_cached("UPDATE sessions SET spec = ?2 WHERE id = ?1")
-            .and_then(|mut s| s.execute(params![id, spec.to_string()]))
-            .map_err(sql(OP))?;
+            .prepare_cached(statement)
+            .and_then(|mut s| s.execute(params![id, value]))
+            .map_err(sql(op))?;
         if n == 0 {
-            return Err(no_row(OP));
+            return Err(no_row(op));
         }
         Ok(())
+    }
+
+    /// Replaces a session's spec. Errors if the session does not exist.
+    pub fn update_session_spec(&self, id: &str, spec: &Value) -> Result<(), StoreError> {
+        self.update_one(
+            "update session spec",
+            "UPDATE sessions SET spec = ?2 WHERE id = ?1",
+            id,
+            &spec.to_string(),
+        )
     }
 
     /// Replaces a session's lifecycle id. Errors if the session does not
     /// exist. The process row keeps the lifecycle id it was started under.
     pub fn set_lifecycle_id(&self, id: &str, lifecycle_id: &str) -> Result<(), StoreError> {
-        const OP: &str = "set session lifecycle id";
-        let n = self
-            .conn
-            .prepare_cached("UPDATE sessions SET lifecycle_id = ?2 WHERE id = ?1")
-            .and_then(|mut s| s.execute(params![id, lifecycle_id]))
-            .map_err(sql(OP))?;
-        if n == 0 {
-            return Err(no_row(OP));
-        }
-        Ok(())
+        self.update_one(
+            "set session lifecycle id",
+            "UPDATE sessions SET lifecycle_id = ?2 WHERE id = ?1",
+            id,
+            &lifecycle_id,
+        )
     }
 
     /// Deletes a session with its process and plan rows. `false` if there
@@ -225,16 +237,12 @@ impl Store {
 
     /// Sets the state of a session's process row. Errors if there is none.
     pub fn set_process_state(&self, session_id: &str, state: &str) -> Result<(), StoreError> {
-        const OP: &str = "set process state";
-        let n = self
-            .conn
-            .prepare_cached("UPDATE processes SET state = ?2 WHERE session_id = ?1")
-            .and_then(|mut s| s.execute(params![session_id, state]))
-            .map_err(sql(OP))?;
-        if n == 0 {
-            return Err(no_row(OP));
-        }
-        Ok(())
+        self.update_one(
+            "set process state",
+            "UPDATE processes SET state = ?2 WHERE session_id = ?1",
+            session_id,
+            &state,
+        )
     }
 
     /// Removes a session's process row; nothing to do if there is none.
@@ -324,30 +332,22 @@ impl Store {
 
     /// Replaces a child's ownership/lifecycle record.
     pub fn put_subagent_meta(&self, id: &str, meta: &Value) -> Result<(), StoreError> {
-        const OP: &str = "update subagent metadata";
-        let n = self
-            .conn
-            .prepare_cached("UPDATE subagents SET meta = ?2 WHERE id = ?1")
-            .and_then(|mut s| s.execute(params![id, meta.to_string()]))
-            .map_err(sql(OP))?;
-        if n == 0 {
-            return Err(no_row(OP));
-        }
-        Ok(())
+        self.update_one(
+            "update subagent metadata",
+            "UPDATE subagents SET meta = ?2 WHERE id = ?1",
+            id,
+            &meta.to_string(),
+        )
     }
 
     /// Replaces a child's request-outcome tail.
     pub fn put_subagent_outcomes(&self, id: &str, outcomes: &Value) -> Result<(), StoreError> {
-        const OP: &str = "update subagent outcomes";
-        let n = self
-            .conn
-            .prepare_cached("UPDATE subagents SET outcomes = ?2 WHERE id = ?1")
-            .and_then(|mut s| s.execute(params![id, outcomes.to_string()]))
-            .map_err(sql(OP))?;
-        if n == 0 {
-            return Err(no_row(OP));
-        }
-        Ok(())
+        self.update_one(
+            "update subagent outcomes",
+            "UPDATE subagents SET outcomes = ?2 WHERE id = ?1",
+            id,
+            &outcomes.to_string(),
+        )
     }
 
     /// Every stored child. Rows whose JSON does not decode come back with

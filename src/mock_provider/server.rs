@@ -7,7 +7,9 @@
 //! (refused with 413 past the limit, 411 when chunked), hand it to the pure
 //! [`wire::reply`], wait if the scenario is `slow`, write the reply. The
 //! wait is on a condition variable that [`MockProvider::stop`] signals, so a
-//! stop never waits out `mock.slowMs`.
+//! stop never waits out `mock.slowMs`; the stop then waits (at most
+//! [`ANSWER_DEADLINE`]) until every request it woke has written its 503,
+//! so the hub does not exit under them.
 
 use std::io::{self, Read};
 use std::net::{TcpListener, ToSocketAddrs};
@@ -32,6 +34,9 @@ const MAX_HEADER_BYTES: usize = 16 * 1024;
 const MAX_HEADERS: usize = 100;
 /// Connection threads parse JSON bodies; the same class as the hub's own.
 const CONNECTION_STACK: usize = 256 * 1024;
+
+/// How long a stop waits for the requests it woke to write their 503.
+const ANSWER_DEADLINE: Duration = Duration::from_secs(1);
 
 /// A running provider. Dropping it stops it.
 pub struct MockProvider {
@@ -103,11 +108,13 @@ impl MockProvider {
     }
 
     /// Stops accepting and wakes every request in the `slow` wait (each is
-    /// answered 503). Requests already past it finish; idle keep-alive
-    /// connections end at their idle timeout or when the client closes.
-    /// Idempotent.
+    /// answered 503, and the stop waits up to [`ANSWER_DEADLINE`] for
+    /// those answers to be written). Requests already past it finish; idle
+    /// keep-alive connections end at their idle timeout or when the client
+    /// closes. Idempotent.
     pub fn stop(&self) {
         self.stop.set();
+        self.stop.drain(ANSWER_DEADLINE);
         self.server.shutdown();
     }
 }
@@ -170,6 +177,8 @@ fn handle(shared: &Shared, mut rq: Request) {
         tool_command: &shared.tool_command,
     };
     let mut reply = wire::reply(script, request, completion);
+    // Counted from the wait until the reply is written.
+    let _slow = reply.slow.then(|| shared.stop.enter());
     if reply.slow && !shared.stop.wait(shared.slow) {
         reply = wire::stopping();
     }
@@ -208,37 +217,83 @@ fn send(rq: Request, reply: Reply) {
     }
 }
 
-/// The stop flag the `slow` waits sleep on.
+/// The stop flag the `slow` waits sleep on, and how many slow requests
+/// have not written their reply yet.
 #[derive(Default)]
 struct Stop {
-    stopped: Mutex<bool>,
+    state: Mutex<StopState>,
     wake: Condvar,
 }
 
+#[derive(Default)]
+struct StopState {
+    stopped: bool,
+    slow: usize,
+}
+
+/// A slow request being served; dropped once its reply is written.
+struct Slow<'a>(&'a Stop);
+
+impl Drop for Slow<'_> {
+    fn drop(&mut self) {
+        self.0.lock().slow -= 1;
+        self.0.wake.notify_all();
+    }
+}
+
 impl Stop {
+    fn lock(&self) -> std::sync::MutexGuard<'_, StopState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     fn set(&self) {
-        *self.stopped.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.lock().stopped = true;
         self.wake.notify_all();
+    }
+
+    /// Counts a slow request until the guard drops.
+    fn enter(&self) -> Slow<'_> {
+        self.lock().slow += 1;
+        Slow(self)
     }
 
     /// Sleeps `duration`; false when the provider stopped first.
     fn wait(&self, duration: Duration) -> bool {
         let deadline = Instant::now() + duration;
-        let mut stopped = self.stopped.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = self.lock();
         loop {
-            if *stopped {
+            if state.stopped {
                 return false;
             }
             let now = Instant::now();
             if now >= deadline {
                 return true;
             }
-            stopped = self
+            state = self
                 .wake
-                .wait_timeout(stopped, deadline - now)
+                .wait_timeout(state, deadline - now)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
         }
+    }
+
+    /// Waits until no slow request is left unanswered, or `deadline` has
+    /// passed; true when none is.
+    fn drain(&self, deadline: Duration) -> bool {
+        let until = Instant::now() + deadline;
+        let mut state = self.lock();
+        while state.slow > 0 {
+            let now = Instant::now();
+            if now >= until {
+                return false;
+            }
+            state = self
+                .wake
+                .wait_timeout(state, until - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        true
     }
 }
 
@@ -260,6 +315,33 @@ mod tests {
         assert!(started.elapsed() < Duration::from_secs(10));
         // once stopped, a wait returns at once
         assert!(!stop.wait(Duration::from_secs(600)));
+    }
+
+    #[test]
+    fn a_stop_waits_for_the_woken_requests_to_answer() {
+        let stop = Arc::new(Stop::default());
+        let (entered_tx, entered) = mpsc::channel();
+        let (answer_tx, answer) = mpsc::channel::<()>();
+        let serving = stop.clone();
+        let server = std::thread::spawn(move || {
+            let slow = serving.enter();
+            entered_tx.send(()).unwrap();
+            assert!(!serving.wait(Duration::from_secs(600)));
+            // The reply is being written: the stop is still waiting.
+            answer.recv().unwrap();
+            drop(slow);
+        });
+        entered.recv_timeout(Duration::from_secs(10)).unwrap();
+        stop.set();
+        assert!(
+            !stop.drain(Duration::from_millis(20)),
+            "the reply is not written yet"
+        );
+        answer_tx.send(()).unwrap();
+        assert!(stop.drain(Duration::from_secs(10)));
+        server.join().unwrap();
+        // With nothing in flight a drain returns at once.
+        assert!(stop.drain(Duration::ZERO));
     }
 
     #[test]

@@ -15,6 +15,14 @@
 //! stopped keeps no thread); the next record starts a new one. Closing a
 //! writer with nothing pending is no event; a dropped writer never waits
 //! (its thread writes what it was given and ends by itself).
+//!
+//! A caller in the middle of a batch of input (`util::wakes`: a
+//! worker-events thread ingesting one socket read) does not hand each
+//! record over on its own: admitted records are staged, in order, and sent
+//! as one chunk when the batch ends, so a burst costs one channel send and
+//! at most one wake of the writer thread. Any caller outside a batch sends
+//! what is staged together with its own record, so the file keeps the
+//! order of admission.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -26,6 +34,8 @@ use std::thread;
 use std::time::Duration;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+
+use super::wakes::{self, Wake};
 
 /// The production pending budget per file (1 MiB).
 pub const DEFAULT_BUDGET: usize = 1 << 20;
@@ -60,10 +70,14 @@ pub fn worker_log_omission_marker(records: u64, bytes: u64) -> String {
     format!("[hub: omitted {records} worker log records ({bytes} UTF-8 bytes)]")
 }
 
-/// One admitted unit: an optional marker line and one record line.
+/// Admitted lines handed over together: records, each after its
+/// omission marker line if it has one.
+#[derive(Default)]
 struct Chunk {
     data: Vec<u8>,
-    /// The record's own bytes (without the newline), for drop accounting.
+    /// How many records (markers not counted).
+    records: u64,
+    /// The records' own bytes (without newlines), for drop accounting.
     record_bytes: u64,
     /// The drops its marker line reports (records, bytes); reported again
     /// by a later marker if the disk was full when this chunk was due.
@@ -104,6 +118,62 @@ impl Shared {
         log::warn!("{}: {message}", self.name);
     }
 
+    /// Hands the staged chunk to the writer thread (starting one if none
+    /// runs). What cannot be handed over is counted as dropped and
+    /// released from `pending`; the caller reports a failed start once it
+    /// has let go of the lock.
+    fn send_staged(self: &Arc<Self>, state: &mut State) -> Result<(), Unsent> {
+        let Some(chunk) = state.staged.take() else {
+            return Ok(());
+        };
+        let (size, records, bytes) = (chunk.data.len(), chunk.records, chunk.record_bytes);
+        let lost = |why| {
+            self.pending.fetch_sub(size, Ordering::AcqRel);
+            self.count_dropped(records, bytes);
+            Err(why)
+        };
+        if state.closed || self.failed.load(Ordering::Acquire) {
+            return lost(Unsent::Disabled);
+        }
+        if state.sender.is_none() {
+            if let Err(err) = self.spawn(state) {
+                return lost(Unsent::Spawn(err));
+            }
+        }
+        match state.sender.as_ref().map(|tx| tx.send(chunk)) {
+            Some(Ok(())) => Ok(()),
+            // The thread is gone (it only exits after close or a panic).
+            _ => lost(Unsent::Disabled),
+        }
+    }
+
+    fn spawn(self: &Arc<Self>, state: &mut State) -> std::io::Result<()> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(0);
+        let shared = Arc::clone(self);
+        let handle =
+            super::thread::spawn("disk-writer", super::thread::Stack::Medium, move || {
+                run(&shared, &rx);
+                drop(done_tx);
+            })?;
+        state.sender = Some(tx);
+        state.done = Some(done_rx);
+        state.thread = Some(handle);
+        Ok(())
+    }
+
+    /// After [`Shared::send_staged`], with the lock released.
+    fn report(&self, sent: Result<(), Unsent>) -> Admit {
+        match sent {
+            Ok(()) => Admit::Admitted,
+            Err(Unsent::Disabled) => Admit::Disabled,
+            Err(Unsent::Spawn(err)) => {
+                self.fail("spawning the writer thread for", &err);
+                Admit::Disabled
+            }
+        }
+    }
+
     /// Disables the writer after an open or write failure (warns once).
     fn fail(&self, what: &str, err: &std::io::Error) {
         if !self.failed.swap(true, Ordering::AcqRel) {
@@ -115,6 +185,26 @@ impl Shared {
     }
 }
 
+/// Why a staged chunk was not handed over.
+enum Unsent {
+    /// Closed, failed, or the thread is gone.
+    Disabled,
+    /// No writer thread could start.
+    Spawn(std::io::Error),
+}
+
+/// Sends what a batch of input staged, when the batch ends.
+struct Flush(Arc<Shared>);
+
+impl Wake for Flush {
+    fn wake(&self) {
+        let mut state = self.0.lock();
+        let sent = self.0.send_staged(&mut state);
+        drop(state);
+        self.0.report(sent);
+    }
+}
+
 /// Admission state, touched only by callers, briefly, never across I/O.
 struct State {
     /// `None` before the first admitted record and after `close`.
@@ -123,6 +213,8 @@ struct State {
     done: Option<Receiver<()>>,
     thread: Option<thread::JoinHandle<()>>,
     closed: bool,
+    /// Admitted records not handed over yet (a batch of input's).
+    staged: Option<Chunk>,
     /// Drops not yet reported by a marker.
     unreported_records: u64,
     unreported_bytes: u64,
@@ -163,6 +255,7 @@ impl BoundedWriter {
                     done: None,
                     thread: None,
                     closed: false,
+                    staged: None,
                     unreported_records: 0,
                     unreported_bytes: 0,
                     warned_drop: false,
@@ -215,43 +308,30 @@ impl BoundedWriter {
             return Admit::Dropped;
         }
 
-        let mut data = Vec::with_capacity(size);
+        let chunk = state.staged.get_or_insert_with(Chunk::default);
+        let first = chunk.records == 0;
+        chunk.data.reserve(size);
         if let Some(marker) = &marker {
-            data.extend_from_slice(marker.as_bytes());
-            data.push(b'\n');
+            chunk.data.extend_from_slice(marker.as_bytes());
+            chunk.data.push(b'\n');
+            chunk.reported.0 += reported.0;
+            chunk.reported.1 += reported.1;
         }
-        data.extend_from_slice(record.as_bytes());
-        data.push(b'\n');
-        let chunk = Chunk {
-            data,
-            record_bytes,
-            reported: if marker.is_some() { reported } else { (0, 0) },
-        };
-
-        if state.sender.is_none() {
-            if let Err(err) = self.spawn(&mut state) {
-                drop(state);
-                self.shared.fail("spawning the writer thread for", &err);
-                self.shared.count_dropped(1, record_bytes);
-                return Admit::Disabled;
-            }
-        }
+        chunk.data.extend_from_slice(record.as_bytes());
+        chunk.data.push(b'\n');
+        chunk.records += 1;
+        chunk.record_bytes += record_bytes;
         self.shared.pending.fetch_add(size, Ordering::AcqRel);
-        let sent = state.sender.as_ref().map(|tx| tx.send(chunk));
-        match sent {
-            Some(Ok(())) => {
-                state.unreported_records = 0;
-                state.unreported_bytes = 0;
-                Admit::Admitted
-            }
-            // The thread is gone (it only exits after close or a panic).
-            _ => {
-                self.shared.pending.fetch_sub(size, Ordering::AcqRel);
-                drop(state);
-                self.shared.count_dropped(1, record_bytes);
-                Admit::Disabled
-            }
+        state.unreported_records = 0;
+        state.unreported_bytes = 0;
+        // In a batch of input: sent when the batch ends (one flush is
+        // enough for everything staged meanwhile, whoever staged it).
+        if wakes::holding() && (!first || wakes::defer(Arc::new(Flush(Arc::clone(&self.shared))))) {
+            return Admit::Admitted;
         }
+        let sent = self.shared.send_staged(&mut state);
+        drop(state);
+        self.shared.report(sent)
     }
 
     /// Stops admitting, then waits at most `deadline` for the thread to
@@ -263,6 +343,12 @@ impl BoundedWriter {
     pub fn close(&self, deadline: Duration) {
         let (sender, done, handle) = {
             let mut state = self.lock();
+            let sent = self.shared.send_staged(&mut state);
+            if let Err(Unsent::Spawn(err)) = sent {
+                drop(state);
+                self.shared.fail("spawning the writer thread for", &err);
+                state = self.lock();
+            }
             state.closed = true;
             (state.sender.take(), state.done.take(), state.thread.take())
         };
@@ -299,6 +385,12 @@ impl BoundedWriter {
     /// calls [`BoundedWriter::close`] instead.
     pub fn detach(&self) {
         let mut state = self.lock();
+        let sent = self.shared.send_staged(&mut state);
+        if let Err(Unsent::Spawn(err)) = sent {
+            drop(state);
+            self.shared.fail("spawning the writer thread for", &err);
+            state = self.lock();
+        }
         state.closed = true;
         state.sender = None;
         state.done = None;
@@ -339,21 +431,6 @@ impl BoundedWriter {
     #[cfg(test)]
     fn has_thread(&self) -> bool {
         self.lock().sender.is_some()
-    }
-
-    fn spawn(&self, state: &mut State) -> std::io::Result<()> {
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let (done_tx, done_rx) = crossbeam_channel::bounded::<()>(0);
-        let shared = Arc::clone(&self.shared);
-        let handle =
-            super::thread::spawn("disk-writer", super::thread::Stack::Medium, move || {
-                run(&shared, &rx);
-                drop(done_tx);
-            })?;
-        state.sender = Some(tx);
-        state.done = Some(done_rx);
-        state.thread = Some(handle);
-        Ok(())
     }
 }
 
@@ -402,27 +479,39 @@ fn run(shared: &Shared, rx: &Receiver<Chunk>) {
                 return;
             }
         };
-        let mut records = 1u64;
+        let mut records = first.records;
         let mut record_bytes = first.record_bytes;
         let mut reported = first.reported;
-        batch.clear();
-        batch.extend_from_slice(&first.data);
-        while batch.len() < BATCH_BYTES {
+        // A lone chunk (a whole batch of input's records) is written as it
+        // is; more are gathered into `batch` first.
+        let mut gathered = false;
+        while (if gathered {
+            batch.len()
+        } else {
+            first.data.len()
+        }) < BATCH_BYTES
+        {
             let Ok(next) = rx.try_recv() else {
                 break;
             };
-            records += 1;
+            if !gathered {
+                batch.clear();
+                batch.extend_from_slice(&first.data);
+                gathered = true;
+            }
+            records += next.records;
             record_bytes += next.record_bytes;
             reported.0 += next.reported.0;
             reported.1 += next.reported.1;
             batch.extend_from_slice(&next.data);
         }
+        let data: &[u8] = if gathered { &batch } else { &first.data };
 
         let outcome =
             if shared.abandoned.load(Ordering::Acquire) || shared.failed.load(Ordering::Acquire) {
                 Wrote::Failed
             } else {
-                write_batch(shared, &mut file, &batch)
+                write_batch(shared, &mut file, data)
             };
         match outcome {
             Wrote::All => {
@@ -445,14 +534,15 @@ fn run(shared: &Shared, rx: &Receiver<Chunk>) {
                 state.unreported_bytes += record_bytes + reported.1;
             }
         }
-        shared.pending.fetch_sub(batch.len(), Ordering::AcqRel);
+        shared.pending.fetch_sub(data.len(), Ordering::AcqRel);
+        drop(first);
         // A single large record must not pin its buffer for the file's life.
         batch.clear();
         batch.shrink_to(BATCH_BYTES);
         if shared.abandoned.load(Ordering::Acquire) {
             // Whatever is still queued is discarded and counted.
             for chunk in rx.try_iter() {
-                shared.count_dropped(1, chunk.record_bytes);
+                shared.count_dropped(chunk.records, chunk.record_bytes);
                 shared.pending.fetch_sub(chunk.data.len(), Ordering::AcqRel);
             }
             return;
@@ -593,6 +683,73 @@ mod tests {
 
     fn writer(path: PathBuf, budget: usize) -> BoundedWriter {
         BoundedWriter::new(path, budget, jsonl_omission_marker, "test".into())
+    }
+
+    #[test]
+    fn a_batch_of_input_hands_its_records_over_once_it_ends() {
+        let dir = TempDir::new("staged");
+        let path = dir.join("events.jsonl");
+        let w = writer(path.clone(), DEFAULT_BUDGET);
+        wakes::hold();
+        for n in 1..=3 {
+            assert_eq!(w.write_record(&format!("{{\"n\":{n}}}")), Admit::Admitted);
+        }
+        // Staged: admitted and counted, no thread started yet.
+        assert!(!w.has_thread());
+        assert_eq!(w.pending_bytes(), 3 * 8);
+        wakes::release();
+        assert!(w.has_thread());
+        w.close(PATIENCE);
+        assert_eq!(
+            fs::read_to_string(&path).unwrap(),
+            "{\"n\":1}\n{\"n\":2}\n{\"n\":3}\n"
+        );
+        assert_eq!(w.pending_bytes(), 0);
+    }
+
+    #[test]
+    fn a_record_from_outside_the_batch_keeps_the_order_of_admission() {
+        let dir = TempDir::new("staged-order");
+        let path = dir.join("events.jsonl");
+        let w = Arc::new(writer(path.clone(), DEFAULT_BUDGET));
+        wakes::hold();
+        assert_eq!(w.write_record("a1"), Admit::Admitted);
+        assert_eq!(w.write_record("a2"), Admit::Admitted);
+        // Another thread, in no batch, sends what is staged with its own.
+        let other = Arc::clone(&w);
+        thread::spawn(move || assert_eq!(other.write_record("b1"), Admit::Admitted))
+            .join()
+            .unwrap();
+        assert!(w.has_thread());
+        assert_eq!(w.write_record("a3"), Admit::Admitted);
+        wakes::release();
+        w.close(PATIENCE);
+        assert_eq!(fs::read_to_string(&path).unwrap(), "a1\na2\nb1\na3\n");
+    }
+
+    #[test]
+    fn closing_writes_what_a_batch_staged_and_its_end_then_does_nothing() {
+        let dir = TempDir::new("staged-close");
+        let path = dir.join("events.jsonl");
+        let w = writer(path.clone(), DEFAULT_BUDGET);
+        wakes::hold();
+        assert_eq!(w.write_record("kept"), Admit::Admitted);
+        w.close(PATIENCE);
+        wakes::release();
+        assert_eq!(fs::read_to_string(&path).unwrap(), "kept\n");
+        assert_eq!(w.dropped_records(), 0);
+        // The budget counts staged bytes: a batch cannot stage past it.
+        let w = writer(dir.join("small.jsonl"), 10);
+        wakes::hold();
+        assert_eq!(w.write_record("12345678"), Admit::Admitted);
+        assert_eq!(w.write_record("x"), Admit::Dropped);
+        wakes::release();
+        assert_eq!(w.write_record("y"), Admit::Dropped);
+        w.close(PATIENCE);
+        assert_eq!(
+            fs::read_to_string(dir.join("small.jsonl")).unwrap(),
+            "12345678\n"
+        );
     }
 
     #[test]

@@ -394,19 +394,7 @@ impl Outbound {
             return Wrote::Failed;
         }
         let mut slices = [IoSlice::new(&[]); WRITE_BATCH_FRAMES];
-        let mut count = 0;
-        let mut offered = 0;
-        for item in batch.iter() {
-            let Some(unsent) = item.unsent() else { break };
-            if count == WRITE_BATCH_FRAMES
-                || (count > 0 && offered + unsent.len() > WRITE_BATCH_BYTES)
-            {
-                break;
-            }
-            slices[count] = IoSlice::new(unsent);
-            count += 1;
-            offered += unsent.len();
-        }
+        let (count, offered) = front_run(batch, &mut slices);
         if count == 0 {
             return Wrote::All;
         }
@@ -554,19 +542,7 @@ impl Outbound {
             }
             // The run of frames at the front, up to the batch limits.
             let mut slices = [IoSlice::new(&[]); WRITE_BATCH_FRAMES];
-            let mut frames = 0;
-            let mut bytes = 0;
-            for item in batch.iter() {
-                let Some(unsent) = item.unsent() else { break };
-                if frames == WRITE_BATCH_FRAMES
-                    || (frames > 0 && bytes + unsent.len() > WRITE_BATCH_BYTES)
-                {
-                    break;
-                }
-                slices[frames] = IoSlice::new(unsent);
-                frames += 1;
-                bytes += unsent.len();
-            }
+            let (frames, bytes) = front_run(batch, &mut slices);
             if frames == 0 {
                 if let Some(Outgoing::Then(work)) = batch.pop_front() {
                     self.queued.fetch_sub(1, Ordering::AcqRel);
@@ -588,6 +564,27 @@ impl Outbound {
     fn writer_running(&self) -> bool {
         self.queue.lock().writer_running
     }
+}
+
+/// The unsent bytes of the frames at the front of `batch`, up to the
+/// batch limits (at least one frame, however large), into `slices`:
+/// how many frames and bytes.
+fn front_run<'a>(
+    batch: &'a VecDeque<Outgoing>,
+    slices: &mut [IoSlice<'a>; WRITE_BATCH_FRAMES],
+) -> (usize, usize) {
+    let (mut frames, mut bytes) = (0, 0);
+    for item in batch.iter() {
+        let Some(unsent) = item.unsent() else { break };
+        if frames == WRITE_BATCH_FRAMES || (frames > 0 && bytes + unsent.len() > WRITE_BATCH_BYTES)
+        {
+            break;
+        }
+        slices[frames] = IoSlice::new(unsent);
+        frames += 1;
+        bytes += unsent.len();
+    }
+    (frames, bytes)
 }
 
 /// What the hub's health view reads of one connection's outbound side.

@@ -162,7 +162,13 @@ pub fn read_head(s: &mut TcpStream) -> std::io::Result<String> {
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") {
-        if s.read(&mut byte)? == 0 {
+        // A signal meant for the test process (a child's exit) may
+        // interrupt the read: that is no answer yet.
+        let n = match s.read(&mut byte) {
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            other => other?,
+        };
+        if n == 0 {
             return Err(std::io::Error::new(
                 ErrorKind::UnexpectedEof,
                 format!("EOF after {:?}", String::from_utf8_lossy(&head)),
@@ -184,7 +190,11 @@ pub fn closes_within(s: &mut TcpStream, within: Duration) -> bool {
         match s.read(&mut buf) {
             Ok(0) => return true,
             Ok(_) => {}
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted
+                ) => {}
             Err(_) => return true,
         }
     }

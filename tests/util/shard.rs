@@ -169,6 +169,7 @@ impl ShardClient {
             let mut chunk = [0u8; 65536];
             loop {
                 match stdout.read(&mut chunk) {
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                     Ok(0) | Err(_) => break,
                     Ok(n) => buf.extend_from_slice(&chunk[..n]),
                 }
@@ -259,7 +260,9 @@ impl ShardClient {
                         Err(e)
                             if matches!(
                                 e.kind(),
-                                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                                std::io::ErrorKind::WouldBlock
+                                    | std::io::ErrorKind::TimedOut
+                                    | std::io::ErrorKind::Interrupted
                             ) => {}
                         Err(_) => return Next::Ended,
                     }

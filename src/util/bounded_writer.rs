@@ -162,8 +162,11 @@ impl Shared {
         Ok(())
     }
 
-    /// After [`Shared::send_staged`], with the lock released.
-    fn report(&self, sent: Result<(), Unsent>) -> Admit {
+    /// [`Shared::send_staged`], then the lock released and a failed start
+    /// reported.
+    fn flush(self: &Arc<Self>, mut state: MutexGuard<'_, State>) -> Admit {
+        let sent = self.send_staged(&mut state);
+        drop(state);
         match sent {
             Ok(()) => Admit::Admitted,
             Err(Unsent::Disabled) => Admit::Disabled,
@@ -198,10 +201,7 @@ struct Flush(Arc<Shared>);
 
 impl Wake for Flush {
     fn wake(&self) {
-        let mut state = self.0.lock();
-        let sent = self.0.send_staged(&mut state);
-        drop(state);
-        self.0.report(sent);
+        self.0.flush(self.0.lock());
     }
 }
 
@@ -329,9 +329,16 @@ impl BoundedWriter {
         if wakes::holding() && (!first || wakes::defer(Arc::new(Flush(Arc::clone(&self.shared))))) {
             return Admit::Admitted;
         }
-        let sent = self.shared.send_staged(&mut state);
-        drop(state);
-        self.shared.report(sent)
+        self.shared.flush(state)
+    }
+
+    /// Hands over what is staged, then stops admitting; the state stays
+    /// locked for the caller.
+    fn stop_admitting(&self) -> MutexGuard<'_, State> {
+        self.shared.flush(self.lock());
+        let mut state = self.lock();
+        state.closed = true;
+        state
     }
 
     /// Stops admitting, then waits at most `deadline` for the thread to
@@ -342,14 +349,7 @@ impl BoundedWriter {
     /// calls return at once.
     pub fn close(&self, deadline: Duration) {
         let (sender, done, handle) = {
-            let mut state = self.lock();
-            let sent = self.shared.send_staged(&mut state);
-            if let Err(Unsent::Spawn(err)) = sent {
-                drop(state);
-                self.shared.fail("spawning the writer thread for", &err);
-                state = self.lock();
-            }
-            state.closed = true;
+            let mut state = self.stop_admitting();
             (state.sender.take(), state.done.take(), state.thread.take())
         };
         drop(sender);
@@ -384,14 +384,7 @@ impl BoundedWriter {
     /// wherever that happens; a caller that must know the file is written
     /// calls [`BoundedWriter::close`] instead.
     pub fn detach(&self) {
-        let mut state = self.lock();
-        let sent = self.shared.send_staged(&mut state);
-        if let Err(Unsent::Spawn(err)) = sent {
-            drop(state);
-            self.shared.fail("spawning the writer thread for", &err);
-            state = self.lock();
-        }
-        state.closed = true;
+        let mut state = self.stop_admitting();
         state.sender = None;
         state.done = None;
         // Dropping the handle detaches the thread.

@@ -7,7 +7,6 @@
 
 use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixListener;
-use std::time::Duration;
 
 use serde_json::{json, Value};
 
@@ -202,17 +201,30 @@ fn a_permission_raised_by_the_worker_is_answered_on_stdio_and_resolved_everywher
         Some("answered-on-stdio\n")
     );
     io.direct_event("turn_end");
-    // Nothing on the direct connection names an agent or the registry.
-    io.settle(Duration::from_millis(300));
-    for msg in io.take_inbox() {
+    // stdin is split by the hub's JSONL rules: empty lines and CRLF,
+    // a line that is not UTF-8 refused alone.
+    io.send_raw(b"\r\n\n{\"type\":\"list_modes\",\"id\":\"crlf\"}\r\n");
+    io.send_raw(
+        b"{\"type\":\"list_modes\",\"id\":\"\xff\"}\n{\"type\":\"list_modes\",\"id\":\"after\"}\n",
+    );
+    assert_eq!(io.response("crlf")["data"]["active"], "ask");
+    let r = io.expect(|m| m["type"] == "response" && m.get("id").is_none());
+    assert_eq!(code(&r), "INVALID_REQUEST");
+    assert!(
+        r["error"]["message"].as_str().unwrap().contains("UTF-8"),
+        "{r}"
+    );
+    assert_eq!(io.response("after")["success"], true);
+    // The end of stdin detaches; the agent keeps running. Nothing on the
+    // direct connection, to its last line, names an agent or the registry.
+    io.close_input();
+    for msg in io.rest() {
         assert!(msg.get("agent_id").is_none(), "{msg}");
         assert!(
             !msg["type"].as_str().unwrap().starts_with("agent_"),
             "{msg}"
         );
     }
-    // The end of stdin detaches; the agent keeps running.
-    io.close_input();
     let status = io.stdio_exit(DEADLINE).expect("shard-stdio did not exit");
     assert_eq!(status.code(), Some(0), "stderr: {}", io.stdio_stderr());
     let info = web.request(json!({"type": "agent.status", "agent_id": agent}));
@@ -333,10 +345,16 @@ fn the_socket_file_is_private_owned_and_removed_at_shutdown() {
     assert!(hub.terminate().success());
     assert!(!path.exists(), "the socket file outlived the hub");
 
-    // Another path (relative to the data directory), or none.
+    // Another path (relative to the data directory), or none. A panel
+    // token guards the listeners, never the socket.
     let other = TempDir::new("sock-custom");
-    let hub = hub_with(&other, json!({"shard": {"socket": "jobs.sock"}}));
-    ShardClient::socket(&other.path().join("jobs.sock"));
+    let hub = hub_with(
+        &other,
+        json!({"shard": {"socket": "jobs.sock"}, "panel": {"token": "t0ken"}}),
+    );
+    assert_eq!(shard_refusal(hub.addr, "/shard/ws", &[]), 401);
+    let mut c = ShardClient::socket(&other.path().join("jobs.sock"));
+    assert_eq!(c.request(json!({"type": "agent.list"}))["success"], true);
     assert!(!other.path().join("shard.sock").exists());
     drop(hub);
     let off = TempDir::new("sock-off");
@@ -429,6 +447,27 @@ fn a_stale_socket_file_is_replaced_and_a_live_one_refuses_the_start() {
 }
 
 #[test]
+fn the_socket_has_no_keepalive_ping() {
+    let dir = TempDir::new("sock-ping");
+    let hub = hub_with(&dir, json!({"limits": {"pingIntervalMs": 200}}));
+    let mut c = ShardClient::socket(&shard_socket(&hub));
+    // A WebSocket client that never answers a ping is dropped once one
+    // went unanswered: the keepalive has looked at every connection at
+    // least twice by then.
+    let mut silent = RawWs::open(hub.addr, "/shard/ws");
+    silent.next_text(|v| v["type"] == "hello");
+    let (ended, _) = silent.ends(DEADLINE);
+    assert!(ended, "the silent WebSocket client was never dropped");
+    // The socket client (no pong to give) is still served, and got only
+    // JSON lines (a ping frame in the stream would not read as one).
+    assert_eq!(c.request(json!({"type": "agent.list"}))["success"], true);
+    assert!(c.take_inbox().is_empty());
+    let drops = || hub.log_text().matches("did not answer a ping").count();
+    wait_for("the drop logged", DEADLINE, || drops() > 0);
+    assert_eq!(drops(), 1, "{}", hub.log_text());
+}
+
+#[test]
 fn shard_stdio_exit_statuses() {
     let dir = TempDir::new("stdio-exit");
     // Usage: 2. No hub: 1.
@@ -479,12 +518,22 @@ fn shard_stdio_exit_statuses() {
     // --create: a new agent, announced to daemon clients, answering at once.
     let mut web = ShardClient::connect(&hub);
     let work = dir.path().join("made");
-    let mut io = ShardClient::stdio(&hub, &["--create", "--cwd", work.to_str().unwrap()]);
+    let mut io = ShardClient::stdio(
+        &hub,
+        &[
+            "--create",
+            "--cwd",
+            work.to_str().unwrap(),
+            "--model",
+            "mock-custom",
+        ],
+    );
     let sync = io.direct_event("sync");
     assert_eq!(sync["status"], "idle");
     let spawned = web.expect(|m| m["type"] == "agent_spawned");
     let agent = spawned["agent_id"].as_str().unwrap().to_string();
     assert_eq!(spawned["info"]["cwd"], work.to_str().unwrap());
+    assert_eq!(spawned["info"]["model"], "mock-custom", "{spawned}");
     let id = io.command(json!({"type": "prompt", "message": "hello"}));
     assert_eq!(
         io.response(&id)["success"],

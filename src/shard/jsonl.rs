@@ -272,6 +272,33 @@ mod tests {
     }
 
     #[test]
+    fn a_line_within_one_piece_is_borrowed_from_it() {
+        // The fast path: no copy (and no allocation) per line.
+        let chunk = b"{\"a\":1}\r\n{\"b\":2}\n{\"c\"";
+        let range = chunk.as_ptr_range();
+        let mut s = Splitter::new(64);
+        let mut seen = 0;
+        s.push(chunk, |r| {
+            let Record::Line(text) = r else {
+                panic!("{r:?}")
+            };
+            assert!(range.contains(&text.as_ptr()), "{text} was copied");
+            seen += 1;
+        });
+        assert_eq!(seen, 2);
+        assert_eq!(s.line.len(), 4, "only the unfinished line is kept");
+        // A line spanning pieces is the one that is copied.
+        s.push(b":3}\n", |r| assert_eq!(r, Record::Line("{\"c\":3}")));
+    }
+
+    #[test]
+    fn the_default_limit_is_the_websocket_message_limit() {
+        assert_eq!(DEFAULT_MAX_LINE, crate::shard::gate::MAX_CLIENT_MESSAGE);
+        let config = crate::config::test_config("{}");
+        assert_eq!(config.shard_socket.max_line_bytes, DEFAULT_MAX_LINE);
+    }
+
+    #[test]
     fn an_encoded_line_is_one_line() {
         let v = serde_json::json!({"text": "a\nb\r\u{2028}", "n": 1});
         let line = encode_line(&v);

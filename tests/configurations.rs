@@ -691,6 +691,44 @@ fn a_stopped_session_takes_a_new_snapshot() {
     assert_eq!(get_session(&hub, "plain")["spec"]["launchConfig"], "docker");
 }
 
+#[test]
+fn a_connected_worker_without_a_process_blocks_a_new_snapshot() {
+    // The Node hub refuses a replacement "if running or connected": a
+    // worker the hub did not start (run by hand with the session's
+    // token) holds the session as much as one it did.
+    let dir = TempDir::new("cfg-connected");
+    let hub = TestHub::start(dir.path(), &[]);
+    create_session_with_spec(
+        &hub,
+        "ext",
+        json!({"launchConfig": "local", "workerConfig": "default"}),
+    );
+    let config = dir.path().join("sessions/ext/config/launch.jsonc");
+    let before = std::fs::read_to_string(&config).unwrap();
+    let ws = worker_events(&hub, "ext");
+    let s = wait_session(&hub, "ext", |s| s["connected"] == true);
+    assert!(
+        s["process"].is_null() || s["process"]["pid"].is_null(),
+        "{s}"
+    );
+    let pair = json!({"launchConfig": "docker", "workerConfig": "default"});
+    let message = refused(
+        &post(&hub, "/api/sessions/ext/configurations", pair.clone()),
+        409,
+        "session_busy",
+    );
+    assert!(message.contains("connected"), "{message}");
+    assert_eq!(std::fs::read_to_string(&config).unwrap(), before);
+    assert_eq!(get_session(&hub, "ext")["spec"]["launchConfig"], "local");
+    // Once it has gone, the same request is taken.
+    drop(ws);
+    wait_session(&hub, "ext", |s| s["connected"] == false);
+    let res = post(&hub, "/api/sessions/ext/configurations", pair);
+    assert_eq!(res.status, 200, "{}", res.text());
+    assert_eq!(res.json()["session"]["spec"]["launchConfig"], "docker");
+    assert_ne!(std::fs::read_to_string(&config).unwrap(), before);
+}
+
 /// The environment of process `pid` (`/proc/<pid>/environ`).
 fn environ(pid: u64) -> Vec<String> {
     std::fs::read(format!("/proc/{pid}/environ"))
@@ -844,6 +882,62 @@ fn library_sessions_launch_with_their_own_launchers() {
     assert!(
         environ(a["process"]["pid"].as_u64().unwrap()).contains(&"LIB_MARK=wrapped".to_string())
     );
+}
+
+#[test]
+fn a_library_sessions_pid_file_is_its_own() {
+    // The hub-wide launcher is the built-in worker, with no pid file; one
+    // launch file starts the built-in worker in the background, leaves
+    // its pid in `{session_dir}/worker.pid` and exits: the session is
+    // followed to that daemon, and stopped through it.
+    let dir = TempDir::new("cfg-pidfile");
+    let hub = TestHub::start(dir.path(), &[]);
+    save_new(&hub, "worker", "mockw", MOCK_WORKER_YAML);
+    let script = format!(
+        "\"{BIN}\" mock-worker --config \"$1\" --session \"$2\" \
+         </dev/null >\"$3/daemon.log\" 2>&1 & echo $! > \"$3/worker.pid\"; exit 0"
+    );
+    let launch = json!({
+        "launcher": {
+            "kind": "command",
+            "command": ["/bin/sh", "-c", script, "sh", "{config}", "{session}", "{session_dir}"],
+            "pidFile": "{session_dir}/worker.pid",
+        },
+        "worker": {"stopTimeoutMs": 1500, "sigtermGraceMs": 1000, "sigkillGraceMs": 3000},
+    });
+    save_new(&hub, "launch", "daemon", &launch.to_string());
+    create_session_with_spec(
+        &hub,
+        "d",
+        json!({"launchConfig": "daemon", "workerConfig": "mockw"}),
+    );
+    create_session(&hub, "legacy");
+    let started = action(&hub, "d", "start");
+    assert_eq!(started.status, 200, "{}", started.text());
+    let launcher = started.json()["pid"].as_u64().unwrap() as u32;
+    let pid_path = dir.path().join("sessions/d/worker.pid");
+    let mut daemon = None;
+    wait_for("the pid file", DEADLINE, || {
+        daemon = std::fs::read_to_string(&pid_path)
+            .ok()
+            .and_then(|text| text.trim().parse::<u32>().ok());
+        daemon.is_some()
+    });
+    let daemon = daemon.unwrap();
+    assert_ne!(daemon, launcher);
+    let s = wait_session(&hub, "d", |s| {
+        s["process"]["pid"] == daemon && s["connected"] == true
+    });
+    assert_eq!(s["process"]["state"], "running", "{s}");
+    // The other session keeps the hub-wide launcher and no pid file.
+    let legacy = start_and_connect(&hub, "legacy");
+    assert_eq!(legacy["process"]["args"][0], "mock-worker");
+    assert!(!dir.path().join("sessions/legacy/worker.pid").exists());
+    let stopped = action(&hub, "d", "stop");
+    assert_eq!(stopped.status, 200, "{}", stopped.text());
+    let s = wait_session(&hub, "d", |s| s["process"]["state"] == "exited");
+    assert_eq!(s["process"]["pid"], daemon);
+    wait_for("the daemon's end", DEADLINE, || !pid_alive(daemon));
 }
 
 #[test]

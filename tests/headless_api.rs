@@ -96,6 +96,12 @@ fn headless_sessions_refuse_direct_control_on_both_apis() {
             Some(json!({"source": {}})),
         ),
         ("DELETE", base.clone(), None),
+        // Replacing a configuration snapshot (a saved pair that exists).
+        (
+            "POST",
+            format!("{base}/configurations"),
+            Some(json!({"launchConfig": "local", "workerConfig": "default"})),
+        ),
         (
             "POST",
             "/api/sessions".to_string(),

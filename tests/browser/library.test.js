@@ -137,6 +137,35 @@ describe('panel: configuration library and skills', { timeout: 240000 }, () => {
     assert.equal(await page.locator('#cfg-editor textarea').inputValue(), MOCK_WORKER);
   });
 
+  it('keeps the editor text when the file changed elsewhere, and offers the Docker template', async () => {
+    // The file open in the editor (mockw) is saved by another client.
+    const before = await hubApi(hub, 'GET', '/api/configurations/worker/mockw');
+    const elsewhere = `${MOCK_WORKER}# saved by another client\n`;
+    const put = await hubApi(hub, 'PUT', '/api/configurations/worker/mockw', { text: elsewhere, revision: before.body.revision });
+    assert.equal(put.status, 200);
+    await page.locator('#cfg-editor textarea').press('End');
+    await page.locator('#cfg-editor textarea').type('# my edit\n');
+    await page.locator('#cfg-save').click();
+    await page.locator('#cfg-status.status-error', { hasText: 'reload' }).waitFor();
+    assert.match(await page.locator('#cfg-editor textarea').inputValue(), /# my edit/);
+    assert.equal((await hubApi(hub, 'GET', '/api/configurations/worker/mockw')).body.text, elsewhere);
+    await page.locator('#cfg-reload').click();
+    await page.locator('#dlg-confirm', { hasText: 'Discard unsaved changes?' }).waitFor();
+    await page.locator('#confirm-ok').click();
+    await page.locator('#cfg-status', { hasText: 'Reloaded mockw' }).waitFor();
+    assert.equal(await page.locator('#cfg-editor textarea').inputValue(), elsewhere);
+    // A launch file from the Docker template.
+    await page.locator('#cfg-kind-launch').click();
+    await page.locator('#cfg-list .cfg-item', { hasText: 'local' }).waitFor();
+    await page.locator('#cfg-source').selectOption('docker');
+    await page.locator('#cfg-new').click();
+    await page.locator('#cfg-status', { hasText: 'A new file from the template' }).waitFor();
+    const docker = await hubApi(hub, 'GET', '/api/configurations/launch/template?source=docker');
+    assert.equal(await page.locator('#cfg-editor textarea').inputValue(), docker.body.text);
+    assert.match(docker.body.text, /host\.docker\.internal/);
+    await page.locator('#cfg-source').selectOption('default');
+  });
+
   it('saves a launch file, renames and deletes files', async () => {
     await page.locator('#cfg-kind-launch').click();
     await page.locator('#cfg-list .cfg-item', { hasText: 'local' }).waitFor();

@@ -16,7 +16,7 @@ import { onMessage, onDisconnected, upsertSession } from './messages.js';
 import { wireConfigurations } from './configs.js';
 import { wireSkills } from './skills.js';
 // The cockpit: palette, composer modes, confirmation mode, tokens, theme, status bar.
-import { wirePalette } from './palette.js';
+import { wirePalette, refreshPalette } from './palette.js';
 import { wireComposerMode, renderComposerMode, commandMode, submitCommand, onCommandKey } from './composer.js';
 import { wireModeControl, renderModeControl } from './confirm-mode.js';
 import { renderTokens } from './tokens.js';
@@ -136,6 +136,7 @@ function renderCockpit() {
   renderTokens();
   renderComposerMode();
   renderStatusBar();
+  refreshPalette();
 }
 
 async function boot() {

@@ -4,7 +4,10 @@
 // Home/End jump when the query is empty, Escape closes; focus goes back to
 // where it was. An action that would be refused is not offered at all,
 // mirroring the rules the buttons use (worker controls, delete, signals,
-// compact, cancel).
+// compact, cancel). While the palette is open every redraw of the page
+// rebuilds the list (refreshPalette), so an action that stops being
+// available (the run ended, the worker went away) leaves it at once and
+// one that becomes available appears; the highlighted entry is kept.
 
 import { $, h, setChildren } from './dom.js';
 import { state, panel, send, processActive, busyReason, composerBlock, runActive } from './state.js';
@@ -116,12 +119,18 @@ export function filterCommands(commands, query) {
   return commands.filter((c) => matches(`${c.label} ${c.hint} ${c.group}`, query));
 }
 
-const ui = { open: false, commands: [], shown: [], active: 0, returnTo: null };
+const ui = { open: false, commands: [], shown: [], active: 0, returnTo: null, sig: '' };
+
+/** What the drawn list shows, to skip redraws that would change nothing. */
+function listSig(commands) {
+  return JSON.stringify(commands.map((c) => [c.id, c.label, c.hint]));
+}
 
 function draw() {
   const q = $('palette-input').value;
   ui.shown = filterCommands(ui.commands, q).slice(0, MAX_SHOWN);
   if (ui.active >= ui.shown.length) ui.active = Math.max(0, ui.shown.length - 1);
+  ui.sig = listSig(ui.commands);
   const list = $('palette-list');
   setChildren(
     list,
@@ -170,6 +179,24 @@ function restoreFocus() {
   ui.returnTo = null;
   if (el && el.isConnected && !el.disabled && !el.closest('[hidden]')) el.focus();
   else $('transcript').focus({ preventScroll: true });
+}
+
+/**
+ * Rebuilds the open palette's list from the current state (app.js calls it
+ * after each redraw of the page). Nothing happens while it is closed or
+ * when the available actions are unchanged; the highlighted action stays
+ * highlighted while it is still listed.
+ */
+export function refreshPalette() {
+  if (!ui.open) return;
+  const commands = buildCommands();
+  if (listSig(commands) === ui.sig) return;
+  const current = ui.shown[ui.active] ? ui.shown[ui.active].id : null;
+  ui.commands = commands;
+  const q = $('palette-input').value;
+  const at = current === null ? -1 : filterCommands(commands, q).slice(0, MAX_SHOWN).findIndex((c) => c.id === current);
+  ui.active = at >= 0 ? at : 0;
+  draw();
 }
 
 export function closePalette() {

@@ -171,6 +171,40 @@ describe('panel: the cockpit with the built-in worker', { timeout: 240000 }, () 
     assert.ok(cancel && cancel.session === 'alpha' && typeof cancel.run_id === 'string', 'a cancel signal with the run id');
   });
 
+  it('keeps the open palette in step: Cmd+K, an action that ends leaves the list', async () => {
+    // Cmd+K (a Mac's shortcut) opens and closes it as Ctrl+K does.
+    await page.locator('#message').focus();
+    await page.keyboard.press('Meta+K');
+    await page.locator('#dlg-palette').waitFor({ state: 'visible' });
+    assert.equal(await activeId(page), 'palette-input');
+    await page.keyboard.press('Meta+K');
+    await page.locator('#dlg-palette').waitFor({ state: 'hidden' });
+    assert.equal(await activeId(page), 'message');
+    // A short run: Cancel is offered while it lasts and leaves the open
+    // palette when the run ends, without closing it or moving the
+    // highlighted entry.
+    await sendMessage(page, '/sleep 3000');
+    await page.locator('.run-end.running').waitFor();
+    await openPalette(page);
+    await page.keyboard.type('ping hub');
+    assert.deepEqual(await paletteLabels(page), ['Ping the hub (socket latency)']);
+    await page.keyboard.press('Control+A');
+    await page.keyboard.press('Backspace');
+    assert.ok((await paletteLabels(page)).includes('Cancel the active run'), 'offered during the run');
+    const selected = () => page.locator('#palette-list [aria-selected="true"] .palette-label').innerText();
+    await page.keyboard.press('ArrowDown');
+    const chosen = await selected();
+    assert.notEqual(chosen, 'Cancel the active run');
+    await page.locator('.run-end.running').waitFor({ state: 'detached', timeout: 15000 });
+    await waitFor(async () => !(await paletteLabels(page)).includes('Cancel the active run'), { what: 'Cancel to leave the open palette' });
+    assert.equal(await page.locator('#dlg-palette').isVisible(), true, 'still open');
+    assert.equal(await selected(), chosen, 'the highlighted entry is kept');
+    assert.equal(await activeId(page), 'palette-input');
+    await page.keyboard.press('Escape');
+    await page.locator('#dlg-palette').waitFor({ state: 'hidden' });
+    assert.equal(await activeId(page), 'message');
+  });
+
   it('runs composer commands from the keyboard without sending them as text', async () => {
     const box = page.locator('#message');
     await box.fill('my unfinished draft');
@@ -212,8 +246,11 @@ describe('panel: the cockpit with the built-in worker', { timeout: 240000 }, () 
     const subs = frames.sent.filter((f) => f.type === 'subscribe' && f.replace).length;
     await page.keyboard.press('Enter');
     await waitFor(() => frames.sent.filter((f) => f.type === 'subscribe' && f.replace).length === subs + 1, { what: 'a replacing subscribe' });
+    // The replay's last frame has arrived and been drawn (two frames later).
+    const replacing = frames.sent.filter((f) => f.type === 'subscribe' && f.replace).pop();
+    await waitFor(() => frames.received.some((f) => f.type === 'subscribed' && f.request_id === replacing.request_id && f.replay_more !== true), { what: 'the replay’s last page' });
+    await page.evaluate(() => new Promise((r) => requestAnimationFrame(() => requestAnimationFrame(r))));
     await page.locator('.msg.assistant', { hasText: 'continued' }).waitFor();
-    await page.waitForTimeout(300);
     assert.equal(await page.locator('.msg.assistant', { hasText: 'continued' }).count(), 1);
     // Escape goes back to message mode with the draft; Alt+Enter toggles too.
     await page.keyboard.press('Escape');
@@ -243,9 +280,25 @@ describe('panel: the cockpit with the built-in worker', { timeout: 240000 }, () 
     await page.locator('#confirm-cancel').click();
     await page.locator('#dlg-confirm').waitFor({ state: 'hidden' });
     await waitFor(async () => (await select.inputValue()) === 'ask', { what: 'the mode back to Confirm' });
-    await select.selectOption('approve');
-    await page.locator('#confirm-ok').click();
+    // From the keyboard: the palette offers Approve all, the dialog asks
+    // with the focus on Cancel, and Approve all needs a deliberate move.
+    await page.locator('#message').focus();
+    await paletteRun(page, 'mode approve all');
+    await page.locator('#dlg-confirm').waitFor({ state: 'visible' });
+    assert.match(await page.locator('#confirm-title').innerText(), /Approve every tool call of alpha automatically/);
+    assert.equal(await activeId(page), 'confirm-cancel', 'the safe choice has the focus');
+    await page.keyboard.press('Enter');
+    await page.locator('#dlg-confirm').waitFor({ state: 'hidden' });
+    assert.equal(await select.inputValue(), 'ask', 'Enter on Cancel keeps Confirm');
+    await paletteRun(page, 'mode approve all');
+    await page.locator('#dlg-confirm').waitFor({ state: 'visible' });
+    await page.keyboard.press('Tab');
+    if ((await activeId(page)) !== 'confirm-ok') await page.keyboard.press('Shift+Tab');
+    assert.equal(await activeId(page), 'confirm-ok');
+    await page.keyboard.press('Enter');
+    await page.locator('#dlg-confirm').waitFor({ state: 'hidden' });
     await waitFor(async () => /mode-approve/.test(await select.getAttribute('class')), { what: 'the danger style' });
+    assert.equal(await activeId(page), 'message', 'focus back where the palette was opened');
     const colors = await select.evaluate((el) => [getComputedStyle(el).color, getComputedStyle(document.documentElement).getPropertyValue('--bad').trim()]);
     assert.equal(colors[0], 'rgb(180, 35, 24)', `Approve all is drawn in the danger colour (${colors})`);
     await shots(page, 'cockpit-approve-all', page.locator('#confirm-mode'));
@@ -338,6 +391,7 @@ describe('panel: the cockpit with the built-in worker', { timeout: 240000 }, () 
     assert.match(text, /cursor \d+/);
     assert.match(text, /worker [0-9a-f]{8}.* \(live\)/);
     assert.match(await page.locator('#token-usage').innerText(), /prompt \d+ \(\d+\)/, 'exact counts beside the short ones');
+    await shots(page, 'cockpit-status-bar', page.locator('#statusbar'));
     await page.reload();
     await page.locator('#sb-details').waitFor();
     assert.equal(await page.locator('#details-toggle').isChecked(), true);
@@ -380,6 +434,9 @@ describe('panel: the cockpit with the built-in worker', { timeout: 240000 }, () 
     await openPalette(page);
     assert.ok((await paletteLabels(page)).includes('Show the session list'));
     await shot(page, 'cockpit-palette-narrow.png');
+    await page.emulateMedia({ colorScheme: 'dark' });
+    await shot(page, 'cockpit-palette-narrow-dark.png');
+    await page.emulateMedia({ colorScheme: 'light' });
     await page.keyboard.type('session list');
     await page.keyboard.press('Enter');
     await page.locator('#sidebar.open').waitFor();
@@ -447,7 +504,8 @@ describe('panel: cockpit figures from a scripted worker', { timeout: 120000 }, (
     assert.match(text, /99\.5K \/ 131K \(76%\)/);
     const meter = await page.locator('#token-meter').evaluate((m) => ({ value: m.value, max: m.max, label: m.getAttribute('aria-label') }));
     assert.deepEqual(meter, { value: 99504, max: 131072, label: 'Latest request size against the model’s context' });
-    await shot(page, 'cockpit-tokens-dark.png');
+    await shots(page, 'cockpit-tokens', box);
+    await page.emulateMedia({ colorScheme: 'dark' });
   });
 
   it('shows worker-supplied values as text only', async () => {

@@ -141,6 +141,42 @@ describe('panel: hub health view', { timeout: 180000 }, () => {
     await waitFor(async () => (await page.locator('#dlg-health').getAttribute('data-polling')) === 'off', { what: 'polling to stop' });
   });
 
+  it('stops asking while the page is hidden and resumes when it is shown', async () => {
+    // Headless Chromium keeps every tab visible, so the page is told it is
+    // hidden the way a browser would: document.hidden and a
+    // visibilitychange event (only the browser's API is stood in for).
+    const setHidden = (hidden) =>
+      page.evaluate((h) => {
+        Object.defineProperty(document, 'hidden', { configurable: true, get: () => h });
+        Object.defineProperty(document, 'visibilityState', { configurable: true, get: () => (h ? 'hidden' : 'visible') });
+        document.dispatchEvent(new Event('visibilitychange'));
+      }, hidden);
+    await page.locator('#health-open').click();
+    await page.locator('#dlg-health').waitFor({ state: 'visible' });
+    const first = await samples();
+    await waitFor(async () => (await samples()) > first, { what: 'a reading while visible' });
+    await setHidden(true);
+    await waitFor(async () => (await page.locator('#dlg-health').getAttribute('data-polling')) === 'off', { what: 'polling to stop while hidden' });
+    // Nothing is asked for more than two refresh intervals (a request
+    // already on its way when the page was hidden is recorded first).
+    const hiddenAt = Date.now();
+    await waitFor(() => Date.now() > hiddenAt + 2 * 2000 + 1000, { what: 'two refresh intervals while hidden', timeout: 20000 });
+    const late = asked.filter((t) => t > hiddenAt + 500);
+    assert.deepEqual(late, [], 'the hidden page kept asking');
+    assert.equal(await page.locator('#dlg-health').getAttribute('data-polling'), 'off');
+    const before = await samples();
+    await setHidden(false);
+    await waitFor(async () => (await samples()) > before, { what: 'a reading once the page is shown again' });
+    assert.equal(await page.locator('#dlg-health').getAttribute('data-polling'), 'on');
+    await page.keyboard.press('Escape');
+    await page.locator('#dlg-health').waitFor({ state: 'hidden' });
+    await waitFor(async () => (await page.locator('#dlg-health').getAttribute('data-polling')) === 'off', { what: 'polling to stop' });
+    await page.evaluate(() => {
+      delete document.hidden;
+      delete document.visibilityState;
+    });
+  });
+
   it('opens from the keyboard and fits a narrow window', async () => {
     await page.setViewportSize({ width: 420, height: 860 });
     await page.locator('#health-open').focus();

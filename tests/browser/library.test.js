@@ -302,4 +302,45 @@ describe('panel: configuration library and skills', { timeout: 240000 }, () => {
     assert.deepEqual(seen.errors, []);
     assert.deepEqual(seen.dialogs, []);
   });
+
+  it('offers Configurations and Skills in the command palette, from the keyboard', async () => {
+    const active = () => page.evaluate(() => document.activeElement && document.activeElement.id);
+    const labels = () => page.locator('#palette-list .palette-label').allInnerTexts();
+    await page.locator('#message').focus();
+    await page.keyboard.press('Control+K');
+    await page.locator('#dlg-palette').waitFor({ state: 'visible' });
+    const offered = await labels();
+    assert.ok(offered.includes('Configurations…') && offered.includes('Skills…'), `offered: ${offered.join(' | ')}`);
+    await page.keyboard.type('configurations');
+    await page.keyboard.press('Enter');
+    const configs = page.locator('#dlg-configs');
+    await configs.waitFor({ state: 'visible' });
+    await page.locator('#cfg-list .cfg-item', { hasText: 'local' }).waitFor();
+    await page.keyboard.press('Escape');
+    await configs.waitFor({ state: 'hidden' });
+    await page.locator('#message').focus();
+    await page.keyboard.press('Control+K');
+    await page.locator('#dlg-palette').waitFor({ state: 'visible' });
+    await page.keyboard.type('skills');
+    await page.keyboard.press('Enter');
+    await page.locator('#skill-picker').waitFor({ state: 'visible' });
+    assert.equal(await active(), 'skill-search', 'the picker takes the focus');
+    await page.keyboard.type('plain');
+    await waitFor(async () => (await page.locator('#skill-list .skill-item').count()) === 1, { what: 'the search to narrow the list' });
+    await page.keyboard.press('Escape');
+    await page.locator('#skill-picker').waitFor({ state: 'hidden' });
+    assert.equal(await active(), 'skills-open');
+    // A stopped session has no composer: the palette offers no Skills.
+    await workerAction(page, 'Stop');
+    await page.locator('#session-header .badge', { hasText: 'no worker' }).waitFor();
+    await page.locator('#transcript').focus();
+    await page.keyboard.press('Control+K');
+    await page.locator('#dlg-palette').waitFor({ state: 'visible' });
+    const stopped = await labels();
+    assert.ok(stopped.includes('Configurations…'), 'the library stays offered');
+    assert.equal(stopped.includes('Skills…'), !(await page.locator('#skills-open').isDisabled()) && !(await page.locator('#skills-open').isHidden()), 'Skills only while its button can be used');
+    await page.keyboard.press('Escape');
+    await page.locator('#dlg-palette').waitFor({ state: 'hidden' });
+    assert.deepEqual(seen.errors, []);
+  });
 });

@@ -463,7 +463,12 @@ mod tests {
         let spec = normalize_spec(Some(&both), &d).unwrap();
         assert_eq!(spec["launchConfig"], "local");
         assert_eq!(spec["workerConfig"], "default");
+        // `null` is absent: two make an ordinary session (docs/configuration.md).
+        let nulls = json!({"launchConfig": null, "workerConfig": null});
+        let spec = normalize_spec(Some(&nulls), &d).unwrap();
+        assert!(spec.get("launchConfig").is_none() && spec.get("workerConfig").is_none());
         for bad in [
+            json!({"launchConfig": "local", "workerConfig": null}),
             json!({"launchConfig": "local"}),
             json!({"workerConfig": "default"}),
             json!({"launchConfig": "../x", "workerConfig": "default"}),

@@ -40,6 +40,9 @@ pub enum Note {
         hub_seq: u64,
         retained: bool,
         json: Arc<str>,
+        /// Where the worker's event name is in `json` (between its quotes;
+        /// empty when it has an escape, which no name the hub acts on has).
+        event: std::ops::Range<usize>,
     },
     Connection {
         session: String,

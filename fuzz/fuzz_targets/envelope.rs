@@ -82,27 +82,24 @@ fn check(text: &str, route: &str) {
 fn check_envelope(env: &Envelope, route: &str) {
     let o = env.object();
     assert_eq!(o.get("type"), Some(&Value::from("event")));
-    assert_eq!(env.session_id, route);
-    assert!(!env.event.is_empty() && !env.worker_id.is_empty());
+    assert_eq!(env.session_id(), route);
+    assert!(!env.event().is_empty() && !env.worker_id().is_empty());
     for id in [
-        &env.event,
-        &env.session_id,
-        &env.worker_id,
-        &env.request_id,
-        &env.run_id,
+        env.event(),
+        env.session_id(),
+        env.worker_id(),
+        env.request_id(),
+        env.run_id(),
     ] {
         assert!(id.len() <= MAX_ID_BYTES, "id of {} bytes", id.len());
     }
-    assert_eq!(o.get("event"), Some(&Value::from(env.event.as_str())));
-    assert_eq!(
-        o.get("worker_id"),
-        Some(&Value::from(env.worker_id.as_str()))
-    );
-    assert_eq!(
-        o.get("session_id"),
-        Some(&Value::from(env.session_id.as_str()))
-    );
-    for (field, value) in [("request_id", &env.request_id), ("run_id", &env.run_id)] {
+    assert_eq!(o.get("event"), Some(&Value::from(env.event())));
+    if let Some(range) = env.event_range() {
+        assert_eq!(&env.json()[range], env.event());
+    }
+    assert_eq!(o.get("worker_id"), Some(&Value::from(env.worker_id())));
+    assert_eq!(o.get("session_id"), Some(&Value::from(env.session_id())));
+    for (field, value) in [("request_id", env.request_id()), ("run_id", env.run_id())] {
         match o.get(field) {
             Some(Value::String(s)) => assert_eq!(s, value),
             Some(_) => {
@@ -116,7 +113,7 @@ fn check_envelope(env: &Envelope, route: &str) {
         }
     }
     assert_eq!(env.sequence, o.get("sequence").and_then(Value::as_u64));
-    assert_eq!(env.known, KNOWN_EVENTS.contains(&env.event.as_str()));
+    assert_eq!(env.known, KNOWN_EVENTS.contains(&env.event()));
     assert!(env.issues.len() <= 4, "{:?}", env.issues);
 }
 

@@ -418,11 +418,17 @@ impl DeferredStops {
 
 impl crate::hub::Subscriber for DeferredStops {
     fn publish(&self, hub: &Hub, note: &crate::hub::Note) {
-        let crate::hub::Note::Event { session, json, .. } = note else {
+        let crate::hub::Note::Event {
+            session,
+            json,
+            event,
+            ..
+        } = note
+        else {
             return;
         };
         // A cheap look first: only a run's end can make a stop due.
-        if !json.contains("\"run_finished\"") {
+        if json.get(event.clone()) != Some("run_finished") {
             return;
         }
         if hub.with_session(session, |s| s.take_due_stop()) != Some(true) {

@@ -98,17 +98,27 @@ impl PanelConn {
 /// Encodes the `event` frame of [`protocol::event_frame`] in one pass,
 /// header and payload into one buffer.
 pub fn encode_event(session: &str, hub_seq: u64, envelope_json: &str) -> Encoded {
-    let mut head = String::with_capacity(64 + session.len());
-    protocol::event_frame_head(&mut head, session, hub_seq);
-    let len = head.len() + envelope_json.len() + 1;
-    let mut bytes = Vec::with_capacity(ws::frame_header_len(len) + len);
-    ws::push_frame_header(&mut bytes, ws::opcode::TEXT, len);
-    bytes.extend_from_slice(head.as_bytes());
-    bytes.extend_from_slice(envelope_json.as_bytes());
-    bytes.push(b'}');
-    Encoded {
-        bytes: bytes.into(),
+    thread_local! {
+        // The head is written into this thread's buffer, not a new one.
+        static HEAD: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
     }
+    let encode = |head: &mut String| {
+        head.clear();
+        protocol::event_frame_head(head, session, hub_seq);
+        let len = head.len() + envelope_json.len() + 1;
+        let mut bytes = Vec::with_capacity(ws::frame_header_len(len) + len);
+        ws::push_frame_header(&mut bytes, ws::opcode::TEXT, len);
+        bytes.extend_from_slice(head.as_bytes());
+        bytes.extend_from_slice(envelope_json.as_bytes());
+        bytes.push(b'}');
+        Encoded {
+            bytes: bytes.into(),
+        }
+    };
+    HEAD.try_with(|head| head.try_borrow_mut().ok().map(|mut head| encode(&mut head)))
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| encode(&mut String::new()))
 }
 
 #[cfg(test)]

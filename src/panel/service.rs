@@ -700,6 +700,7 @@ pub fn fan_out(hub: &Hub, registry: &Panels, note: &Note) {
             hub_seq,
             retained,
             json,
+            ..
         } => {
             let frame = conn::encode_event(session, *hub_seq, json);
             let seq = retained.then_some(*hub_seq);

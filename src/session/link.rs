@@ -62,11 +62,11 @@ impl Session {
     /// rejected. Returns that request's new description, if any.
     pub fn observe_envelope(&mut self, env: &Envelope, now: &str) -> Option<Value> {
         self.stats.events += 1;
-        if self.worker_id.as_deref() != Some(env.worker_id.as_str()) {
+        if self.worker_id.as_deref() != Some(env.worker_id()) {
             if self.worker_id.is_some() {
                 self.stats.incarnations += 1;
             }
-            self.worker_id = Some(env.worker_id.clone());
+            self.worker_id = Some(env.worker_id().to_string());
             self.identity_since = Some(now.to_string());
             self.last_sequence = None;
             self.active_run = None;
@@ -83,23 +83,23 @@ impl Session {
             }
             let newest = last.map_or(seq, |last| last.max(seq));
             match &mut self.last_sequence {
-                Some((worker, last)) if *worker == env.worker_id => *last = newest,
-                other => *other = Some((env.worker_id.clone(), newest)),
+                Some((worker, last)) if *worker == env.worker_id() => *last = newest,
+                other => *other = Some((env.worker_id().to_string(), newest)),
             }
         }
-        if !env.run_id.is_empty() {
-            set_string(&mut self.last_run_id, &env.run_id);
-            match env.event.as_str() {
-                "run_started" | "input_admitted" => set_string(&mut self.active_run, &env.run_id),
-                "run_finished" if self.active_run.as_deref() == Some(env.run_id.as_str()) => {
+        if !env.run_id().is_empty() {
+            set_string(&mut self.last_run_id, env.run_id());
+            match env.event() {
+                "run_started" | "input_admitted" => set_string(&mut self.active_run, env.run_id()),
+                "run_finished" if self.active_run.as_deref() == Some(env.run_id()) => {
                     self.active_run = None
                 }
                 _ => {}
             }
         }
-        set_string(&mut self.last_event, &env.event);
+        set_string(&mut self.last_event, env.event());
         set_string(&mut self.last_event_at, now);
-        match env.event.as_str() {
+        match env.event() {
             "ready" | "status" => {
                 let data = env.data();
                 if let Some(caps) = data
@@ -113,13 +113,13 @@ impl Session {
                             .collect(),
                     );
                 }
-                if env.event == "status" {
+                if env.event() == "status" {
                     self.status = data.cloned();
                 }
                 None
             }
             "input_admitted" => {
-                let id = env.request_id.clone();
+                let id = env.request_id().to_string();
                 self.settle_request(&id, RequestState::Admitted, None, now)
             }
             "input_rejected" => {
@@ -128,7 +128,7 @@ impl Session {
                     .and_then(|d| d.get("request_id"))
                     .and_then(Value::as_str)
                     .filter(|id| !id.is_empty())
-                    .unwrap_or(&env.request_id)
+                    .unwrap_or(env.request_id())
                     .to_string();
                 let detail = data.cloned();
                 self.settle_request(&id, RequestState::Rejected, detail, now)

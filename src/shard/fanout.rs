@@ -39,7 +39,7 @@ use super::conn::{encode, Frame, ShardConn};
 use super::direct::{self, End};
 use super::track::Runtime;
 use super::wire::{self, Code, Refusal};
-use super::{render, translate, window, Shard};
+use super::{render, translate, Shard};
 use crate::hub::{Hub, Note, Subscriber};
 use crate::ops;
 use crate::session::{PromptState, PROMPT_PREVIEW_BYTES};
@@ -69,7 +69,11 @@ fn fan_out(hub: &Hub, shard: &Shard, note: &Note) {
             hub_seq,
             retained,
             json,
-        } => event(hub, shard, session, *hub_seq, *retained, json),
+            event: name,
+        } => {
+            let name = json.get(name.clone()).unwrap_or("");
+            event(hub, shard, session, *hub_seq, *retained, json, name)
+        }
         Note::Request { session, request } => request_settled(shard, session, request),
         Note::Confirmation {
             session,
@@ -114,9 +118,16 @@ fn fan_out(hub: &Hub, shard: &Shard, note: &Note) {
     }
 }
 
-/// One worker envelope of agent `agent`.
-fn event(hub: &Hub, shard: &Shard, agent: &str, seq: u64, retained: bool, json: &Arc<str>) {
-    let name = window::event_name(json).unwrap_or("");
+/// One worker envelope of agent `agent`, whose event is `name`.
+fn event(
+    hub: &Hub,
+    shard: &Shard,
+    agent: &str,
+    seq: u64,
+    retained: bool,
+    json: &Arc<str>,
+    name: &str,
+) {
     if matches!(name, "tool_calls" | "tool_results") && !shard.has_clients() {
         // Nobody to tell (so nobody attached either): the agent's state
         // reads it when it is next looked at.

@@ -1,6 +1,7 @@
 //! Small, dependency-free helpers shared by every module: wall-clock
 //! timestamps, atomic private file writes, identifiers, `poll(2)`, the
-//! process's own `/proc` figures, an event-rate meter.
+//! process's own `/proc` figures, an event-rate meter, JSON tokens appended
+//! without `fmt`.
 //!
 //! Nothing here holds state or locks; every function is safe to call from
 //! any thread.
@@ -10,6 +11,7 @@ pub mod fdlimit;
 pub mod fsutil;
 #[cfg(test)]
 mod fuzz_regressions;
+pub mod jsonw;
 pub mod line_splitter;
 pub mod log_ring;
 pub mod poll;

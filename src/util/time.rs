@@ -50,40 +50,45 @@ pub fn now_rfc3339() -> String {
     rfc3339_from_millis(now_millis())
 }
 
-/// [`now_rfc3339`], reusing this thread's last formatted date and time of
-/// day within the same second (the worker event threads stamp every
-/// event).
-pub fn now_rfc3339_cached() -> String {
-    rfc3339_cached(now_millis())
+/// [`now_rfc3339`] written into `out` (replacing what it held), reusing
+/// this thread's last formatted date and time of day within the same
+/// second (the worker event threads stamp every event, into one buffer).
+pub fn now_rfc3339_cached(out: &mut String) {
+    rfc3339_cached(now_millis(), out)
 }
 
-/// [`rfc3339_from_millis`] through this thread's one-second cache.
-fn rfc3339_cached(ms: u64) -> String {
+/// [`rfc3339_from_millis`] through this thread's one-second cache, into
+/// `out`.
+fn rfc3339_cached(ms: u64, out: &mut String) {
     use std::cell::RefCell;
     thread_local! {
         static LAST: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
     }
+    out.clear();
     let secs = ms / 1000;
-    LAST.try_with(|last| {
-        let mut last = last.try_borrow_mut().ok()?;
-        if last.0 != secs {
-            let full = rfc3339_from_millis(ms);
-            // `YYYY-MM-DDTHH:MM:SS.` (the year has four digits or more).
-            last.1 = full[..full.len() - 4].to_string();
-            last.0 = secs;
-        }
-        let mut out = String::with_capacity(last.1.len() + 4);
-        out.push_str(&last.1);
-        let millis = (ms % 1000) as u32;
-        for d in [millis / 100, millis / 10 % 10, millis % 10] {
-            out.push(char::from(b'0' + d as u8));
-        }
-        out.push('Z');
-        Some(out)
-    })
-    .ok()
-    .flatten()
-    .unwrap_or_else(|| rfc3339_from_millis(ms))
+    let cached = LAST
+        .try_with(|last| {
+            let mut last = last.try_borrow_mut().ok()?;
+            if last.0 != secs {
+                let full = rfc3339_from_millis(ms);
+                // `YYYY-MM-DDTHH:MM:SS.` (the year has four digits or more).
+                last.1 = full[..full.len() - 4].to_string();
+                last.0 = secs;
+            }
+            out.push_str(&last.1);
+            Some(())
+        })
+        .ok()
+        .flatten();
+    if cached.is_none() {
+        out.push_str(&rfc3339_from_millis(ms));
+        return;
+    }
+    let millis = (ms % 1000) as u32;
+    for d in [millis / 100, millis / 10 % 10, millis % 10] {
+        out.push(char::from(b'0' + d as u8));
+    }
+    out.push('Z');
 }
 
 /// Formats milliseconds since the Unix epoch as `YYYY-MM-DDTHH:MM:SS.mmmZ`.
@@ -264,9 +269,12 @@ mod tests {
         .into_iter()
         .chain((0..3000).map(|i| 951_782_399_000 + i * 7))
         {
-            assert_eq!(rfc3339_cached(ms), rfc3339_from_millis(ms), "{ms}");
+            let mut out = String::from("left over");
+            rfc3339_cached(ms, &mut out);
+            assert_eq!(out, rfc3339_from_millis(ms), "{ms}");
         }
-        let now = now_rfc3339_cached();
+        let mut now = String::new();
+        now_rfc3339_cached(&mut now);
         assert_eq!(now.len(), 24);
         assert!(now.ends_with('Z'));
     }

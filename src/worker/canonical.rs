@@ -26,11 +26,33 @@ pub const MAX_DEPTH: usize = 100;
 pub const MAX_MEMBERS: usize = 256;
 
 /// One top-level member: byte ranges of its key (the string token, quotes
-/// included) and of its value, in the canonical text.
+/// included) and of its value, in the canonical text, and which of the two
+/// string tokens have no escape (then the text between the quotes is the
+/// decoded string).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Member {
     pub key: Range<usize>,
     pub value: Range<usize>,
+    /// The key has no `\\`.
+    pub plain_key: bool,
+    /// The value is a string token without `\\`.
+    pub plain_string: bool,
+}
+
+impl Member {
+    /// The key's name when it has no escape.
+    pub fn plain_key<'t>(&self, text: &'t str) -> Option<&'t str> {
+        self.plain_key
+            .then(|| text.get(self.key.start + 1..self.key.end - 1))
+            .flatten()
+    }
+
+    /// The value's string when it is a string token without escapes.
+    pub fn plain_string<'t>(&self, text: &'t str) -> Option<&'t str> {
+        self.plain_string
+            .then(|| text.get(self.value.start + 1..self.value.end - 1))
+            .flatten()
+    }
 }
 
 /// The canonical text of a JSON object and its top-level members in order.
@@ -122,9 +144,11 @@ fn scan(b: &[u8], members: &mut Vec<Member>) -> Option<bool> {
     let mut stack = Stack::default();
     let mut bases = [0usize; MAX_DEPTH];
     let mut objects = 0;
-    let mut keys: Vec<Range<usize>> = Vec::with_capacity(32);
+    let mut keys = Keys::default();
     let mut member_key = 0..0;
     let mut member_start = 0;
+    let mut plain_key = false;
+    let mut plain_string = false;
     let mut state = State::Value;
     loop {
         match state {
@@ -156,7 +180,12 @@ fn scan(b: &[u8], members: &mut Vec<Member>) -> Option<bool> {
                         }
                         continue;
                     }
-                    b'"' => s.string()?,
+                    b'"' => {
+                        let escaped = s.string()?;
+                        if stack.len() == 1 {
+                            plain_string = !escaped;
+                        }
+                    }
                     b'-' | b'0'..=b'9' => s.number()?,
                     b't' => s.literal(b"true")?,
                     b'f' => s.literal(b"false")?,
@@ -171,20 +200,21 @@ fn scan(b: &[u8], members: &mut Vec<Member>) -> Option<bool> {
                     return None;
                 }
                 let start = s.pos;
-                s.string()?;
+                let escaped = s.string()?;
                 let key = start..s.pos;
                 let base = bases[objects.checked_sub(1)?];
                 if keys.len() - base >= MAX_MEMBERS {
                     return None;
                 }
-                let name = &b[key.clone()];
                 // Canonical escapes are unique, so equal keys are equal text.
-                if keys[base..].iter().any(|k| &b[k.clone()] == name) {
+                if keys.contains_from(base, b, &key) {
                     return None;
                 }
                 keys.push(key.clone());
                 if stack.len() == 1 {
                     member_key = key;
+                    plain_key = !escaped;
+                    plain_string = false;
                 }
                 s.skip_ws();
                 if s.peek() != Some(b':') {
@@ -198,6 +228,8 @@ fn scan(b: &[u8], members: &mut Vec<Member>) -> Option<bool> {
                     members.push(Member {
                         key: member_key.clone(),
                         value: member_start..s.pos,
+                        plain_key,
+                        plain_string,
                     });
                 }
                 s.skip_ws();
@@ -231,6 +263,63 @@ fn scan(b: &[u8], members: &mut Vec<Member>) -> Option<bool> {
                 }
             }
         }
+    }
+}
+
+/// The keys of the open objects, innermost last, as byte ranges of the
+/// text: the first [`INLINE_KEYS`] on the stack, the rest in a vector, so
+/// an ordinary envelope's scan allocates nothing for them.
+struct Keys {
+    inline: [(usize, usize); INLINE_KEYS],
+    more: Vec<(usize, usize)>,
+    len: usize,
+}
+
+const INLINE_KEYS: usize = 48;
+
+impl Default for Keys {
+    fn default() -> Self {
+        Keys {
+            inline: [(0, 0); INLINE_KEYS],
+            more: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl Keys {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn get(&self, i: usize) -> (usize, usize) {
+        match self.inline.get(i) {
+            Some(&key) => key,
+            None => self.more[i - INLINE_KEYS],
+        }
+    }
+
+    fn push(&mut self, key: Range<usize>) {
+        let key = (key.start, key.end);
+        match self.inline.get_mut(self.len) {
+            Some(slot) => *slot = key,
+            None => self.more.push(key),
+        }
+        self.len += 1;
+    }
+
+    fn truncate(&mut self, len: usize) {
+        self.len = len;
+        self.more.truncate(len.saturating_sub(INLINE_KEYS));
+    }
+
+    /// Whether a key from index `base` on has the same text as `key`.
+    fn contains_from(&self, base: usize, b: &[u8], key: &Range<usize>) -> bool {
+        let name = &b[key.clone()];
+        (base..self.len).any(|i| {
+            let (start, end) = self.get(i);
+            &b[start..end] == name
+        })
     }
 }
 
@@ -291,9 +380,11 @@ impl Scanner<'_> {
     /// A string token at `pos` (on its `"`) whose escapes are the ones
     /// `serde_json` writes: `\"`, `\\`, `\b`, `\t`, `\n`, `\f`, `\r`, and
     /// `\u00xx` (lower-case hex) for the other control characters.
-    fn string(&mut self) -> Option<()> {
+    /// `Some(true)` when it has an escape.
+    fn string(&mut self) -> Option<bool> {
         let b = self.b;
         let mut i = self.pos + 1;
+        let mut escaped = false;
         loop {
             // Long runs: 32 bytes at a time (a fixed-size loop the
             // compiler turns into vector compares) while none is special.
@@ -319,10 +410,13 @@ impl Scanner<'_> {
             match *b.get(i)? {
                 b'"' => {
                     self.pos = i + 1;
-                    return Some(());
+                    return Some(escaped);
                 }
                 b'\\' => match *b.get(i + 1)? {
-                    b'"' | b'\\' | b'b' | b't' | b'n' | b'f' | b'r' => i += 2,
+                    b'"' | b'\\' | b'b' | b't' | b'n' | b'f' | b'r' => {
+                        escaped = true;
+                        i += 2;
+                    }
                     b'u' => {
                         let hex = b.get(i + 2..i + 6)?;
                         if hex[0] != b'0' || hex[1] != b'0' {
@@ -332,6 +426,7 @@ impl Scanner<'_> {
                         if code >= 0x20 || matches!(code, 0x08 | 0x09 | 0x0a | 0x0c | 0x0d) {
                             return None;
                         }
+                        escaped = true;
                         i += 6;
                     }
                     _ => return None,
@@ -385,8 +480,8 @@ impl Scanner<'_> {
             i = end;
             float = true;
         }
-        let token = std::str::from_utf8(&b[start..i]).ok()?;
         if float {
+            let token = std::str::from_utf8(&b[start..i]).ok()?;
             let value: f64 = token.parse().ok()?;
             if !value.is_finite() {
                 return None;
@@ -400,12 +495,21 @@ impl Scanner<'_> {
             if &buf[..written] != token.as_bytes() {
                 return None;
             }
-        } else if negative {
-            if token.parse::<i64>().ok()? == 0 {
+        } else {
+            // An integer (no leading zero, checked above): within `u64`, or
+            // a negative one within `i64` other than `-0`, compared as
+            // digit strings.
+            let digits = &b[start + usize::from(negative)..i];
+            let limit: &[u8] = if negative {
+                b"9223372036854775808"
+            } else {
+                b"18446744073709551615"
+            };
+            let fits =
+                digits.len() < limit.len() || (digits.len() == limit.len() && digits <= limit);
+            if !fits || (negative && digits == b"0") {
                 return None;
             }
-        } else {
-            token.parse::<u64>().ok()?;
         }
         self.pos = i;
         Some(())
@@ -464,6 +568,16 @@ mod tests {
                     &c.text[m.key.clone()]
                 );
                 assert_eq!(&value.to_string(), &c.text[m.value.clone()]);
+                assert_eq!(m.plain_key, !c.text[m.key.clone()].contains('\\'));
+                let string = value.is_string() && !c.text[m.value.clone()].contains('\\');
+                assert_eq!(m.plain_string, string, "{text:?}");
+                assert_eq!(
+                    m.plain_key(&c.text),
+                    Some(key.as_str()).filter(|_| m.plain_key)
+                );
+                if string {
+                    assert_eq!(m.plain_string(&c.text), value.as_str());
+                }
             }
         }
     }
@@ -503,6 +617,62 @@ mod tests {
                 body.insert(at, '"');
                 check(&format!("{{\"s\":\"{body}\"}}"));
             }
+        }
+    }
+
+    #[test]
+    fn duplicate_keys_are_found_past_the_inline_room() {
+        // More keys than the scanner keeps on its stack, in one object and
+        // across nested ones; a duplicate anywhere is refused, the same
+        // key in a sibling object is not.
+        let keys = |n: usize| (0..n).map(|i| format!("\"k{i}\":{i}")).collect::<Vec<_>>();
+        for n in [
+            INLINE_KEYS - 1,
+            INLINE_KEYS,
+            INLINE_KEYS + 1,
+            3 * INLINE_KEYS,
+        ] {
+            let wide = keys(n).join(",");
+            check(&format!("{{{wide}}}"));
+            assert!(canonical_object(&format!("{{{wide}}}")).is_some(), "{n}");
+            for dup in [0, n / 2, n - 1] {
+                let text = format!("{{{wide},\"k{dup}\":0}}");
+                assert!(canonical_object(&text).is_none(), "{n} {dup}");
+            }
+            let nested =
+                format!("{{{wide},\"in\":{{{wide},\"x\":{{{wide}}}}},\"after\":[{{{wide}}}]}}");
+            assert!(canonical_object(&nested).is_some(), "{n}");
+            check(&nested);
+            let dup_inside = format!("{{{wide},\"in\":{{{wide},\"k0\":1}}}}");
+            assert!(canonical_object(&dup_inside).is_none(), "{n}");
+            // After a nested object closes, its keys are forgotten but the
+            // outer ones are still there.
+            let dup_after = format!("{{{wide},\"in\":{{{wide}}},\"k{}\":1}}", n - 1);
+            assert!(canonical_object(&dup_after).is_none(), "{n}");
+        }
+    }
+
+    #[test]
+    fn integers_at_their_limits() {
+        for (number, canonical) in [
+            ("0", true),
+            ("-1", true),
+            ("9", true),
+            ("18446744073709551615", true),
+            ("18446744073709551616", false),
+            ("99999999999999999999", false),
+            ("100000000000000000000", false),
+            ("-9223372036854775807", true),
+            ("-9223372036854775808", true),
+            ("-9223372036854775809", false),
+            ("-10000000000000000000", false),
+            ("-0", false),
+            ("-", false),
+            ("00", false),
+        ] {
+            let text = format!("{{\"n\":{number},\"a\":[{number}]}}");
+            assert_eq!(canonical_object(&text).is_some(), canonical, "{number}");
+            check(&text);
         }
     }
 

@@ -8,6 +8,7 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::ops::Range;
 use std::sync::OnceLock;
 
 use serde_json::{Map, Value};
@@ -55,13 +56,9 @@ pub const RAW_KEY_MAX: usize = 128;
 /// One parsed worker event.
 #[derive(Debug, Clone)]
 pub struct Envelope {
-    pub event: String,
-    pub session_id: String,
-    pub worker_id: String,
-    /// `""` when missing or not a string (with an issue recorded).
-    pub request_id: String,
-    /// `""` when missing or not a string (with an issue recorded).
-    pub run_id: String,
+    /// `event`, `session_id`, `worker_id`, `request_id` and `run_id`
+    /// (see their accessors).
+    ids: Ids,
     /// `None` when missing or not an unsigned 64-bit integer (issue recorded).
     pub sequence: Option<u64>,
     /// Whether `event` is in [`KNOWN_EVENTS`].
@@ -75,6 +72,8 @@ pub struct Envelope {
     /// The top-level members within `text`, when the frame took the
     /// canonical path; empty (and `object` set) otherwise.
     members: Vec<Member>,
+    /// Where the members the hub reads are in `members`.
+    slots: Slots,
     /// The parsed object, built on first use when the frame took the
     /// canonical path.
     object: OnceLock<Map<String, Value>>,
@@ -84,11 +83,7 @@ pub struct Envelope {
 
 impl PartialEq for Envelope {
     fn eq(&self, other: &Self) -> bool {
-        self.event == other.event
-            && self.session_id == other.session_id
-            && self.worker_id == other.worker_id
-            && self.request_id == other.request_id
-            && self.run_id == other.run_id
+        self.ids == other.ids
             && self.sequence == other.sequence
             && self.known == other.known
             && self.issues == other.issues
@@ -97,6 +92,31 @@ impl PartialEq for Envelope {
 }
 
 impl Envelope {
+    /// The event name.
+    pub fn event(&self) -> &str {
+        self.ids.get(Ids::EVENT)
+    }
+
+    /// The session id (the route's).
+    pub fn session_id(&self) -> &str {
+        self.ids.get(Ids::SESSION)
+    }
+
+    /// The worker's id.
+    pub fn worker_id(&self) -> &str {
+        self.ids.get(Ids::WORKER)
+    }
+
+    /// `""` when missing or not a string (with an issue recorded).
+    pub fn request_id(&self) -> &str {
+        self.ids.get(Ids::REQUEST)
+    }
+
+    /// `""` when missing or not a string (with an issue recorded).
+    pub fn run_id(&self) -> &str {
+        self.ids.get(Ids::RUN)
+    }
+
     /// The complete original object, unknown fields included, untouched.
     pub fn object(&self) -> &Map<String, Value> {
         self.object.get_or_init(|| {
@@ -115,7 +135,7 @@ impl Envelope {
         }
         self.data
             .get_or_init(|| {
-                let member = self.member("data")?;
+                let member = self.member(DATA)?;
                 serde_json::from_str(&self.text[member.value.clone()]).ok()
             })
             .as_ref()
@@ -126,32 +146,75 @@ impl Envelope {
         &self.text
     }
 
-    /// Whether the object has a member `key`.
-    pub fn contains_key(&self, key: &str) -> bool {
-        let escaped = key.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\');
-        if self.members.is_empty() || escaped {
-            self.object().contains_key(key)
+    /// Whether the object has a member named one of `keys` (names without
+    /// `"`, `\\` or control characters).
+    pub fn contains_any_key(&self, keys: &[&str]) -> bool {
+        if self.members.is_empty() {
+            keys.iter().any(|k| self.object().contains_key(*k))
         } else {
-            self.member(key).is_some()
+            // A key with an escape holds a character none of `keys` has.
+            let text = self.text.as_str();
+            self.members
+                .iter()
+                .any(|m| m.plain_key(text).is_some_and(|k| keys.contains(&k)))
         }
     }
 
+    /// Where the `event` name is in [`json`](Self::json), between its
+    /// quotes, when the frame took the canonical path and the name has no
+    /// escape.
+    pub fn event_range(&self) -> Option<Range<usize>> {
+        let m = self.member(EVENT)?;
+        m.plain_string.then(|| m.value.start + 1..m.value.end - 1)
+    }
+
     /// A top-level member found by the canonical scan.
-    fn member(&self, key: &str) -> Option<&Member> {
-        find_member(&self.text, &self.members, key)
+    fn member(&self, slot: usize) -> Option<&Member> {
+        self.members.get(usize::from(*self.slots.0.get(slot)?))
     }
 }
 
-/// A member's key when it has no escapes.
-fn member_key<'a>(text: &'a str, m: &Member) -> Option<&'a str> {
-    canonical::plain_string(&text[m.key.clone()])
+/// How many top-level members the hub reads by name ([`slot_of`]).
+const SLOTS: usize = 8;
+
+const EVENT: usize = 1;
+const DATA: usize = 7;
+
+/// Index in `members` of each member [`slot_of`] names, or [`Slots::NONE`];
+/// found in one pass over the members.
+#[derive(Debug, Clone)]
+struct Slots([u16; SLOTS]);
+
+impl Slots {
+    const NONE: u16 = u16::MAX;
+
+    fn find(text: &str, members: &[Member]) -> Slots {
+        let mut slots = [Self::NONE; SLOTS];
+        for (i, m) in members.iter().enumerate() {
+            let Some(key) = m.plain_key(text) else {
+                continue;
+            };
+            if let (Some(slot), Ok(i)) = (slot_of(key), u16::try_from(i)) {
+                slots[slot] = i;
+            }
+        }
+        Slots(slots)
+    }
 }
 
-/// The member named `key`, which has no `\\` (the names the hub looks up):
-/// then the key token's text between its quotes is the name itself.
-fn find_member<'a>(text: &str, members: &'a [Member], key: &str) -> Option<&'a Member> {
-    members.iter().find(|m| {
-        m.key.len() == key.len() + 2 && text.get(m.key.start + 1..m.key.end - 1) == Some(key)
+/// The slot of each name the hub reads (`type`, the five correlation
+/// strings, `sequence`, `data`).
+fn slot_of(name: &str) -> Option<usize> {
+    Some(match name {
+        "type" => 0,
+        "event" => EVENT,
+        "session_id" => 2,
+        "worker_id" => 3,
+        "request_id" => 4,
+        "run_id" => 5,
+        "sequence" => 6,
+        "data" => DATA,
+        _ => return None,
     })
 }
 
@@ -247,6 +310,20 @@ impl<'a> Field<'a> {
         }
     }
 
+    /// A member's value in the canonical text.
+    fn of_member(text: &'a str, m: &Member) -> Field<'a> {
+        let token = &text[m.value.clone()];
+        match m.plain_string(text) {
+            Some(plain) => Field {
+                string: Some(Cow::Borrowed(plain)),
+                kind: "string",
+                as_u64: None,
+                source: Source::Text(token),
+            },
+            None => Field::of_text(token),
+        }
+    }
+
     fn of_text(token: &'a str) -> Field<'a> {
         let (string, kind, as_u64) = match token.as_bytes().first() {
             Some(b'"') => {
@@ -282,15 +359,15 @@ impl<'a> Field<'a> {
 }
 
 /// A required non-empty string field, or `missing` as the error.
-fn required(
-    field_value: Option<Field<'_>>,
+fn required<'a>(
+    field_value: Option<Field<'a>>,
     field: &'static str,
     missing: EnvelopeError,
-) -> Result<String, EnvelopeError> {
+) -> Result<Cow<'a, str>, EnvelopeError> {
     match field_value.and_then(|f| f.string) {
         Some(s) if !s.is_empty() => {
             check_len(field, &s)?;
-            Ok(s.into_owned())
+            Ok(s)
         }
         _ => Err(missing),
     }
@@ -298,36 +375,72 @@ fn required(
 
 /// An optional string field: `""` plus an issue when missing or not a
 /// string; too long is fatal.
-fn optional(
-    field_value: Option<Field<'_>>,
+fn optional<'a>(
+    field_value: Option<Field<'a>>,
     field: &'static str,
     issues: &mut Vec<String>,
-) -> Result<String, EnvelopeError> {
+) -> Result<Cow<'a, str>, EnvelopeError> {
     match field_value {
         Some(Field {
             string: Some(s), ..
         }) => {
             check_len(field, &s)?;
-            Ok(s.into_owned())
+            Ok(s)
         }
         Some(other) => {
             issues.push(format!("{field} is not a string (found {})", other.kind));
-            Ok(String::new())
+            Ok(Cow::Borrowed(""))
         }
         None => {
             issues.push(format!("missing {field}"));
-            Ok(String::new())
+            Ok(Cow::Borrowed(""))
         }
+    }
+}
+
+/// The five correlation strings of an envelope in one buffer (one
+/// allocation instead of five), each at most [`MAX_ID_BYTES`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Ids {
+    text: String,
+    /// Where each string ends in `text`; each starts where the one before
+    /// it ends.
+    ends: [u16; 5],
+}
+
+impl Ids {
+    const EVENT: usize = 0;
+    const SESSION: usize = 1;
+    const WORKER: usize = 2;
+    const REQUEST: usize = 3;
+    const RUN: usize = 4;
+
+    /// From the strings in the order of the constants above.
+    fn new(parts: [&str; 5]) -> Ids {
+        let mut text = String::with_capacity(parts.iter().map(|p| p.len()).sum());
+        let mut ends = [0u16; 5];
+        for (end, part) in ends.iter_mut().zip(parts) {
+            text.push_str(part);
+            // Checked lengths: five of at most MAX_ID_BYTES fit.
+            *end = u16::try_from(text.len()).unwrap_or(u16::MAX);
+        }
+        Ids { text, ends }
+    }
+
+    fn get(&self, i: usize) -> &str {
+        let start = match i {
+            0 => 0,
+            _ => usize::from(self.ends[i - 1]),
+        };
+        self.text
+            .get(start..usize::from(self.ends[i]))
+            .unwrap_or_default()
     }
 }
 
 /// The checked fields of an envelope.
 struct Checked {
-    event: String,
-    session_id: String,
-    worker_id: String,
-    request_id: String,
-    run_id: String,
+    ids: Ids,
     sequence: Option<u64>,
     known: bool,
     issues: Vec<String>,
@@ -367,7 +480,7 @@ fn check<'a>(
             if !crate::session::is_valid_id(&s) {
                 return Err(EnvelopeError::BadSessionId { value: quote(&s) });
             }
-            s.into_owned()
+            s
         }
         Some(other) => {
             return Err(EnvelopeError::BadSessionId {
@@ -412,13 +525,9 @@ fn check<'a>(
         Some(other) => issues.push(format!("data is not an object or array (found {other})")),
         None => issues.push("missing data".into()),
     }
-    let known = KNOWN_EVENTS.contains(&event.as_str());
+    let known = KNOWN_EVENTS.contains(&&*event);
     Ok(Checked {
-        event,
-        session_id,
-        worker_id,
-        request_id,
-        run_id,
+        ids: Ids::new([&event, &session_id, &worker_id, &request_id, &run_id]),
         sequence,
         known,
         issues,
@@ -436,11 +545,15 @@ pub fn parse_event(text: &str, route_session: &str) -> Result<Envelope, Envelope
         return parse_value(text, route_session);
     };
     let (text, members) = (canonical.text, canonical.members);
+    let slots = Slots::find(&text, &members);
     let checked = {
         let text: &str = &text;
-        let members = &members;
+        let (members, slots) = (&members, &slots);
         check(
-            |key| find_member(text, members, key).map(|m| Field::of_text(&text[m.value.clone()])),
+            |key| {
+                let m = members.get(usize::from(slots.0[slot_of(key)?]))?;
+                Some(Field::of_member(text, m))
+            },
             route_session,
         )?
     };
@@ -448,6 +561,7 @@ pub fn parse_event(text: &str, route_session: &str) -> Result<Envelope, Envelope
         checked,
         text.into_owned(),
         members,
+        slots,
         OnceLock::new(),
     ))
 }
@@ -462,26 +576,31 @@ fn parse_value(text: &str, route_session: &str) -> Result<Envelope, EnvelopeErro
     };
     let checked = check(|key| object.get(key).map(Field::of_value), route_session)?;
     let text = serde_json::to_string(&object).unwrap_or_else(|_| "{}".to_string());
-    Ok(envelope(checked, text, Vec::new(), OnceLock::from(object)))
+    let slots = Slots([Slots::NONE; SLOTS]);
+    Ok(envelope(
+        checked,
+        text,
+        Vec::new(),
+        slots,
+        OnceLock::from(object),
+    ))
 }
 
 fn envelope(
     c: Checked,
     text: String,
     members: Vec<Member>,
+    slots: Slots,
     object: OnceLock<Map<String, Value>>,
 ) -> Envelope {
     Envelope {
-        event: c.event,
-        session_id: c.session_id,
-        worker_id: c.worker_id,
-        request_id: c.request_id,
-        run_id: c.run_id,
+        ids: c.ids,
         sequence: c.sequence,
         known: c.known,
         issues: c.issues,
         text,
         members,
+        slots,
         object,
         data: OnceLock::new(),
     }
@@ -539,10 +658,10 @@ const RAW_OWN_KEYS: &[&str] = &["display_omitted_keys", "data_kind", "bytes"];
 pub fn write_raw_metadata(env: &Envelope, frame_bytes: usize, out: &mut String) {
     let text = env.text.as_str();
     let plain = !env.members.is_empty()
-        && env
-            .members
-            .iter()
-            .all(|m| member_key(text, m).is_some_and(|k| !RAW_OWN_KEYS.contains(&k)));
+        && env.members.iter().all(|m| {
+            m.plain_key(text)
+                .is_some_and(|k| !RAW_OWN_KEYS.contains(&k))
+        });
     if !plain {
         out.push_str(&raw_metadata(env, frame_bytes).to_string());
         return;
@@ -551,10 +670,10 @@ pub fn write_raw_metadata(env: &Envelope, frame_bytes: usize, out: &mut String) 
     let mut kept = 0usize;
     let mut omitted = 0u64;
     let mut data_kind = "missing";
-    for m in &env.members {
-        let key = member_key(text, m).unwrap_or_default();
+    for (i, m) in env.members.iter().enumerate() {
+        let key = m.plain_key(text).unwrap_or_default();
         let value = &text[m.value.clone()];
-        if key == "data" {
+        if env.slots.0[DATA] == i as u16 {
             data_kind = Field::of_text(value).kind;
             continue;
         }
@@ -569,7 +688,7 @@ pub fn write_raw_metadata(env: &Envelope, frame_bytes: usize, out: &mut String) 
         out.push_str(&text[m.key.clone()]);
         out.push(':');
         match value.as_bytes().first() {
-            Some(b'"') => match canonical::plain_string(value) {
+            Some(b'"') => match m.plain_string(text) {
                 Some(plain) if plain.len() <= RAW_STRING_MAX => out.push_str(value),
                 _ => {
                     let decoded = serde_json::from_str::<String>(value).unwrap_or_default();
@@ -628,11 +747,11 @@ mod tests {
     #[test]
     fn the_documented_example_parses() {
         let env = parse(json!({})).unwrap();
-        assert_eq!(env.event, "run_started");
-        assert_eq!(env.session_id, "demo");
-        assert_eq!(env.worker_id, "204d23ea-0f10-4dbb-b2ef-613bc3f7852d");
-        assert_eq!(env.request_id, "req-001");
-        assert_eq!(env.run_id, "fd473c9f-f424-4c5a-bcc7-eb39698674de");
+        assert_eq!(env.event(), "run_started");
+        assert_eq!(env.session_id(), "demo");
+        assert_eq!(env.worker_id(), "204d23ea-0f10-4dbb-b2ef-613bc3f7852d");
+        assert_eq!(env.request_id(), "req-001");
+        assert_eq!(env.run_id(), "fd473c9f-f424-4c5a-bcc7-eb39698674de");
         assert_eq!(env.sequence, Some(3));
         assert!(env.known);
         assert!(env.issues.is_empty());
@@ -650,7 +769,7 @@ mod tests {
             assert_eq!(env.json(), canonical, "{text}");
             assert_eq!(env, parse_event(&canonical, "demo").unwrap());
             assert_eq!(env.data(), Some(&json!({})));
-            assert!(env.contains_key("bytes") && !env.contains_key("byte"));
+            assert!(env.contains_any_key(&["x", "bytes"]) && !env.contains_any_key(&["byte"]));
             let mut raw = String::new();
             write_raw_metadata(&env, text.len(), &mut raw);
             assert_eq!(raw, raw_metadata(&env, text.len()).to_string());
@@ -725,8 +844,8 @@ mod tests {
                 "missing data"
             ]
         );
-        assert_eq!(env.request_id, "");
-        assert_eq!(env.run_id, "");
+        assert_eq!(env.request_id(), "");
+        assert_eq!(env.run_id(), "");
         assert_eq!(env.sequence, None);
     }
 
@@ -734,14 +853,14 @@ mod tests {
     fn empty_ids_before_admission_are_fine() {
         let env = parse(json!({"event": "ready", "request_id": "", "run_id": ""})).unwrap();
         assert!(env.issues.is_empty());
-        assert_eq!(env.request_id, "");
+        assert_eq!(env.request_id(), "");
     }
 
     #[test]
     fn non_string_ids_become_empty_with_an_issue() {
         let env = parse(json!({"request_id": 7, "run_id": null})).unwrap();
-        assert_eq!(env.request_id, "");
-        assert_eq!(env.run_id, "");
+        assert_eq!(env.request_id(), "");
+        assert_eq!(env.run_id(), "");
         assert_eq!(
             env.issues,
             vec![
@@ -874,7 +993,7 @@ mod tests {
         ));
         let long = "s".repeat(128);
         let text = frame(json!({"session_id": long}));
-        assert_eq!(parse_event(&text, &long).unwrap().session_id, long);
+        assert_eq!(parse_event(&text, &long).unwrap().session_id(), long);
         let longer = "s".repeat(129);
         let text = frame(json!({"session_id": longer}));
         assert_eq!(
@@ -908,8 +1027,8 @@ mod tests {
             };
             assert_eq!((f, bytes, max), (field, 129, 128));
         }
-        assert_eq!(parse(json!({"worker_id": ok})).unwrap().worker_id, ok);
-        assert_eq!(parse(json!({"run_id": ok})).unwrap().run_id, ok);
+        assert_eq!(parse(json!({"worker_id": ok})).unwrap().worker_id(), ok);
+        assert_eq!(parse(json!({"run_id": ok})).unwrap().run_id(), ok);
         let env = parse(json!({"event": ok})).unwrap();
         assert!(!env.known);
     }

@@ -7,6 +7,7 @@
 //! the read timeout as its clock) and terminates a socket that misses the
 //! pong. It is woken for shutdown by the socket being shut down.
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,10 +16,11 @@ use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::protocol::CloseFrame;
 use tungstenite::{Error as WsError, Message};
 
+use super::canonical;
 use super::envelope::{self, Envelope};
 use crate::hub::{Hub, Note};
 use crate::session::{IdentityState, Session, WorkerLink};
-use crate::util::time;
+use crate::util::{jsonw, time};
 use crate::ws::{close, Accepted};
 
 /// Protocol errors one connection may record before it is closed (1008).
@@ -79,6 +81,8 @@ pub fn run(hub: Arc<Hub>, session_id: String, conn_id: u64, accepted: Accepted) 
     let _ = socket.get_ref().set_read_timeout(timeout);
     let mut awaiting_pong = false;
     let mut protocol_errors = 0u32;
+    // Every event's `received_at`, written into one buffer.
+    let mut stamp = String::with_capacity(32);
     loop {
         let message = match socket.read() {
             Ok(message) => message,
@@ -115,7 +119,7 @@ pub fn run(hub: Arc<Hub>, session_id: String, conn_id: u64, accepted: Accepted) 
                 let text = text.as_str();
                 match envelope::parse_event(text, &session_id) {
                     Ok(env) => {
-                        ingest(&hub, &session_id, conn_id, env, text.len());
+                        ingest(&hub, &session_id, conn_id, env, text.len(), &mut stamp);
                         None
                     }
                     Err(err) => Some(err.to_string()),
@@ -166,18 +170,19 @@ const HUB_FIELDS: &[&str] = &["received_at", "known", "issues", "raw", "hub_sequ
 /// `run_id` strings (empty when unusable), `sequence` a number or null,
 /// and `data` (`{}` when missing); the `raw` metadata keeps what was sent.
 /// Capacity is left for the `hub_sequence` member spliced in under the
-/// lock.
-fn entry_prefix(env: &Envelope, frame_bytes: usize, now: &str) -> String {
+/// lock. Also returns where the event name is in the text (empty when it
+/// has an escape).
+fn entry_prefix(env: &Envelope, frame_bytes: usize, now: &str) -> (String, Range<usize>) {
     let rebuilt;
-    let clash = HUB_FIELDS.iter().any(|k| env.contains_key(k));
+    let clash = env.contains_any_key(HUB_FIELDS);
     let object = if clash || !env.issues.is_empty() {
         let mut object = env.object().clone();
         for key in HUB_FIELDS {
             object.remove(*key);
         }
         if !env.issues.is_empty() {
-            object.insert("request_id".into(), json!(env.request_id));
-            object.insert("run_id".into(), json!(env.run_id));
+            object.insert("request_id".into(), json!(env.request_id()));
+            object.insert("run_id".into(), json!(env.run_id()));
             object.insert("sequence".into(), json!(env.sequence));
             if !object.contains_key("data") {
                 object.insert("data".into(), json!({}));
@@ -188,13 +193,19 @@ fn entry_prefix(env: &Envelope, frame_bytes: usize, now: &str) -> String {
     } else {
         env.json()
     };
+    let event = match env.event_range() {
+        Some(range) if !clash && env.issues.is_empty() => range,
+        // The rebuilt text (or the full path's) is serde_json's own, so
+        // the scanner finds its members.
+        _ => event_range_in(object).unwrap_or(0..0),
+    };
     let mut text = String::with_capacity(object.len() + 320 + SEQUENCE_ROOM);
     text.push_str(&object[..object.len() - 1]); // the object's closing brace
     if text.len() > 1 {
         text.push(',');
     }
     text.push_str("\"received_at\":");
-    push_json_string(&mut text, now);
+    jsonw::push_string(&mut text, now);
     text.push_str(if env.known {
         ",\"known\":true,\"issues\":"
     } else {
@@ -207,46 +218,56 @@ fn entry_prefix(env: &Envelope, frame_bytes: usize, now: &str) -> String {
     }
     text.push_str(",\"raw\":");
     envelope::write_raw_metadata(env, frame_bytes, &mut text);
-    text
+    (text, event)
+}
+
+/// Where the `event` member's string is in an object's canonical text,
+/// between its quotes, when it has no escape.
+fn event_range_in(object: &str) -> Option<Range<usize>> {
+    let canonical = canonical::canonical_object(object)?;
+    let m = canonical
+        .members
+        .iter()
+        .find(|m| m.plain_key(&canonical.text) == Some("event"))?;
+    m.plain_string(&canonical.text)?;
+    Some(m.value.start + 1..m.value.end - 1)
 }
 
 /// Room for `,"hub_sequence":18446744073709551615}`.
 const SEQUENCE_ROOM: usize = 40;
 
-/// Appends `s` as a JSON string (as `serde_json` writes it).
-fn push_json_string(out: &mut String, s: &str) {
-    if s.bytes().all(|b| b >= 0x20 && b != b'"' && b != b'\\') {
-        out.push('"');
-        out.push_str(s);
-        out.push('"');
-    } else {
-        out.push_str(&Value::from(s).to_string());
-    }
-}
-
 /// Completes an entry prefix with its `hub_sequence`.
 fn finish_entry(mut prefix: String, seq: u64) -> Arc<str> {
-    use std::fmt::Write as _;
-    let _ = write!(prefix, ",\"hub_sequence\":{seq}}}");
+    prefix.push_str(",\"hub_sequence\":");
+    jsonw::push_u64(&mut prefix, seq);
+    prefix.push('}');
     prefix.into()
 }
 
 /// Applies one parsed envelope to its session and publishes it. The entry
 /// is serialized before the lock; under it only `hub_sequence` is spliced.
-fn ingest(hub: &Arc<Hub>, session_id: &str, conn_id: u64, env: Envelope, frame_bytes: usize) {
-    let now = time::now_rfc3339_cached();
+fn ingest(
+    hub: &Arc<Hub>,
+    session_id: &str,
+    conn_id: u64,
+    env: Envelope,
+    frame_bytes: usize,
+    stamp: &mut String,
+) {
+    time::now_rfc3339_cached(stamp);
+    let now: &str = stamp;
     let mono = time::mono_millis();
-    let transient = TRANSIENT.contains(&env.event.as_str());
-    let prefix = entry_prefix(&env, frame_bytes, &now);
+    let transient = TRANSIENT.contains(&env.event());
+    let (prefix, event) = entry_prefix(&env, frame_bytes, now);
     // The events whose `data` the session state reads: parse it before the
     // lock (a headless child's projection parses under it, on first use).
-    if matches!(env.event.as_str(), "ready" | "status" | "input_rejected") {
+    if matches!(env.event(), "ready" | "status" | "input_rejected") {
         let _ = env.data();
     }
     // An entry too large for the ring is kept as an omission record; a
     // model response's answer source goes into it, so the complete answer
     // stays reachable (seed 002). Read before the lock, only then.
-    let source = if env.event == "model_response"
+    let source = if env.event() == "model_response"
         && prefix.len() + SEQUENCE_ROOM > hub.config.limits.transcript_bytes
     {
         kept_answer_source(&env)
@@ -256,12 +277,12 @@ fn ingest(hub: &Arc<Hub>, session_id: &str, conn_id: u64, env: Envelope, frame_b
     let published = hub.with_session(session_id, |s| {
         let was_live = s.identity() == IdentityState::Live;
         s.meter_event(mono);
-        let request_change = s.observe_envelope(&env, &now);
+        let request_change = s.observe_envelope(&env, now);
         // Capabilities, status and identity are part of the description
         // every panel lists.
-        let describe = !was_live || matches!(env.event.as_str(), "ready" | "status");
+        let describe = !was_live || matches!(env.event(), "ready" | "status");
         // A headless child's events are consumed transiently (seed 003).
-        let followup = hub.hooks().event(s, &env, &now);
+        let followup = hub.hooks().event(s, &env, now);
         // A transient reply is stamped with the current sequence, which it
         // does not consume: retained entries stay contiguous.
         let retained = !transient && !s.is_headless();
@@ -306,6 +327,7 @@ fn ingest(hub: &Arc<Hub>, session_id: &str, conn_id: u64, env: Envelope, frame_b
             hub_seq: seq,
             retained,
             json,
+            event,
         });
     }
     if describe {
@@ -334,11 +356,11 @@ fn kept_answer_source(env: &Envelope) -> Option<Value> {
 fn omission_record(seq: u64, env: &Envelope, bytes: usize, source: Option<&Value>) -> Arc<str> {
     let mut record = json!({
         "type": "event",
-        "event": env.event,
-        "session_id": env.session_id,
-        "worker_id": env.worker_id,
-        "request_id": env.request_id,
-        "run_id": env.run_id,
+        "event": env.event(),
+        "session_id": env.session_id(),
+        "worker_id": env.worker_id(),
+        "request_id": env.request_id(),
+        "run_id": env.run_id(),
         "sequence": env.sequence,
         "data": null,
         "hub_sequence": seq,
@@ -392,7 +414,7 @@ mod tests {
             json!({"type": "event", "event": "status", "session_id": "s",
             "worker_id": "w", "request_id": "", "run_id": "", "sequence": 1, "data": {"a": 1}}),
         );
-        let text = format!("{},\"hub_sequence\":7}}", entry_prefix(&env, 1, "t"));
+        let text = format!("{},\"hub_sequence\":7}}", entry_prefix(&env, 1, "t").0);
         let v: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["data"], json!({"a": 1}));
         assert_eq!(v["received_at"], "t");
@@ -405,7 +427,7 @@ mod tests {
             "worker_id": "w", "request_id": "", "run_id": "", "sequence": 1, "data": {},
             "received_at": "forged", "hub_sequence": 999}),
         );
-        let text = format!("{},\"hub_sequence\":8}}", entry_prefix(&env, 0, "real"));
+        let text = format!("{},\"hub_sequence\":8}}", entry_prefix(&env, 0, "real").0);
         // (`raw` shows the worker's members, nested.)
         let top = crate::worker::canonical::canonical_object(&text).expect("no duplicate keys");
         let keys: Vec<&str> = top.members.iter().map(|m| &text[m.key.clone()]).collect();
@@ -425,7 +447,7 @@ mod tests {
             "worker_id": "w", "request_id": 5, "sequence": "x"}),
         );
         assert!(!env.issues.is_empty());
-        let text = format!("{},\"hub_sequence\":3}}", entry_prefix(&env, 0, "t"));
+        let text = format!("{},\"hub_sequence\":3}}", entry_prefix(&env, 0, "t").0);
         let v: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["request_id"], "");
         assert_eq!(v["run_id"], "");
@@ -440,9 +462,36 @@ mod tests {
             json!({"type": "event", "event": "status", "session_id": "s",
             "worker_id": "w", "request_id": "", "run_id": "", "sequence": 1, "data": 3}),
         );
-        let text = format!("{},\"hub_sequence\":4}}", entry_prefix(&env, 0, "t"));
+        let text = format!("{},\"hub_sequence\":4}}", entry_prefix(&env, 0, "t").0);
         let v: Value = serde_json::from_str(&text).unwrap();
         assert_eq!(v["data"], 3);
         assert_eq!(v["sequence"], 1);
+    }
+
+    #[test]
+    fn the_event_name_is_found_in_the_entry_whatever_path_built_it() {
+        let frame = |extra: &str| {
+            format!(
+                "{{\"type\":\"event\",\"data\":{{\"event\":\"decoy\"}},\"event\":\"run_finished\",\
+                 \"session_id\":\"s\",\"worker_id\":\"w\",\"request_id\":\"\",\"run_id\":\"\",\
+                 \"sequence\":1{extra}}}"
+            )
+        };
+        for text in [
+            frame(""),                                                 // canonical
+            frame(",\"note\": \"spaced\""), // whitespace: canonical after stripping
+            frame(",\"n\":1e5"),            // the full path
+            frame(",\"raw\":1"),            // a hub name: rebuilt
+            frame("").replace("\"sequence\":1", "\"sequence\":\"x\""), // an issue: rebuilt
+        ] {
+            let env = envelope::parse_event(&text, "s").unwrap();
+            let (prefix, event) = entry_prefix(&env, text.len(), "t");
+            assert_eq!(&prefix[event], "run_finished", "{text}");
+        }
+        // A name with an escape is never one the hub acts on: empty.
+        let text = frame("").replace("run_finished", "run\\nfinished");
+        let env = envelope::parse_event(&text, "s").unwrap();
+        let (prefix, event) = entry_prefix(&env, text.len(), "t");
+        assert!(event.is_empty() && prefix.get(event).is_some());
     }
 }

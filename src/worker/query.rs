@@ -366,16 +366,16 @@ impl Queries {
         let request_id = data
             .and_then(|d| d.get("request_id"))
             .and_then(Value::as_str)
-            .unwrap_or(&env.request_id);
+            .unwrap_or(env.request_id());
         if request_id.is_empty() {
             return false;
         }
         self.resolve(
             session,
             conn_id,
-            &env.worker_id,
+            env.worker_id(),
             request_id,
-            &env.event,
+            env.event(),
             data,
         )
     }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 use super::VERSION;
+use crate::util::jsonw;
 
 /// `{"v":1,"type":<kind>}` followed by `fields`, in order.
 fn message(kind: &str, fields: Vec<(&str, Value)>) -> Value {
@@ -155,18 +156,13 @@ pub fn event_frame(session: &str, hub_seq: u64, envelope_json: &str) -> String {
 /// The text of an `event` frame before its envelope (which is followed by
 /// the closing `}`).
 pub fn event_frame_head(out: &mut String, session: &str, hub_seq: u64) {
-    let _ = write!(out, "{{\"v\":{VERSION},\"type\":\"event\",\"session\":");
-    if session
-        .bytes()
-        .all(|b| b >= 0x20 && b != b'"' && b != b'\\')
-    {
-        out.push('"');
-        out.push_str(session);
-        out.push('"');
-    } else {
-        let _ = serde_json::to_writer(&mut FmtWriter(out), session);
-    }
-    let _ = write!(out, ",\"hub_seq\":{hub_seq},\"envelope\":");
+    out.push_str("{\"v\":");
+    jsonw::push_u64(out, VERSION);
+    out.push_str(",\"type\":\"event\",\"session\":");
+    jsonw::push_string(out, session);
+    out.push_str(",\"hub_seq\":");
+    jsonw::push_u64(out, hub_seq);
+    out.push_str(",\"envelope\":");
 }
 
 /// `io::Write` into a `String` for `serde_json::to_writer` (it only ever

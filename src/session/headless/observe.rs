@@ -43,22 +43,22 @@ pub fn observe(s: &mut Session, env: &Envelope, now: &str) -> Observed {
     let data = env.data();
     let null = Value::Null;
     let body = data.unwrap_or(&null);
-    if !env.worker_id.is_empty() && c.conversation.worker_id() != Some(env.worker_id.as_str()) {
-        c.conversation.on_connection(&env.worker_id);
+    if !env.worker_id().is_empty() && c.conversation.worker_id() != Some(env.worker_id()) {
+        c.conversation.on_connection(env.worker_id());
         c.refresh_attempts = 0;
     }
-    match env.event.as_str() {
+    match env.event() {
         "input_committed" => {
             let at = c
                 .sent_content
                 .iter()
-                .position(|(id, _)| *id == env.request_id);
+                .position(|(id, _)| *id == env.request_id());
             let content = at
                 .and_then(|i| c.sent_content.remove(i))
                 .map_or(Value::Null, |(_, content)| content);
-            c.conversation.on_input_committed(&env.run_id, &content);
+            c.conversation.on_input_committed(env.run_id(), &content);
         }
-        "model_response" => c.conversation.on_model_response(&env.run_id, body),
+        "model_response" => c.conversation.on_model_response(env.run_id(), body),
         "compact_finished" => c.conversation.on_compact_finished(body),
         "run_finished" => c.refresh_attempts = 0,
         _ => {}
@@ -70,26 +70,26 @@ pub fn observe(s: &mut Session, env: &Envelope, now: &str) -> Observed {
     // Reconcile from history while idle: after a settlement, or on a new
     // connection, when the projection may have missed something.
     let idle =
-        env.event == "run_finished" || (matches!(env.event.as_str(), "ready" | "status") && no_run);
+        env.event() == "run_finished" || (matches!(env.event(), "ready" | "status") && no_run);
     seen.refresh = idle && live && c.conversation.stale() && !c.refresh_running;
     let field = |k: &str| data.and_then(|d| d.get(k)).and_then(Value::as_str);
     let touched = |o: &mut Outcome| {
         o.updated_at = now.to_string();
         true
     };
-    let changed = match env.event.as_str() {
-        "input_admitted" => match c.outcome_mut(&env.request_id) {
+    let changed = match env.event() {
+        "input_admitted" => match c.outcome_mut(env.request_id()) {
             Some(o) if o.state.is_in_flight() || o.state == OutcomeState::Unknown => {
                 o.state = OutcomeState::Admitted;
-                if !env.run_id.is_empty() {
-                    o.run_id = Some(env.run_id.clone());
+                if !env.run_id().is_empty() {
+                    o.run_id = Some(env.run_id().to_string());
                 }
                 touched(o)
             }
             _ => false,
         },
         "input_rejected" => {
-            let id = field("request_id").unwrap_or(env.request_id.as_str());
+            let id = field("request_id").unwrap_or(env.request_id());
             match c.outcome_mut(id) {
                 Some(o) if o.state != OutcomeState::Finished => {
                     o.state = OutcomeState::Rejected;
@@ -105,20 +105,20 @@ pub fn observe(s: &mut Session, env: &Envelope, now: &str) -> Observed {
                 _ => false,
             }
         }
-        "run_started" => match c.outcome_mut(&env.request_id) {
-            Some(o) if o.run_id.is_none() && !env.run_id.is_empty() => {
-                o.run_id = Some(env.run_id.clone());
+        "run_started" => match c.outcome_mut(env.request_id()) {
+            Some(o) if o.run_id.is_none() && !env.run_id().is_empty() => {
+                o.run_id = Some(env.run_id().to_string());
                 touched(o)
             }
             _ => false,
         },
         "run_finished" | "compact_finished" => {
-            let compact = env.event == "compact_finished";
-            let run = env.run_id.as_str();
+            let compact = env.event() == "compact_finished";
+            let run = env.run_id();
             let found = c.outcomes.iter_mut().rev().find(|o| {
                 !matches!(o.state, OutcomeState::Finished | OutcomeState::Rejected)
                     && ((!run.is_empty() && o.run_id.as_deref() == Some(run))
-                        || (!env.request_id.is_empty() && o.request_id == env.request_id))
+                        || (!env.request_id().is_empty() && o.request_id == env.request_id()))
             });
             match found {
                 Some(o) => {

@@ -162,7 +162,9 @@ function draw() {
 }
 
 export function openPalette() {
-  if (ui.open || document.querySelector('dialog[open]')) return;
+  // The dialog's own state, not ui.open: after Escape the dialog is closed
+  // at once but its close event (which clears ui.open) comes a task later.
+  if (document.querySelector('dialog[open]')) return;
   ui.returnTo = document.activeElement && document.activeElement !== document.body ? document.activeElement : null;
   ui.commands = buildCommands();
   ui.active = 0;
@@ -188,7 +190,7 @@ function restoreFocus() {
  * highlighted while it is still listed.
  */
 export function refreshPalette() {
-  if (!ui.open) return;
+  if (!ui.open || !$('dlg-palette').open) return;
   const commands = buildCommands();
   if (listSig(commands) === ui.sig) return;
   const current = ui.shown[ui.active] ? ui.shown[ui.active].id : null;
@@ -200,7 +202,6 @@ export function refreshPalette() {
 }
 
 export function closePalette() {
-  if (!ui.open) return;
   ui.open = false;
   $('palette-input').setAttribute('aria-expanded', 'false');
   if ($('dlg-palette').open) $('dlg-palette').close();
@@ -220,7 +221,8 @@ export function wirePalette() {
   const dlg = $('dlg-palette');
   const input = $('palette-input');
   dlg.addEventListener('close', () => {
-    if (ui.open) {
+    // Not when the palette was opened again before this event came.
+    if (ui.open && !dlg.open) {
       // Escape (the dialog's cancel) or a click outside.
       ui.open = false;
       input.setAttribute('aria-expanded', 'false');
@@ -254,7 +256,7 @@ export function wirePalette() {
     'keydown',
     (e) => {
       if (e.key.toLowerCase() !== 'k' || !(e.ctrlKey || e.metaKey) || e.altKey || e.shiftKey || e.isComposing) return;
-      if (ui.open) {
+      if (dlg.open) {
         e.preventDefault();
         closePalette();
         restoreFocus();

@@ -152,6 +152,27 @@ describe('panel: the cockpit with the built-in worker', { timeout: 240000 }, () 
     assert.equal(await activeId(page), 'palette-open', 'focus back on the button that opened it');
   });
 
+  it('opens again at once after Escape, before the closed dialog has told the page', async () => {
+    // Escape closes the dialog at once; its close event comes a task later.
+    // A Ctrl+K in between opened nothing (the CI saw it: the palette stayed
+    // hidden right after an Escape).
+    await page.locator('#message').focus();
+    await openPalette(page);
+    const state = await page.evaluate(async () => {
+      const dlg = document.getElementById('dlg-palette');
+      const closeEvent = new Promise((resolve) => dlg.addEventListener('close', resolve, { once: true }));
+      dlg.close();
+      document.dispatchEvent(new KeyboardEvent('keydown', { key: 'k', ctrlKey: true, bubbles: true, cancelable: true }));
+      const reopened = dlg.open;
+      await closeEvent; // the page's own close handler has run before this one
+      return { reopened, stillOpen: dlg.open, focus: document.activeElement && document.activeElement.id };
+    });
+    assert.deepEqual(state, { reopened: true, stillOpen: true, focus: 'palette-input' });
+    await page.keyboard.press('Escape');
+    await page.locator('#dlg-palette').waitFor({ state: 'hidden' });
+    await waitFor(async () => (await activeId(page)) === 'message', { what: 'the focus back in the message box' });
+  });
+
   it('turns Send into Cancel run while a run is active, and offers Cancel in the palette', async () => {
     await sendMessage(page, '/sleep 20000');
     await page.locator('.run-end.running').waitFor();

@@ -70,6 +70,9 @@ pub fn worker_log_omission_marker(records: u64, bytes: u64) -> String {
     format!("[hub: omitted {records} worker log records ({bytes} UTF-8 bytes)]")
 }
 
+/// What a batch's first record reserves in its chunk.
+const STAGE_ROOM: usize = 16 * 1024;
+
 /// Admitted lines handed over together: records, each after its
 /// omission marker line if it has one.
 #[derive(Default)]
@@ -310,7 +313,11 @@ impl BoundedWriter {
 
         let chunk = state.staged.get_or_insert_with(Chunk::default);
         let first = chunk.records == 0;
-        chunk.data.reserve(size);
+        // A batch usually stages many records: room for several at once,
+        // not a regrowth every few records.
+        chunk
+            .data
+            .reserve(if first { size.max(STAGE_ROOM) } else { size });
         if let Some(marker) = &marker {
             chunk.data.extend_from_slice(marker.as_bytes());
             chunk.data.push(b'\n');

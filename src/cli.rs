@@ -206,7 +206,7 @@ fn parse_mock_worker(args: &[String]) -> Result<MockWorkerArgs, UsageError> {
         config.ok_or_else(|| UsageError("mock-worker: --config FILE is required".into()))?;
     let session =
         session.ok_or_else(|| UsageError("mock-worker: --session ID is required".into()))?;
-    if !crate::session::is_valid_id(&session) {
+    if !crate::wire::ids::is_valid_id(&session) {
         return Err(UsageError(format!(
             "mock-worker: --session {session:?} must be 1-128 characters of [A-Za-z0-9_-]"
         )));

@@ -7,7 +7,7 @@
 use std::process::ExitCode;
 
 use crate::cli::{self, Command, ServeArgs};
-use crate::{config, http, hub, mock_worker, util};
+use crate::{config, hub, mock_worker, reply, util};
 
 /// Runs the command line `args` (without the program name) to its exit
 /// status.
@@ -90,7 +90,7 @@ fn serve(args: ServeArgs) -> Result<(), BoxError> {
         .set_shutdown_request(Box::new(move || handle.close()));
     log::info!(
         "panel: http://{}",
-        http::display_addr(&running.hub.local_addr())
+        reply::display_addr(&running.hub.local_addr())
     );
     match signals.forever().next() {
         Some(signal) => log::info!("received signal {signal}, shutting down"),

@@ -20,12 +20,13 @@ use serde_json::{json, Value};
 use crate::capabilities;
 use crate::config::Config;
 use crate::session::{self, Registry, RequestRecord, RequestState, Session, SpecDefaults};
-use crate::store::{PlanRecord, ProcessRecord, SessionRecord, Store, StoreError};
+use crate::store::{ProcessRecord, SessionRecord, Store, StoreError};
 use crate::transcript::Transcript;
 use crate::util::bounded_writer::{self, BoundedWriter};
 use crate::util::{fsutil, time};
-use crate::worker::envelope::Envelope;
-use crate::worker::payload;
+use crate::wire::worker::envelope::Envelope;
+use crate::wire::worker::payload;
+use crate::wire::worker::plan::PlanRecord;
 use crate::ws::FrameWriter;
 
 /// Something panels may need to hear about. Produced after the session lock
@@ -153,7 +154,7 @@ impl fmt::Display for SendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SendError::UnknownSession(id) => {
-                write!(f, "no session {}", crate::worker::display::quote(id))
+                write!(f, "no session {}", crate::wire::worker::display::quote(id))
             }
             SendError::Invalid(msg) | SendError::NotConnected(msg) => f.write_str(msg),
             SendError::WriteFailed(msg) => write!(f, "not sent: {msg}"),
@@ -191,16 +192,16 @@ impl fmt::Display for HubError {
                 write!(
                     f,
                     "session {} already exists",
-                    crate::worker::display::quote(id)
+                    crate::wire::worker::display::quote(id)
                 )
             }
             HubError::UnknownSession(id) => {
-                write!(f, "no session {}", crate::worker::display::quote(id))
+                write!(f, "no session {}", crate::wire::worker::display::quote(id))
             }
             HubError::SessionBusy { id, reason } => write!(
                 f,
                 "session {} is busy: {reason}",
-                crate::worker::display::quote(id)
+                crate::wire::worker::display::quote(id)
             ),
             HubError::Store(err) => write!(f, "storage failure: {err}"),
             HubError::Files { path, err } => {
@@ -1094,7 +1095,7 @@ impl Hub {
 
 /// A plan as panels and `plan.json` carry it.
 pub fn plan_json(plan: &PlanRecord) -> Value {
-    crate::worker::plan::read_result(plan)
+    crate::wire::worker::plan::read_result(plan)
 }
 
 /// The outcome of [`Hub::replace_plan`].

@@ -78,7 +78,7 @@ impl Running {
         let server = crate::http::start(hub.clone(), panels, gate.clone(), shard.clone(), listener)
             .map_err(|err| StartError::Bind {
                 listener: MAIN_LISTENER,
-                addr: crate::http::display_addr(&hub.local_addr()),
+                addr: crate::reply::display_addr(&hub.local_addr()),
                 err,
             })?;
         let tools_addr = tools_listener.local_addr().ok();
@@ -88,13 +88,13 @@ impl Running {
                 server.shutdown();
                 return Err(StartError::Bind {
                     listener: TOOLS_LISTENER,
-                    addr: tools_addr.map_or_else(String::new, |a| crate::http::display_addr(&a)),
+                    addr: tools_addr.map_or_else(String::new, |a| crate::reply::display_addr(&a)),
                     err,
                 });
             }
         };
         if let Some(addr) = hub.tools_addr() {
-            log::info!("tools: ws://{}", crate::http::display_addr(&addr));
+            log::info!("tools: ws://{}", crate::reply::display_addr(&addr));
         }
         let socket = match bound {
             Some(bound) => {

@@ -5,7 +5,7 @@
 //!
 //! Ticket expiry is not tested here: the lifetime is fixed at the seed's
 //! 60 s (no setting shortens it), so the edge is tested in the pure ticket
-//! book's unit tests (`src/shard/ticket.rs`).
+//! book's unit tests (`src/wire/shard/ticket.rs`).
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
@@ -876,7 +876,7 @@ fn non_loopback_ipv4() -> Option<IpAddr> {
 fn a_non_loopback_listener_without_shard_settings_keeps_the_endpoints_off() {
     let Some(ip) = non_loopback_ipv4() else {
         println!(
-            "skipped: no non-loopback IPv4 address (the decision is unit-tested in shard::access)"
+            "skipped: no non-loopback IPv4 address (the decision is unit-tested in wire::shard::access)"
         );
         return;
     };

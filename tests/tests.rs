@@ -65,3 +65,5 @@ mod worker_config_yaml;
 mod faults;
 // Fifty SIGKILLs of the hub while it writes sessions, plans, receipts and configurations.
 mod kill_trials;
+// The layer table of docs/ARCHITECTURE.md held against the crate's imports.
+mod architecture;

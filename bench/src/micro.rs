@@ -7,7 +7,7 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use simplex_hub::harness::line_splitter::LineSplitter;
+use simplex_hub::wire::line_splitter::LineSplitter;
 use simplex_hub::harness::store::{ProcessRecord, SessionRecord, Store};
 
 /// Counts allocations (the splitter's per-line cost is mostly allocation).
@@ -168,7 +168,7 @@ fn mbs(bytes: usize, d: Duration) -> f64 {
 /// callback as `&str` (borrowed from the chunk when it lies within it).
 fn split_jsonl(buf: &[u8]) -> u64 {
     let mut s =
-        simplex_hub::harness::jsonl::Splitter::new(simplex_hub::harness::jsonl::DEFAULT_MAX_LINE);
+        simplex_hub::wire::shard::jsonl::Splitter::new(simplex_hub::wire::shard::jsonl::DEFAULT_MAX_LINE);
     let mut records = 0u64;
     for chunk in buf.chunks(CHUNK) {
         s.push(chunk, |r| {

@@ -37,7 +37,7 @@ use simplex_hub::harness::conversation::{
     Conversation, HistoryQuery, Next, PublishError, Text, MAX_REFRESH_PAGES,
     MIN_CONVERSATION_BYTES, PAGE_SKELETON_BYTES,
 };
-use simplex_hub::harness::display::quoted_len;
+use simplex_hub::wire::worker::display::quoted_len;
 use simplex_hub_fuzz::{encode, Reader};
 
 const WORKERS: [&str; 3] = ["worker-1", "worker-2", "w-0123456789abcdef0123456789abcdef"];

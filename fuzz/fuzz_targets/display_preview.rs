@@ -1,6 +1,6 @@
 //! Bounded display copies.
 //!
-//! `worker::display::preview(value, budget)`: the encoding of the preview
+//! `wire::worker::display::preview(value, budget)`: the encoding of the preview
 //! is at most `max(budget, 64)` bytes; when the original fits it is
 //! returned identical and unmarked, otherwise it is flagged and carries a
 //! `display_*` marker; `original_bytes`, `encoded_len` and
@@ -21,10 +21,10 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use simplex_hub::harness::display::{
+use simplex_hub::wire::worker::display::{
     deep_clone, encoded_len, encoded_len_capped, preview, MIN_BUDGET,
 };
-use simplex_hub::harness::line_splitter::{truncation_annotation, Line, LineSplitter};
+use simplex_hub::wire::line_splitter::{truncation_annotation, Line, LineSplitter};
 use simplex_hub::harness::log_ring::{
     panel_tail, LogRing, Stream, MIN_RING_BYTES, OMITTED_PREFIX, OMITTED_SUFFIX,
 };

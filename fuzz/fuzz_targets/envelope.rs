@@ -1,8 +1,8 @@
-//! `worker::envelope::parse_event`: never panics; an accepted envelope is
+//! `wire::worker::envelope::parse_event`: never panics; an accepted envelope is
 //! consistent with its own object, re-encodes and re-parses to the same
 //! envelope, and keeps every correlation field within 128 bytes;
 //! `raw_metadata` stays bounded. The envelope's text (taken from the frame
-//! when `worker::canonical` proves it canonical) is exactly `serde_json`'s
+//! when `wire::worker::canonical` proves it canonical) is exactly `serde_json`'s
 //! encoding of the frame parsed with `serde_json`, its `data` is that
 //! object's, and `write_raw_metadata` writes `raw_metadata`'s encoding.
 //!
@@ -13,8 +13,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use simplex_hub::harness::canonical::canonical_object;
-use simplex_hub::harness::envelope::{
+use simplex_hub::wire::worker::canonical::canonical_object;
+use simplex_hub::wire::worker::envelope::{
     parse_event, raw_metadata, write_raw_metadata, Envelope, KNOWN_EVENTS, MAX_ID_BYTES,
     RAW_KEY_MAX, RAW_MEMBERS_MAX, RAW_STRING_MAX,
 };

@@ -1,4 +1,4 @@
-//! `http::url` and `http::auth`: never panic, and
+//! `wire::http::url` and `wire::http::auth`: never panic, and
 //! - `split_target` cuts an origin-form target at `?` and `#`;
 //! - `percent_encode` -> `percent_decode` is the identity (with and without
 //!   `+` as space), the encoding is unreserved characters and `%XX` only,
@@ -15,10 +15,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use simplex_hub::harness::auth::{
+use simplex_hub::wire::http::auth::{
     bearer_token, constant_time_eq, panel_authorized, Presented, TOKEN_COOKIE,
 };
-use simplex_hub::harness::url::{
+use simplex_hub::wire::http::url::{
     cookie_value, parse_host, percent_decode, percent_decode_bytes, percent_encode, query_param,
     split_target,
 };

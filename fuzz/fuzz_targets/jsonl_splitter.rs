@@ -13,7 +13,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use simplex_hub::harness::jsonl::{Record, Splitter};
+use simplex_hub::wire::shard::jsonl::{Record, Splitter};
 use simplex_hub_fuzz::Reader;
 
 #[derive(Debug, PartialEq, Eq)]

@@ -12,7 +12,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use simplex_hub::harness::line_splitter::{
+use simplex_hub::wire::line_splitter::{
     reference_lines, truncation_annotation, Line, LineSplitter, MIN_CAP,
 };
 use simplex_hub_fuzz::Reader;

@@ -18,7 +18,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
-use simplex_hub::harness::session::is_valid_id;
+use simplex_hub::wire::ids::is_valid_id;
 use simplex_hub::harness::store::node::{
     assemble, parse_hub_json, parse_metadata, parse_operations, parse_plan, Context, Refusal,
     MAX_PLAN_BYTES,

@@ -1,6 +1,6 @@
 //! Panel protocol v1, client side and budgets.
 //!
-//! `parse_client` never panics; an error carries one of the four codes the
+//! `parse_client` never panics; an error carries one of the five codes the
 //! parser may produce, a bounded message, and echoes `request_id` only when
 //! it is a string of 1-128 bytes; an accepted message is consistent (known
 //! kind, session named, `input` stripped of `v`/`type`/`session`); and
@@ -16,12 +16,12 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use simplex_hub::harness::protocol::{
+use simplex_hub::wire::panel::{
     allocate_previews, approvals_allowance, code, echo, parse_client, plan_pages, wire_cost,
     ClientMsg, APPROVALS_SHARE, ECHO_STRING_BYTES, FRAME_CEILING, MAX_REQUEST_ID_BYTES,
     PAGE_TARGET,
 };
-use simplex_hub::harness::session::is_valid_id;
+use simplex_hub::wire::ids::is_valid_id;
 use simplex_hub_fuzz::{encode, text, Reader};
 
 const PARSE_CODES: &[&str] = &[

@@ -1,4 +1,4 @@
-//! `worker::payload` builders: `build_payload`, `validate_content`,
+//! `wire::worker::payload` builders: `build_payload`, `validate_content`,
 //! `validate_options` and `build_signal` never panic, and
 //! - an accepted payload's frame is `{"type":"payload","data":{..}}` whose
 //!   data holds only input fields, never a worker-owned key;
@@ -20,9 +20,9 @@ use std::cell::Cell;
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
-use simplex_hub::harness::display::encoded_len;
-use simplex_hub::harness::envelope::MAX_ID_BYTES;
-use simplex_hub::harness::payload::{
+use simplex_hub::wire::worker::display::encoded_len;
+use simplex_hub::wire::worker::envelope::MAX_ID_BYTES;
+use simplex_hub::wire::worker::payload::{
     build_payload, build_signal, validate_content, validate_options, Operation, PayloadError,
     FORBIDDEN_KEYS, MAX_QUERY_FRAME_BYTES, MAX_REQUEST_ID_BYTES,
 };

@@ -1,7 +1,7 @@
-//! The whole Shard message parser: the envelope (`shard::wire::parse`), the
-//! command catalog (`shard::catalog::{scope, parse}`), the direct
-//! connection's routing (`shard::direct::route`) and its `agent_id`
-//! stripping (`shard::direct::without_agent_id`), as one message of any
+//! The whole Shard message parser: the envelope (`wire::shard::message::parse`), the
+//! command catalog (`wire::shard::catalog::{scope, parse}`), the direct
+//! connection's routing (`wire::shard::direct::route`) and its `agent_id`
+//! stripping (`wire::shard::direct::without_agent_id`), as one message of any
 //! transport (a WebSocket text frame, a JSONL line) goes through them.
 //!
 //! Properties: never panics. A refused envelope is `INVALID_REQUEST` and
@@ -21,9 +21,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use simplex_hub::harness::shard::catalog::{self, Command, Scope};
-use simplex_hub::harness::shard::direct;
-use simplex_hub::harness::shard::wire::{self, Code};
+use simplex_hub::wire::shard::catalog::{self, Command, Scope};
+use simplex_hub::wire::shard::direct;
+use simplex_hub::wire::shard::message::{self, Code};
 use simplex_hub_fuzz::{encode, text};
 
 /// What parsing one message gave, comparable across encodings.
@@ -39,7 +39,7 @@ enum Outcome {
 
 fn outcome(text: &str) -> Outcome {
     let value = serde_json::from_str::<Value>(text);
-    let msg = match wire::parse(text) {
+    let msg = match message::parse(text) {
         Err(bad) => {
             assert_eq!(bad.refusal.code, Code::InvalidRequest);
             let object = value.as_ref().ok().and_then(Value::as_object);

@@ -9,7 +9,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use simplex_hub::harness::assets::{lookup, resolve_path, PathError};
-use simplex_hub::harness::url::percent_decode;
+use simplex_hub::wire::http::url::percent_decode;
 use simplex_hub_fuzz::text;
 
 fuzz_target!(|data: &[u8]| {

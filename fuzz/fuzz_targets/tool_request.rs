@@ -1,5 +1,5 @@
-//! Remote-tool frames (`worker::tool_frames`) and plan arguments
-//! (`worker::plan`).
+//! Remote-tool frames (`wire::worker::tool_frames`) and plan arguments
+//! (`wire::worker::plan`).
 //!
 //! `parse_tool_request` never panics; an accepted request's ids are the
 //! frame's own, non-empty and within 128 bytes, its session the route's,
@@ -17,8 +17,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
-use simplex_hub::harness::plan::{self, PlanCall, MAX_PLAN_BYTES};
-use simplex_hub::harness::tool_frames::{
+use simplex_hub::wire::worker::plan::{self, PlanCall, MAX_PLAN_BYTES};
+use simplex_hub::wire::worker::tool_frames::{
     parse_route, parse_tool_request, rejected, succeeded, ToolRequest, MAX_ID_BYTES,
     MAX_ROUTE_BYTES,
 };

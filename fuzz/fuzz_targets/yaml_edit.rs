@@ -1,4 +1,4 @@
-//! `util::yaml_edit::edit`, the in-place editor of the worker
+//! `wire::yaml_edit::edit`, the in-place editor of the worker
 //! configuration's hub-owned fields, checked against the YAML parser's
 //! reading (`yaml_edit::read::parse`) and a model of the edits written here.
 //!
@@ -18,8 +18,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use simplex_hub::harness::yaml_edit::read::{self, Yaml};
-use simplex_hub::harness::yaml_edit::{edit, Edit, NewValue, Refusal, When};
+use simplex_hub::wire::yaml_edit::read::{self, Yaml};
+use simplex_hub::wire::yaml_edit::{edit, Edit, NewValue, Refusal, When};
 use simplex_hub_fuzz::text;
 
 /// Values that need every quoting rule: URLs and paths, text a loader reads

@@ -15,7 +15,6 @@
 //! The reference for operators is `docs/configuration.md`.
 
 mod error;
-mod jsonc;
 mod paths;
 mod schema;
 mod validate;
@@ -27,9 +26,9 @@ use std::path::{Path, PathBuf};
 use serde_json::{Map, Value};
 
 use crate::util::fsutil;
+use crate::wire::jsonc;
 
 pub use error::{ConfigError, UnknownKey, Violation};
-pub use jsonc::strip_jsonc;
 pub use schema::{Feature, BUILT_FEATURES};
 pub(crate) use validate::is_env_name;
 
@@ -57,8 +56,8 @@ pub struct Config {
     pub limits: Limits,
     pub tool_requests: ToolRequests,
     pub subagents: Subagents,
-    /// `shard.*`: who may reach the Shard endpoints (`shard::access`).
-    pub shard: crate::shard::access::Settings,
+    /// `shard.*`: who may reach the Shard endpoints (`wire::shard::access`).
+    pub shard: crate::wire::shard::access::Settings,
     /// `shard.socket`, `shard.maxLineBytes`: the Shard unix socket.
     pub shard_socket: ShardSocket,
 }
@@ -556,6 +555,16 @@ pub fn test_config(text: &str) -> Config {
     )
     .unwrap()
     .config
+}
+
+/// `text` with its comments blanked out (`wire::jsonc`); an unterminated
+/// block comment is a [`ConfigError::UnterminatedComment`] with no path.
+pub fn strip_jsonc(text: &str) -> Result<String, ConfigError> {
+    jsonc::strip_jsonc(text).map_err(|at| ConfigError::UnterminatedComment {
+        path: None,
+        line: at.line,
+        column: at.column,
+    })
 }
 
 /// Strips comments, parses, and insists on a top-level object.

@@ -142,7 +142,7 @@ pub(super) const KEYS: &[(&str, Feature)] = &[
     ("subagents.maxReceipts", Feature::Subagents),
     ("subagents.receiptTtlMs", Feature::Subagents),
     ("subagents.conversationBytes", Feature::Subagents),
-    // Who may reach the Shard endpoints (`shard::access`).
+    // Who may reach the Shard endpoints (`wire::shard::access`).
     ("shard.publicHost", Feature::Core),
     ("shard.allowedOrigins", Feature::Core),
     ("shard.trustProxy", Feature::Core),

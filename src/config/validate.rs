@@ -138,7 +138,7 @@ pub(super) fn build(merged: &Value, features: &[Feature]) -> Result<Config, Conf
         conversation_bytes: c.usize("subagents.conversationBytes", 4096, SAFE_MAX),
     };
 
-    let shard = crate::shard::access::Settings {
+    let shard = crate::wire::shard::access::Settings {
         public_host: c.public_host("shard.publicHost"),
         allowed_origins: c.allowed_origins("shard.allowedOrigins"),
         trust_proxy: c.trust_proxy("shard.trustProxy"),
@@ -277,7 +277,7 @@ fn cross_rules(c: &mut Check<'_>, config: &Config, features: &[Feature]) {
         "shard.allowInsecureRemote",
     ];
     if built(Feature::Core) && shard_keys.iter().all(|key| c.ok(key)) {
-        let refused = crate::shard::access::mode(
+        let refused = crate::wire::shard::access::mode(
             is_loopback_host(&config.listen.host),
             !config.panel.token.is_empty(),
             &config.shard,
@@ -588,14 +588,14 @@ impl<'a> Check<'a> {
         file
     }
 
-    // Who may reach the Shard endpoints (`shard::access`).
+    // Who may reach the Shard endpoints (`wire::shard::access`).
 
-    fn public_host(&mut self, path: &str) -> Option<crate::shard::access::PublicHost> {
+    fn public_host(&mut self, path: &str) -> Option<crate::wire::shard::access::PublicHost> {
         let text = self.string(path, false);
         if text.is_empty() {
             return None;
         }
-        match crate::shard::access::parse_public_host(&text) {
+        match crate::wire::shard::access::parse_public_host(&text) {
             Ok(host) => Some(host),
             Err(reason) => {
                 self.fail(
@@ -614,7 +614,7 @@ impl<'a> Check<'a> {
         let texts = self.strings(path);
         let mut origins = Vec::with_capacity(texts.len());
         for (i, text) in texts.iter().enumerate() {
-            match crate::shard::access::parse_origin(text) {
+            match crate::wire::shard::access::parse_origin(text) {
                 Ok(origin) => origins.push(origin),
                 Err(reason) => self.fail_at(
                     path,
@@ -629,12 +629,12 @@ impl<'a> Check<'a> {
         origins
     }
 
-    fn trust_proxy(&mut self, path: &str) -> Option<crate::shard::access::Upstream> {
+    fn trust_proxy(&mut self, path: &str) -> Option<crate::wire::shard::access::Upstream> {
         let text = self.string(path, false);
         if text.is_empty() {
             return None;
         }
-        match crate::shard::access::parse_upstream(&text) {
+        match crate::wire::shard::access::parse_upstream(&text) {
             Ok(upstream) => Some(upstream),
             Err(reason) => {
                 self.fail(
@@ -1051,7 +1051,10 @@ mod tests {
     #[test]
     fn shard_keys_are_parsed_and_normalized() {
         let config = build(&schema::defaults(), Feature::ALL).unwrap();
-        assert_eq!(config.shard, crate::shard::access::Settings::default());
+        assert_eq!(
+            config.shard,
+            crate::wire::shard::access::Settings::default()
+        );
         let config = build(
             &defaults_with(json!({"shard": {
                 "publicHost": "Hub.Example.com:443",
@@ -1073,7 +1076,7 @@ mod tests {
         );
         assert_eq!(
             s.trust_proxy,
-            Some(crate::shard::access::Upstream::Loopback)
+            Some(crate::wire::shard::access::Upstream::Loopback)
         );
         for (overlay, key) in [
             (json!({"publicHost": "hub.example.com"}), "shard.publicHost"),

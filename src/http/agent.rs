@@ -7,11 +7,13 @@ use std::sync::Arc;
 
 use tiny_http::Request;
 
-use super::{auth, url, ApiError};
+use crate::reply::ApiError;
+
 use crate::hub::Hub;
-use crate::ops::code;
 use crate::session;
 use crate::util::thread::Stack;
+use crate::wire::code;
+use crate::wire::http::{auth, url};
 use crate::worker::{confirm, events};
 use crate::ws;
 
@@ -59,8 +61,8 @@ pub fn check_worker_upgrade(
             "missing or wrong worker token",
         ));
     }
-    if let Some(origin) = super::header(rq, "Origin") {
-        let host = super::header(rq, "Host").unwrap_or("");
+    if let Some(origin) = crate::reply::header(rq, "Origin") {
+        let host = crate::reply::header(rq, "Host").unwrap_or("");
         if !url::origin_matches(origin, host) {
             return Err(ApiError::new(
                 403,
@@ -83,7 +85,7 @@ pub fn check_worker_upgrade(
 /// session's socket, 401 for a missing or wrong worker token.
 pub fn handle(hub: &Arc<Hub>, rq: Request, rest: &str, query: &str, is_upgrade: bool) {
     if let Err((rq, err)) = upgrade(hub, rq, rest, query, is_upgrade) {
-        super::respond_error(rq, &err);
+        crate::reply::respond_error(rq, &err);
     }
 }
 

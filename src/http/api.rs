@@ -8,10 +8,13 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 use tiny_http::{Method, Request};
 
-use super::{auth, header, read_body, url, ApiError, Reply};
+use crate::reply::{header, read_body, ApiError, Reply};
+
 use crate::hub::Hub;
 use crate::ops::health::Front;
-use crate::ops::{self, code, sessions::LogBounds, worker::Action};
+use crate::ops::{self, sessions::LogBounds, worker::Action};
+use crate::wire::http::{auth, url};
+use crate::wire::{code, ids};
 
 /// The front-ends whose connections the health route lists (the panel
 /// socket's and Shard's, seen only as [`Front`]s).
@@ -75,12 +78,8 @@ fn route(
     // As the Node hub: a per-session route naming an id that no session
     // could have is 400 `invalid_session` (not 404).
     if let ["sessions", id, ..] = segments.as_slice() {
-        if !crate::session::is_valid_id(id) {
-            return Err(ApiError::new(
-                400,
-                code::INVALID_SESSION,
-                "session id must be 1-128 characters of [A-Za-z0-9_-]",
-            ));
+        if !ids::is_valid_id(id) {
+            return Err(ApiError::new(400, code::INVALID_SESSION, ids::ID_GRAMMAR));
         }
     }
     match segments.as_slice() {
@@ -368,7 +367,7 @@ fn only_keys(body: &Value, allowed: &[&str]) -> Result<(), ApiError> {
     match unknown {
         Some(key) => Err(ops::OpError::invalid_arguments(format!(
             "unknown argument {}",
-            crate::worker::display::quote(key)
+            crate::wire::worker::display::quote(key)
         ))
         .into()),
         None => Ok(()),

@@ -8,7 +8,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use super::url;
+use crate::wire::http::url;
 
 /// One embedded file: its name relative to `static/`, bytes and MIME type.
 pub struct Asset {

@@ -6,9 +6,12 @@
 use serde_json::{json, Map, Value};
 use tiny_http::{Method, Request};
 
-use super::{read_body, url, ApiError, Reply};
+use crate::reply::{read_body, ApiError, Reply};
+
 use crate::hub::Hub;
-use crate::ops::{self, code, ErrorKind, OpError};
+use crate::ops::{self, ErrorKind, OpError};
+use crate::wire::code;
+use crate::wire::http::url;
 
 /// Largest body of a request that carries a file's text (save, validate,
 /// preview).

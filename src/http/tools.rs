@@ -12,12 +12,14 @@ use std::sync::Arc;
 
 use tiny_http::{Method, Request, ServerHandle};
 
-use super::{header, url, ApiError};
+use crate::reply::{header, ApiError};
+
 use crate::hub::Hub;
-use crate::ops::code;
 use crate::session;
 use crate::util::thread::Stack;
-use crate::worker::tool_frames;
+use crate::wire::code;
+use crate::wire::http::url;
+use crate::wire::worker::tool_frames;
 use crate::worker::tools::{self, Upgrade};
 use crate::ws;
 
@@ -45,7 +47,7 @@ pub fn parse_path(path: &str) -> Option<(String, String)> {
 /// Serves one request on the tools listener.
 fn handle(hub: &Arc<Hub>, rq: Request) {
     if let Err((rq, err)) = upgrade(hub, rq) {
-        super::respond_error(rq, &err);
+        crate::reply::respond_error(rq, &err);
     }
 }
 

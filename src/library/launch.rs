@@ -68,7 +68,7 @@ pub fn parse(text: &str) -> Result<LaunchDoc, LibraryError> {
     if let Some(key) = doc.keys().find(|k| !TOP_KEYS.contains(&k.as_str())) {
         return Err(LibraryError::invalid(format!(
             "unknown launch field {}",
-            crate::worker::display::quote(key)
+            crate::wire::worker::display::quote(key)
         )));
     }
     let worker = match doc.get("worker") {
@@ -79,7 +79,7 @@ pub fn parse(text: &str) -> Result<LaunchDoc, LibraryError> {
     if let Some(key) = worker.keys().find(|k| !WORKER_KEYS.contains(&k.as_str())) {
         return Err(LibraryError::invalid(format!(
             "unknown launch worker field {} (a launch file sets only {})",
-            crate::worker::display::quote(key),
+            crate::wire::worker::display::quote(key),
             WORKER_KEYS.join(", ")
         )));
     }
@@ -113,7 +113,7 @@ pub fn parse(text: &str) -> Result<LaunchDoc, LibraryError> {
             {
                 return Err(LibraryError::invalid(format!(
                     "unknown endpoint {} (events, confirm or tools)",
-                    crate::worker::display::quote(key)
+                    crate::wire::worker::display::quote(key)
                 )));
             }
             e.clone()
@@ -151,7 +151,7 @@ fn environment(value: Option<&Value>) -> Result<Vec<(String, String)>, LibraryEr
         .map(|(name, value)| match value {
             _ if !config::is_env_name(name) => Err(LibraryError::invalid(format!(
                 "env: {} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)",
-                crate::worker::display::quote(name)
+                crate::wire::worker::display::quote(name)
             ))),
             Value::String(v) if !v.contains('\0') => Ok((name.clone(), v.clone())),
             _ => Err(LibraryError::invalid(format!(

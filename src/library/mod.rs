@@ -18,7 +18,7 @@ pub mod worker;
 
 use std::fmt;
 
-use crate::util::sha256::Sha256;
+use crate::wire::sha256::Sha256;
 
 /// Largest library file, request text or snapshot source, in bytes.
 pub const MAX_FILE_BYTES: usize = 1024 * 1024;

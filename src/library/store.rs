@@ -25,7 +25,7 @@ use serde_json::{json, Value};
 
 use super::{check_id, launch, revision, worker, Kind, LibraryError, Selection, MAX_FILE_BYTES};
 use crate::util::fsutil::{self, BoundedRead};
-use crate::util::yaml_edit::{self, Edit};
+use crate::wire::yaml_edit::{self, Edit};
 
 /// The snapshot files in a session's `config/` directory.
 pub const SNAPSHOT_LAUNCH: &str = "launch.jsonc";

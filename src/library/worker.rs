@@ -4,7 +4,7 @@
 //! (plugins, provider options, unknown keys, comments) for the worker:
 //!
 //! - one YAML mapping document, read with the hub's bounded reader
-//!   (`util::yaml_edit::read`: at most 100 aliases, no duplicate keys);
+//!   (`wire::yaml_edit::read`: at most 100 aliases, no duplicate keys);
 //! - `driver_model` names a `providers` entry that is a mapping with a
 //!   non-empty string `model`; so does `modality_assist_model` when present;
 //! - `client` and `persistence` are mappings; `security`,
@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use super::LibraryError;
 use crate::supervisor::render::relative_path;
-use crate::util::yaml_edit::read;
+use crate::wire::yaml_edit::read;
 
 /// The placeholders of the hub-owned fields, replaced at every launch.
 pub const EVENTS_PLACEHOLDER: &str = "{{hub.events_endpoint}}";

@@ -144,7 +144,7 @@ fn bind(host: &str, port: u16) -> io::Result<TcpListener> {
 
 /// Serves one request on its connection thread.
 fn handle(shared: &Shared, mut rq: Request) {
-    let chunked = crate::http::header(&rq, "Transfer-Encoding").is_some();
+    let chunked = crate::reply::header(&rq, "Transfer-Encoding").is_some();
     let body;
     let request = if *rq.method() != Method::Post {
         wire::Request::NotPost

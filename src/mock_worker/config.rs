@@ -1,7 +1,7 @@
 //! The worker configuration file the hub generates
 //! (`sessions/<id>/config/config.yaml`: YAML, which the hub first writes as
 //! JSON and an operator may rewrite as block YAML; read with the hub's YAML
-//! reader, `util::yaml_edit::read`). Only the keys the built-in worker uses
+//! reader, `wire::yaml_edit::read`). Only the keys the built-in worker uses
 //! are read; unknown keys are ignored, as the real worker ignores keys it
 //! does not own. Pure apart from [`load`], which reads the file.
 //!
@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::error::MockError;
 use super::transport::WsUrl;
-use crate::util::yaml_edit::read;
+use crate::wire::yaml_edit::read;
 
 /// When the saved conversation is restored at startup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

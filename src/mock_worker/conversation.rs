@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::util::sha256::Sha256;
+use crate::wire::sha256::Sha256;
 
 /// Tag written into `state.json` so a foreign file is recognised.
 pub(crate) const STATE_FORMAT: &str = "simplex-mock-worker/1";

@@ -7,7 +7,7 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
-use crate::util::yaml_edit::read::ReadError;
+use crate::wire::yaml_edit::read::ReadError;
 
 /// Why the built-in worker could not start, or had to stop.
 #[derive(Debug)]

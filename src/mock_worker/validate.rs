@@ -5,14 +5,16 @@
 //! wire (`input_rejected`, `history_error`, `answer_error`).
 //!
 //! The vocabulary (part types, modalities, forbidden keys) is shared with
-//! the hub's `worker::payload`; the rules are applied independently, the
+//! the hub's `wire::worker::payload`; the rules are applied independently, the
 //! way the real worker applies them (unknown part fields are dropped, not
 //! refused), so this worker also checks what the hub sends.
 
 use serde_json::Value;
 
 use super::conversation::{AnswerQuery, HistoryQuery};
-use crate::worker::payload::{FORBIDDEN_KEYS as FORBIDDEN, MODALITIES, PART_TYPES as ENCODINGS};
+use crate::wire::worker::payload::{
+    FORBIDDEN_KEYS as FORBIDDEN, MODALITIES, PART_TYPES as ENCODINGS,
+};
 
 /// The run-starting operations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

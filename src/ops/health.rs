@@ -17,9 +17,9 @@
 
 use serde::Serialize;
 
-use super::code;
 use crate::hub::Hub;
 use crate::util::{procself, rate, time};
+use crate::wire::code;
 
 /// The most entries one list carries; past it the entries under the most
 /// pressure are kept and `omitted` counts the rest (the totals still cover

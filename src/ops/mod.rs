@@ -36,7 +36,7 @@ pub mod sessions;
 pub mod skills;
 pub mod worker;
 
-pub use error::{code, ErrorKind, NotSent, OpError};
+pub use error::{ErrorKind, NotSent, OpError};
 
 use crate::hub::Hub;
 

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::protocol;
+use crate::wire::panel as protocol;
 use crate::ws::{self, FrameWriter};
 pub use crate::wsconn::outbound::{encode, Encoded, WriterInbox};
 use crate::wsconn::outbound::{Kind, Outbound};

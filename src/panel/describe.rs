@@ -5,9 +5,9 @@
 
 use serde_json::Value;
 
-use super::protocol;
 use crate::hub::Hub;
 use crate::session::Session;
+use crate::wire::panel as protocol;
 
 /// Every session, for an aggregate frame (`welcome`, `sessions`).
 pub fn all(hub: &Hub) -> Vec<Value> {

@@ -1,5 +1,5 @@
-//! The panel WebSocket protocol v1: pure message handling in `protocol`;
-//! connections and fan-out elsewhere (`conn`: one connection's budgeted
+//! The panel WebSocket protocol v1: pure message handling in
+//! `wire::panel`; connections and fan-out elsewhere (`conn`: one connection's budgeted
 //! writer; `poller`: one thread waiting on every idle panel socket;
 //! `service`: the `/panel/ws` route, dispatch, replay and fan-out;
 //! `describe`: session descriptions under the frame's approval share).
@@ -15,7 +15,6 @@ use crate::hub::{Hub, Note, Subscriber};
 pub mod conn;
 pub mod describe;
 pub mod poller;
-pub mod protocol;
 pub mod service;
 
 use conn::PanelConn;

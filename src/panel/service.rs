@@ -16,14 +16,16 @@ use tungstenite::{Error as WsError, Message};
 
 use super::conn::{self, Encoded, PanelConn, Subscription};
 use super::poller::{Drained, Parked, Poller};
-use super::protocol::{self, ClientMsg, Paging};
 use super::Panels;
-use crate::http::{self, auth, url, ApiError};
 use crate::hub::{Hub, Note};
 use crate::ops::sessions::LogBounds;
 use crate::ops::worker::{Action, ActionDone};
-use crate::ops::{self, code, OpError};
+use crate::ops::{self, OpError};
+use crate::reply::{self, ApiError};
 use crate::util::thread::{self, Stack};
+use crate::wire::code;
+use crate::wire::http::{auth, url};
+use crate::wire::panel::{self as protocol, ClientMsg, Paging};
 use crate::ws;
 
 /// Largest client message (panel input is bounded by the payload rules; a
@@ -37,11 +39,11 @@ const REPLAY_BATCH: usize = 2048;
 /// welcome; then the socket is parked with the poller until it has input.
 pub fn handle(hub: &Arc<Hub>, panels: &Arc<Panels>, rq: Request, query: &str) {
     if let Err(err) = check(hub, &rq, query) {
-        return http::respond_error(rq, &err);
+        return reply::respond_error(rq, &err);
     }
     let key = match ws::check_upgrade(&rq) {
         Ok(key) => key,
-        Err(err) => return http::respond_error(rq, &err.into()),
+        Err(err) => return reply::respond_error(rq, &err.into()),
     };
     let accepted = match ws::accept_with(rq, &key, MAX_CLIENT_MESSAGE, ws::SMALL_READ_BUFFER) {
         Ok(accepted) => accepted,
@@ -74,8 +76,8 @@ pub fn handle(hub: &Arc<Hub>, panels: &Arc<Panels>, rq: Request, query: &str) {
 fn check(hub: &Hub, rq: &Request, query: &str) -> Result<(), ApiError> {
     let presented = auth::Presented {
         query,
-        authorization: http::header(rq, "Authorization"),
-        cookie: http::header(rq, "Cookie"),
+        authorization: reply::header(rq, "Authorization"),
+        cookie: reply::header(rq, "Cookie"),
     };
     if !auth::panel_authorized(&hub.config.panel.token, &presented) {
         return Err(ApiError::new(
@@ -84,8 +86,8 @@ fn check(hub: &Hub, rq: &Request, query: &str) -> Result<(), ApiError> {
             "missing or wrong panel token",
         ));
     }
-    if let Some(origin) = http::header(rq, "Origin") {
-        let host = http::header(rq, "Host").unwrap_or("");
+    if let Some(origin) = reply::header(rq, "Origin") {
+        let host = reply::header(rq, "Host").unwrap_or("");
         if !url::origin_matches(origin, host) {
             return Err(ApiError::new(
                 403,

@@ -7,7 +7,7 @@
 use serde_json::Value;
 
 use super::{IdentityState, RequestState, Session, WorkerLink};
-use crate::worker::envelope::Envelope;
+use crate::wire::worker::envelope::Envelope;
 
 impl Session {
     /// A new event connection becomes the session's link. The worker's
@@ -216,7 +216,7 @@ mod tests {
 
     use super::*;
     use crate::session::{testkit, RequestRecord};
-    use crate::worker::envelope;
+    use crate::wire::worker::envelope;
 
     fn session() -> Session {
         testkit::session("life")

@@ -16,8 +16,8 @@ use crate::supervisor::process::{LogCounters, ProcessInfo};
 use crate::transcript::Transcript;
 use crate::util::bounded_writer::BoundedWriter;
 use crate::util::log_ring::LogRing;
-use crate::worker::confirm_frames::ConfirmationRequest;
-use crate::worker::display;
+use crate::wire::worker::confirm_frames::ConfirmationRequest;
+use crate::wire::worker::display;
 use crate::ws::FrameWriter;
 
 pub mod headless;
@@ -562,7 +562,7 @@ impl Session {
         &mut self,
         lifecycle: &str,
         stream: crate::util::log_ring::Stream,
-        lines: Vec<crate::util::line_splitter::Line>,
+        lines: Vec<crate::wire::line_splitter::Line>,
         now_ms: u64,
     ) -> bool {
         if self.lifecycle_id != lifecycle {
@@ -854,8 +854,8 @@ mod tests {
 
     #[test]
     fn output_of_an_earlier_process_is_not_kept() {
-        use crate::util::line_splitter::Line;
         use crate::util::log_ring::Stream;
+        use crate::wire::line_splitter::Line;
         let mut s = testkit::session("l1");
         let line = |t: &str| Line {
             text: t.into(),

@@ -8,7 +8,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use super::{IdentityState, Prompt, PromptState, Session};
-use crate::worker::confirm_frames::ConfirmationRequest;
+use crate::wire::worker::confirm_frames::ConfirmationRequest;
 use crate::ws::FrameWriter;
 
 /// What the confirmation socket must do after a prompt was opened or
@@ -250,8 +250,8 @@ mod tests {
     use super::*;
     use crate::session::testkit::{self, writer};
     use crate::session::WorkerLink;
-    use crate::worker::confirm_frames::parse_confirmation_request;
-    use crate::worker::envelope;
+    use crate::wire::worker::confirm_frames::parse_confirmation_request;
+    use crate::wire::worker::envelope;
 
     /// A session whose live worker is `worker`.
     fn live(worker: &str) -> Session {

@@ -6,29 +6,17 @@ use std::fmt;
 
 use serde_json::{json, Map, Value};
 
-/// Longest session id, in bytes (ids are ASCII).
-pub const MAX_SESSION_ID: usize = 128;
+pub use crate::wire::ids::is_valid_id;
+use crate::wire::ids::ID_GRAMMAR;
 
 /// Prefix the hub reserves for headless subagent children.
 pub const RESERVED_PREFIX: &str = "subagent-";
-
-/// Whether `id` is 1-128 characters of `[A-Za-z0-9_-]`.
-pub fn is_valid_id(id: &str) -> bool {
-    !id.is_empty()
-        && id.len() <= MAX_SESSION_ID
-        && id
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-}
 
 /// Checks an id a user asks to create: valid and not in the reserved
 /// namespace.
 pub fn check_new_id(id: &str) -> Result<(), SpecError> {
     if !is_valid_id(id) {
-        return Err(SpecError::new(
-            "session",
-            "session id must be 1-128 characters of [A-Za-z0-9_-]",
-        ));
+        return Err(SpecError::new("session", ID_GRAMMAR));
     }
     if id.starts_with(RESERVED_PREFIX) {
         return Err(SpecError::new(

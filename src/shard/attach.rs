@@ -6,8 +6,8 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::catalog::Role;
 use crate::ops::sessions::Watch;
+use crate::wire::shard::catalog::Role;
 
 /// Commands one connection may have waiting for the worker at once.
 pub const MAX_PENDING: usize = 256;

@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use serde_json::Value;
 
 use super::attach::ConnState;
-use super::direct;
-use super::wire::{self, Refusal};
+use crate::wire::shard::direct;
+use crate::wire::shard::message::{self, Refusal};
 use crate::ws::FrameWriter;
 use crate::wsconn::outbound::{self, Encoded, Kind, Outbound, WriterInbox};
 
@@ -141,8 +141,8 @@ impl ShardConn {
         outcome: Result<Option<Value>, Refusal>,
     ) {
         let message = match outcome {
-            Ok(data) => wire::response(id, command, Ok(data)),
-            Err(refusal) => wire::response(id, command, Err(&refusal)),
+            Ok(data) => message::response(id, command, Ok(data)),
+            Err(refusal) => message::response(id, command, Err(&refusal)),
         };
         self.send(&message);
     }

@@ -20,17 +20,18 @@ use serde_json::{json, Value};
 
 use super::agent::{self, Snapshot};
 use super::attach::{Awaiting, Pending};
-use super::catalog::{self, Bind, Command, Create, Decision, Role, Scope};
 use super::conn::{ShardConn, Transport};
 use super::track::Runtime;
-use super::wire::{self, Code, Incoming, Refusal};
-use super::{direct, render, window, Shard};
+use super::{render, window, Shard};
 use crate::hub::Hub;
 use crate::ops::sessions::Watch;
 use crate::ops::worker::{Action, ActionDone, MODES};
 use crate::ops::{self, ErrorKind};
 use crate::session::{PromptState, PROMPT_PREVIEW_BYTES};
 use crate::util::thread::{self, Stack};
+use crate::wire::shard::catalog::{self, Bind, Command, Create, Decision, Role, Scope};
+use crate::wire::shard::direct;
+use crate::wire::shard::message::{self, Code, Incoming, Refusal};
 
 type Outcome = Result<Option<Value>, Refusal>;
 
@@ -50,7 +51,7 @@ pub fn handle_text(hub: &Arc<Hub>, shard: &Arc<Shard>, conn: &Arc<ShardConn>, te
 
 /// Handles one text message of connection `conn`.
 pub fn handle(hub: &Arc<Hub>, shard: &Arc<Shard>, conn: &Arc<ShardConn>, text: &str) {
-    let msg = match wire::parse(text) {
+    let msg = match message::parse(text) {
         Ok(msg) => msg,
         Err(bad) => {
             let command = bad.kind.as_deref().unwrap_or("");
@@ -668,7 +669,10 @@ fn attach(
     }
     reply(Ok(Some(data)));
     if direct {
-        conn.send(&wire::hello(&wire::server_version(), direct::CAPABILITIES));
+        conn.send(&message::hello(
+            &message::server_version(),
+            direct::CAPABILITIES,
+        ));
     }
     conn.send(&sync);
     if role == Role::Interactive {

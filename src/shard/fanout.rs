@@ -36,14 +36,15 @@ use serde_json::{json, Value};
 use super::agent::Snapshot;
 use super::attach::{Awaiting, Pending, Settled};
 use super::conn::{encode, Frame, ShardConn};
-use super::direct::{self, End};
 use super::track::Runtime;
-use super::wire::{self, Code, Refusal};
-use super::{render, translate, Shard};
+use super::{render, Shard};
 use crate::hub::{Hub, Note, Subscriber};
 use crate::ops;
 use crate::session::{PromptState, PROMPT_PREVIEW_BYTES};
 use crate::util::time;
+use crate::wire::shard::direct::{self, End};
+use crate::wire::shard::message::{self, Code, Refusal};
+use crate::wire::shard::translate;
 
 impl Subscriber for Shard {
     fn publish(&self, hub: &Hub, note: &Note) {
@@ -430,7 +431,7 @@ fn removed(shard: &Shard, agent: &str) {
         &direct::end_event(agent, End::AgentDeleted, None, None),
     );
     shard.forget(agent);
-    let error = wire::error_event(
+    let error = message::error_event(
         agent,
         Code::NotFound,
         "the agent's session was deleted",

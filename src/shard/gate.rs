@@ -14,12 +14,13 @@ use std::time::Instant;
 use serde_json::json;
 use tiny_http::{Method, Request};
 
-use super::access::{self, Mode, Passed, Refusal, Scheme, Seen, Settings};
-use super::ticket::{self, Redeem, TicketBook};
 use crate::config::Config;
-use crate::http::{self, auth, ApiError, Reply};
 use crate::hub::Hub;
-use crate::ops::code;
+use crate::reply::{self, ApiError, Reply};
+use crate::wire::code;
+use crate::wire::http::auth;
+use crate::wire::shard::access::{self, Mode, Passed, Refusal, Scheme, Seen, Settings};
+use crate::wire::shard::ticket::{self, Redeem, TicketBook};
 use crate::ws;
 
 /// Largest client message on a Shard socket.
@@ -84,7 +85,7 @@ pub fn announce(hub: &Hub, gate: &Gate) {
         Mode::Off => log::warn!("{}", gate.off_reason),
         Mode::Loopback => log::info!(
             "shard: ws://{}/shard/ws (loopback)",
-            http::display_addr(&hub.local_addr())
+            reply::display_addr(&hub.local_addr())
         ),
         Mode::Direct | Mode::Proxy => {
             let public = s
@@ -132,7 +133,7 @@ pub fn route(
                 Ok(reply) => reply,
                 Err(err) => Reply::error(&err),
             };
-            http::respond(rq, reply)
+            reply::respond(rq, reply)
         }
         ("/shard/ticket", false) => {
             let mut reply = Reply::error(&ApiError::new(
@@ -141,9 +142,9 @@ pub fn route(
                 "POST /shard/ticket",
             ));
             reply.extra.push(("Allow", "POST".into()));
-            http::respond(rq, reply)
+            reply::respond(rq, reply)
         }
-        ("/shard/ws", false) => http::respond_error(
+        ("/shard/ws", false) => reply::respond_error(
             rq,
             &ApiError::new(
                 400,
@@ -151,7 +152,7 @@ pub fn route(
                 "GET /shard/ws is a WebSocket upgrade",
             ),
         ),
-        _ => http::respond_error(
+        _ => reply::respond_error(
             rq,
             &ApiError::new(404, code::NOT_FOUND, "no such Shard route"),
         ),
@@ -264,11 +265,11 @@ fn issue_ticket(hub: &Hub, gate: &Gate, rq: &Request, query: &str) -> Result<Rep
 fn connect(hub: &Arc<Hub>, gate: &Gate, shard: &Arc<super::Shard>, rq: Request, query: &str) {
     let admitted = match admit(hub, gate, &rq, query) {
         Ok(admitted) => admitted,
-        Err(err) => return http::respond_error(rq, &err),
+        Err(err) => return reply::respond_error(rq, &err),
     };
     let key = match ws::check_upgrade(&rq) {
         Ok(key) => key,
-        Err(err) => return http::respond_error(rq, &err.into()),
+        Err(err) => return reply::respond_error(rq, &err.into()),
     };
     let accepted = ws::accept_selecting(
         rq,
@@ -323,8 +324,8 @@ fn checked(hub: &Hub, gate: &Gate, seen: &Seen<'_>) -> Result<Passed, ApiError> 
 fn panel_token(hub: &Hub, rq: &Request, query: &str) -> Result<(), ApiError> {
     let presented = auth::Presented {
         query,
-        authorization: http::header(rq, "Authorization"),
-        cookie: http::header(rq, "Cookie"),
+        authorization: reply::header(rq, "Authorization"),
+        cookie: reply::header(rq, "Cookie"),
     };
     if auth::panel_authorized(&hub.config.panel.token, &presented) {
         Ok(())
@@ -340,7 +341,7 @@ fn panel_token(hub: &Hub, rq: &Request, query: &str) -> Result<(), ApiError> {
 /// The request as the rules see it. `X-Forwarded-For` is not read.
 fn seen(rq: &Request) -> Seen<'_> {
     Seen {
-        host: http::header(rq, "Host"),
+        host: reply::header(rq, "Host"),
         origin: single(rq, "Origin"),
         forwarded_proto: single(rq, "X-Forwarded-Proto"),
         forwarded_host: single(rq, "X-Forwarded-Host"),

@@ -18,11 +18,11 @@ use std::sync::{Arc, Weak};
 
 use super::conn::ShardConn;
 use super::dispatch;
-use super::jsonl::{Record, Splitter};
-use super::wire::Refusal;
 use super::Shard;
 use crate::hub::Hub;
 use crate::util::wakes;
+use crate::wire::shard::jsonl::{Record, Splitter};
+use crate::wire::shard::message::Refusal;
 use crate::wsconn::poller::Watched;
 
 /// Bytes read from the socket at a time (allocated per drain, so an idle

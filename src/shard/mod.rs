@@ -25,26 +25,20 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-pub mod access;
 pub mod agent;
 pub mod attach;
-pub mod catalog;
 pub mod conn;
-pub mod direct;
 pub mod dispatch;
 pub mod fanout;
 pub mod gate;
-pub mod jsonl;
 pub mod lines;
+pub mod refusal;
 pub mod render;
 pub mod service;
 pub mod socket;
 pub mod stdio;
-pub mod ticket;
 pub mod track;
-pub mod translate;
 pub mod window;
-pub mod wire;
 
 use conn::ShardConn;
 use track::Track;

@@ -22,10 +22,10 @@ use tungstenite::{Error as WsError, Message, WebSocket};
 
 use super::conn::{ShardConn, Transport};
 use super::lines::{self, LineSocket};
-use super::wire::{self, Refusal};
 use super::{dispatch, Shard};
 use crate::hub::Hub;
 use crate::util::time;
+use crate::wire::shard::message::{self, Refusal};
 use crate::ws::{self, SplitStream};
 use crate::wsconn::outbound::Outbound;
 use crate::wsconn::poller::{self, Service, Watched};
@@ -89,7 +89,7 @@ pub fn start(
 ) {
     shard.add(conn.clone());
     conn.start_writer(inbox);
-    conn.send(&wire::hello(&wire::server_version(), capabilities));
+    conn.send(&message::hello(&message::server_version(), capabilities));
     let parked = Parked {
         conn,
         socket: Box::new(socket),

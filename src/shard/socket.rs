@@ -301,6 +301,14 @@ fn serve(
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_default_line_limit_is_the_websocket_message_limit() {
+        use crate::wire::shard::jsonl::DEFAULT_MAX_LINE;
+        assert_eq!(DEFAULT_MAX_LINE, crate::shard::gate::MAX_CLIENT_MESSAGE);
+        let config = crate::config::test_config("{}");
+        assert_eq!(config.shard_socket.max_line_bytes, DEFAULT_MAX_LINE);
+    }
+
     fn temp_dir(tag: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!(
             "shard-sock-{tag}-{}-{}",

@@ -23,8 +23,8 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use super::direct::{self, End};
-use super::jsonl::{Record, Splitter};
+use crate::wire::shard::direct::{self, End};
+use crate::wire::shard::jsonl::{Record, Splitter};
 
 /// The exit statuses of `shard-stdio`.
 pub mod exit {

@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, VecDeque};
 
 use serde_json::Value;
 
-use super::translate::{self, Parsed, Usage};
+use crate::wire::shard::translate::{self, Parsed, Usage};
 
 /// The runtime (worker process) as the session record shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

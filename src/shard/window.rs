@@ -8,8 +8,8 @@
 
 use serde_json::{json, Value};
 
-use super::translate;
 use crate::transcript::Pick;
+use crate::wire::shard::translate;
 
 /// Encoded bytes of the messages one window carries at most.
 pub const WINDOW_BYTES: usize = 256 * 1024;

@@ -16,8 +16,8 @@ use std::fmt;
 
 use serde_json::{json, Value};
 
-use crate::util::sha256::Sha256;
-use crate::util::yaml_edit::read;
+use crate::wire::sha256::Sha256;
+use crate::wire::yaml_edit::read;
 
 /// Largest skill file, in bytes.
 pub const MAX_FILE_BYTES: usize = 64 * 1024;
@@ -126,7 +126,7 @@ pub fn parse(source: &str) -> Result<Skill, SkillError> {
     if let Some(key) = map.keys().find(|k| !KEYS.contains(&k.as_str())) {
         return Err(invalid(format!(
             "unknown field {} (a skill has {})",
-            crate::worker::display::quote(key),
+            crate::wire::worker::display::quote(key),
             KEYS.join(", ")
         )));
     }

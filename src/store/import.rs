@@ -26,7 +26,7 @@ use super::{
     insert_session_in, insert_subagent_in, put_plan_in, put_process_in, sql, Store, StoreError,
 };
 use crate::session::headless::is_child_id;
-use crate::session::is_valid_id;
+use crate::wire::ids::is_valid_id;
 
 /// The `hub_meta` key recording that the import happened (its value: a
 /// JSON summary).

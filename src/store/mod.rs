@@ -25,6 +25,8 @@ use serde_json::Value;
 use error::{classify, no_row, sql};
 pub use error::{io_is_disk_full, StoreError};
 use schema::check;
+
+use crate::wire::worker::plan::PlanRecord;
 pub use schema::{APPLICATION_ID, SCHEMA_VERSION};
 
 /// One supervised session as persisted.
@@ -56,14 +58,6 @@ pub struct ProcessRecord {
     pub log_path: Option<String>,
     pub state: String,
     pub lifecycle_id: String,
-}
-
-/// A session's plan. Revision 0 with empty markdown means "no plan yet".
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct PlanRecord {
-    pub markdown: String,
-    pub revision: u64,
-    pub updated_at: Option<String>,
 }
 
 /// A headless child's stored records (see migration 2).

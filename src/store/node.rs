@@ -26,11 +26,12 @@ use std::fmt;
 
 use serde_json::{json, Map, Value};
 
-use super::{PlanRecord, ProcessRecord, SessionRecord, SubagentRecord};
+use super::{ProcessRecord, SessionRecord, SubagentRecord};
 use crate::session::headless::{
     is_child_id, Lifecycle, Outcome, OutcomeState, Policy, KIND, MAX_CLEANUP_ATTEMPTS, MAX_OUTCOMES,
 };
-use crate::session::is_valid_id;
+use crate::wire::ids::is_valid_id;
+use crate::wire::worker::plan::PlanRecord;
 
 /// The Node hub's registry file, in the data directory.
 pub const HUB_JSON: &str = "hub.json";

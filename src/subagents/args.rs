@@ -12,11 +12,11 @@
 
 use serde_json::{Map, Value};
 
-use crate::worker::display::{describe, kind, quote};
-use crate::worker::payload::{validate_content, validate_options};
+use crate::wire::worker::display::{describe, kind, quote};
+use crate::wire::worker::payload::{validate_content, validate_options};
 use crate::worker::query::{self, SourceProblem, ANSWER_FIELDS};
 
-use crate::util::sha256;
+use crate::wire::sha256;
 
 /// The subagent routes.
 pub const CLEAN_FORK: &str = "subagent/clean-fork";
@@ -101,7 +101,7 @@ impl SendOp {
     }
 }
 
-pub use crate::worker::route_args::ArgError;
+pub use crate::wire::worker::route_args::ArgError;
 
 /// Whether `route` is one of the subagent routes.
 pub fn is_subagent_route(route: &str) -> bool {
@@ -149,7 +149,7 @@ fn parse(route: &'static str, arguments: &Value) -> Result<Call, ArgError> {
             found: kind(arguments),
         });
     };
-    let bytes = crate::worker::display::encoded_len(arguments);
+    let bytes = crate::wire::worker::display::encoded_len(arguments);
     if bytes > MAX_ARGUMENT_BYTES {
         return Err(ArgError::TooLarge {
             subject: ARGUMENTS_SUBJECT,
@@ -767,7 +767,7 @@ mod tests {
                 json!({"subagent_id": ID, "answer": {"source": source}}),
             )
         };
-        for name in crate::worker::payload::SOURCE_FIELDS {
+        for name in crate::wire::worker::payload::SOURCE_FIELDS {
             let mut incomplete = source();
             incomplete.as_object_mut().unwrap().remove(*name);
             match refused(incomplete) {
@@ -1014,7 +1014,7 @@ mod tests {
     /// A message whose serialized arguments are exactly `bytes` long.
     fn message_of_size(bytes: usize) -> Value {
         let mut args = json!({"subagent_id": ID, "operation": "message", "content": text("")});
-        let base = crate::worker::display::encoded_len(&args);
+        let base = crate::wire::worker::display::encoded_len(&args);
         args["content"][0]["raw"] =
             json!("é".repeat((bytes - base) / 2) + &"x".repeat((bytes - base) % 2));
         assert_eq!(serde_json::to_vec(&args).unwrap().len(), bytes);

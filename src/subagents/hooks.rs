@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::hub::{Followup, Hub, WorkerHooks};
 use crate::session::Session;
-use crate::worker::envelope::Envelope;
+use crate::wire::worker::envelope::Envelope;
 
 use super::family;
 use crate::session::headless::observe;

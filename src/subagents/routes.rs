@@ -310,7 +310,7 @@ const RESPONSE_SLACK: usize = 4 * 1024;
 /// Drops the oldest shown outcomes until the result fits the response
 /// limit (`requests_truncated` then says so).
 fn fit_requests(result: &mut Value) {
-    let limit = crate::worker::tool_frames::MAX_RESPONSE_BYTES - RESPONSE_SLACK;
+    let limit = crate::wire::worker::tool_frames::MAX_RESPONSE_BYTES - RESPONSE_SLACK;
     while result.to_string().len() > limit {
         let Some(list) = result["requests"].as_array_mut() else {
             return;

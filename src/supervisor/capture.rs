@@ -14,10 +14,10 @@ use std::time::Duration;
 
 use crate::hub::Hub;
 use crate::util::bounded_writer::{self, BoundedWriter};
-use crate::util::line_splitter::{Line, LineSplitter};
 use crate::util::log_ring::Stream;
 use crate::util::thread::Stack;
 use crate::util::time;
+use crate::wire::line_splitter::{Line, LineSplitter};
 
 /// How long a pipe may stay open after its worker exited.
 pub const DRAIN_AFTER_EXIT: Duration = Duration::from_secs(1);

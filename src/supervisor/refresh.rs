@@ -16,7 +16,7 @@
 //!   address, only while it runs and when `driver_model` is that profile.
 //!
 //! Everything else (comments, unknown keys, order, quoting, credentials,
-//! operator settings) is kept byte for byte (`util::yaml_edit`). A file the
+//! operator settings) is kept byte for byte (`wire::yaml_edit`). A file the
 //! editor cannot edit safely is refused with the key and line, and then
 //! left unchanged: the start fails with that message rather than run a
 //! worker on stale tokens or overwrite an operator's file.
@@ -29,7 +29,7 @@ use serde_json::Value;
 
 use super::render::{self, path_string, relative_path, Endpoints, RenderError};
 use crate::config::Config;
-use crate::util::yaml_edit::{self, read, Edit, NewValue, Refusal, When};
+use crate::wire::yaml_edit::{self, read, Edit, NewValue, Refusal, When};
 
 /// The configuration for one launch: the file's new text and its reading.
 #[derive(Debug, Clone, PartialEq)]

@@ -18,9 +18,9 @@ use std::path::{Component, Path, PathBuf};
 use serde_json::{json, Map, Value};
 
 use crate::config::Config;
-use crate::http::url::percent_encode;
 use crate::session::MODALITY_ASSIST_ENTRY;
-use crate::util::yaml_edit::Refusal;
+use crate::wire::http::url::percent_encode;
+use crate::wire::yaml_edit::Refusal;
 
 /// The three WebSocket URLs a worker dials, each carrying the session
 /// token in its query.

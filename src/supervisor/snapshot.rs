@@ -8,7 +8,7 @@ use std::path::{Component, Path, PathBuf};
 use serde_json::{json, Value};
 
 use super::render;
-use crate::util::yaml_edit::read;
+use crate::wire::yaml_edit::read;
 
 /// Largest file the snapshot reads.
 pub const MAX_FILE_BYTES: u64 = 8 * 1024 * 1024;

@@ -11,10 +11,10 @@ use std::collections::VecDeque;
 
 use serde_json::{json, Value};
 
-use super::line_splitter::{
+use super::time::rfc3339_from_millis;
+use crate::wire::line_splitter::{
     floor_char_boundary, truncation_annotation, Line, TRUNCATED_PREFIX, TRUNCATED_SUFFIX,
 };
-use super::time::rfc3339_from_millis;
 
 /// The smallest byte ceiling a ring accepts (smaller is raised); every
 /// annotation fits in it.
@@ -261,7 +261,7 @@ fn decimal_digits(mut n: u64) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::util::line_splitter::LineSplitter;
+    use crate::wire::line_splitter::LineSplitter;
 
     fn plain(text: &str) -> Line {
         Line {

@@ -9,18 +9,12 @@
 pub mod bounded_writer;
 pub mod fdlimit;
 pub mod fsutil;
-#[cfg(test)]
-mod fuzz_regressions;
-pub mod jsonw;
-pub mod line_splitter;
 pub mod log_ring;
 pub mod poll;
 pub mod procself;
 pub mod rate;
-pub mod sha256;
 #[cfg(test)]
 pub mod testkit;
 pub mod thread;
 pub mod time;
 pub mod wakes;
-pub mod yaml_edit;

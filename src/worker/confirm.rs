@@ -22,13 +22,13 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use tungstenite::{Error as WsError, Message};
 
-use super::confirm_frames::{self, ConfirmationRequest};
 use crate::hub::{Hub, Note};
 use crate::session::headless::Policy;
 use crate::session::{
     NewPrompt, NotOpened, PromptState, PromptStep, Session, PROMPT_PREVIEW_BYTES,
 };
 use crate::util::time;
+use crate::wire::worker::confirm_frames::{self, ConfirmationRequest};
 use crate::ws::{close, Accepted, FrameWriter};
 
 /// Open prompts one session may hold; further requests are denied.
@@ -446,7 +446,7 @@ fn retire(hub: &Hub, session_id: &str, confirmation_id: &str, conn_id: u64, ende
             described["reason"] = json!(ended.detail());
         }
         let outcome =
-            crate::panel::protocol::outcome(decided.as_deref(), ended.phase(), ended.detail());
+            crate::wire::panel::outcome(decided.as_deref(), ended.phase(), ended.detail());
         hub.notify(Note::Confirmation {
             session: session_id.to_string(),
             open: false,

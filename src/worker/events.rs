@@ -16,11 +16,12 @@ use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::protocol::CloseFrame;
 use tungstenite::{Error as WsError, Message};
 
-use super::canonical;
-use super::envelope::{self, Envelope};
 use crate::hub::{Hub, Note};
 use crate::session::{IdentityState, Session, WorkerLink};
-use crate::util::{jsonw, time};
+use crate::util::time;
+use crate::wire::jsonw;
+use crate::wire::worker::canonical;
+use crate::wire::worker::envelope::{self, Envelope};
 use crate::ws::{close, Accepted};
 
 /// Protocol errors one connection may record before it is closed (1008).
@@ -429,7 +430,8 @@ mod tests {
         );
         let text = format!("{},\"hub_sequence\":8}}", entry_prefix(&env, 0, "real").0);
         // (`raw` shows the worker's members, nested.)
-        let top = crate::worker::canonical::canonical_object(&text).expect("no duplicate keys");
+        let top =
+            crate::wire::worker::canonical::canonical_object(&text).expect("no duplicate keys");
         let keys: Vec<&str> = top.members.iter().map(|m| &text[m.key.clone()]).collect();
         assert_eq!(keys.iter().filter(|k| **k == "\"received_at\"").count(), 1);
         assert_eq!(keys.iter().filter(|k| **k == "\"hub_sequence\"").count(), 1);

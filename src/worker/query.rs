@@ -32,10 +32,10 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use serde_json::{Map, Value};
 
-use super::envelope::{Envelope, MAX_ID_BYTES};
-use super::payload;
 use crate::hub::Hub;
 use crate::session::IdentityState;
+use crate::wire::worker::envelope::{Envelope, MAX_ID_BYTES};
+use crate::wire::worker::payload;
 
 /// Queries pending in the whole hub at once.
 pub const MAX_PENDING: usize = 64;
@@ -163,7 +163,7 @@ impl fmt::Display for QueryError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             QueryError::UnknownSession(id) => {
-                write!(f, "no session {}", super::display::quote(id))
+                write!(f, "no session {}", crate::wire::worker::display::quote(id))
             }
             QueryError::Invalid(msg)
             | QueryError::NotConnected(msg)
@@ -296,7 +296,7 @@ impl Queries {
         if table.routes.contains_key(request_id) {
             return Err(QueryError::Invalid(format!(
                 "request id {} is already pending",
-                super::display::quote(request_id)
+                crate::wire::worker::display::quote(request_id)
             )));
         }
         let (tx, rx) = crossbeam_channel::bounded(1);
@@ -432,7 +432,7 @@ fn rejection(data: Option<&Value>) -> QueryError {
     let text = |key: &str| {
         data.and_then(|d| d.get(key))
             .and_then(Value::as_str)
-            .map(|s| super::display::clip(s, MAX_DIAGNOSTIC_BYTES))
+            .map(|s| crate::wire::worker::display::clip(s, MAX_DIAGNOSTIC_BYTES))
     };
     QueryError::Rejected {
         code: text("code").filter(|c| !c.is_empty()),
@@ -534,7 +534,7 @@ pub fn answer_payload(args: &Value) -> Result<Value, String> {
     if let Some(extra) = fields.keys().find(|k| !ANSWER_FIELDS.contains(&k.as_str())) {
         return Err(format!(
             "unknown field {}; expected source, part, offset",
-            super::display::quote(extra)
+            crate::wire::worker::display::quote(extra)
         ));
     }
     let source = fields.get("source").ok_or("source is required")?;
@@ -629,7 +629,10 @@ fn source_message(problem: SourceProblem) -> String {
     match problem {
         SourceProblem::NotAnObject => "source must be an object".into(),
         SourceProblem::Unknown(key) => {
-            format!("source has unknown field {}", super::display::quote(&key))
+            format!(
+                "source has unknown field {}",
+                crate::wire::worker::display::quote(&key)
+            )
         }
         SourceProblem::Missing(field) => format!("source is missing {field}"),
         SourceProblem::Invalid { field, expected } => {
@@ -867,7 +870,7 @@ mod tests {
         let q = Queries::new();
         let p = begin(&q, "s", 3, "q-1").unwrap();
         let env = |data: Value| {
-            super::super::envelope::parse_event(
+            crate::wire::worker::envelope::parse_event(
                 &json!({"type": "event", "event": "answer", "session_id": "s",
                     "worker_id": "w1", "request_id": "run-req", "run_id": "", "sequence": 4,
                     "data": data})

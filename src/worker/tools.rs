@@ -20,14 +20,14 @@ use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::protocol::CloseFrame;
 use tungstenite::{Error as WsError, Message, WebSocket};
 
-use super::plan::{self, PlanCall};
-use super::tool_frames::{self, code, ToolRequest, MAX_RESPONSE_BYTES};
-use crate::http::auth;
 use crate::hub::{Hub, HubError, ToolSlot};
 use crate::session::IdentityState;
 use crate::subagents::args;
 use crate::subagents::family::Caller;
 use crate::subagents::routes;
+use crate::wire::http::auth;
+use crate::wire::worker::plan::{self, PlanCall};
+use crate::wire::worker::tool_frames::{self, code, ToolRequest, MAX_RESPONSE_BYTES};
 use crate::ws::{close, Accepted, FrameWriter, SplitStream};
 
 /// How long one read waits before the deadlines are looked at again (also

@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::{LifecycleEvent, Outcome, OutcomeState};
 use crate::session::{IdentityState, Session};
-use crate::worker::envelope::Envelope;
+use crate::wire::worker::envelope::Envelope;
 
 /// What changed, for the caller to persist and announce.
 #[derive(Debug, Default, PartialEq)]

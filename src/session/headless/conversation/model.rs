@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::pages::{clip_by, clip_bytes};
 use super::{MAX_SOURCE_BYTES, MAX_STEPS_PER_TURN, MIN_CONVERSATION_BYTES};
-use crate::worker::display::encoded_len;
+use crate::wire::worker::display::encoded_len;
 
 /// A visible text and whether it is only a prefix of the original.
 #[derive(Debug, Clone, PartialEq, Eq)]

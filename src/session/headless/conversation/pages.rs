@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::model::{Conversation, Text, Turn};
 use super::PAGE_SKELETON_BYTES;
-use crate::worker::display::{encoded_len, quoted_len};
+use crate::wire::worker::display::{encoded_len, quoted_len};
 
 /// `,"truncated":true`
 const FLAG_BYTES: usize = 17;

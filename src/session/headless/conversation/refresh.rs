@@ -10,7 +10,7 @@ use serde_json::{json, Map, Value};
 
 use super::model::{sanitize_source, visible_text, Conversation, Step, Text, Turn};
 use super::{HISTORY_PAGE_TURNS, MAX_REFRESH_PAGES, MAX_STEPS_PER_TURN, MIN_CONVERSATION_BYTES};
-use crate::worker::display::kind;
+use crate::wire::worker::display::kind;
 
 /// Why a refresh snapshot was not published; the previous projection stays.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use serde_json::{json, Map, Value};
 
 use super::model::{sanitize_source, Conversation, Step, Text, Turn};
 use super::{FORMAT, MAX_HEADER_TEXT};
-use crate::worker::display::kind;
+use crate::wire::worker::display::kind;
 
 impl Text {
     pub(super) fn to_json(&self) -> Value {

@@ -12,7 +12,7 @@
 //! Layout: `client` parses client frames ([`ClientMsg`], [`parse_client`]),
 //! `frames` builds the hub -> client messages, `budget` holds the byte
 //! budgets and the planning over them; everything is re-exported here, so
-//! callers name `protocol::X` whichever file `X` lives in.
+//! callers name `wire::panel::X` whichever file `X` lives in.
 
 mod budget;
 mod client;
@@ -36,4 +36,4 @@ pub use frames::{
 pub const VERSION: u64 = 1;
 
 /// The panel protocol's error codes: the command layer's wire codes.
-pub use crate::ops::code;
+pub use crate::wire::code;

@@ -615,7 +615,7 @@ pub fn build_signal(
 mod tests {
     use super::*;
     use crate::util::testkit::Rng;
-    use crate::worker::confirm_frames::parse_confirmation_request;
+    use crate::wire::worker::confirm_frames::parse_confirmation_request;
     use serde_json::json;
 
     fn ids() -> impl FnMut() -> String {

@@ -7,7 +7,7 @@
 use serde_json::Value;
 
 use crate::util::testkit::Rng;
-use crate::worker::envelope::parse_event;
+use crate::wire::worker::envelope::parse_event;
 
 /// `envelope`: the decode -> encode -> decode check failed on a frame
 /// holding `127898.88888888889`. serde_json's default float parser is not
@@ -42,10 +42,10 @@ fn r_7_envelope_every_float_round_trips() {
 /// `yaml_edit`: a byte-order mark at the start was counted as the first
 /// line's indentation, so a key inserted into the top-level mapping was
 /// indented by 3 and read back as something else (the editor refused it as
-/// `Unverified`). Fixed in `util::yaml_edit::scan` (`Scanner::line_start`).
+/// `Unverified`). Fixed in `wire::yaml_edit::scan` (`Scanner::line_start`).
 #[test]
 fn r_15_yaml_edit_byte_order_mark_is_not_indentation() {
-    use crate::util::yaml_edit::{edit, Edit};
+    use crate::wire::yaml_edit::{edit, Edit};
     let text = "\u{feff}e: &bSSSSSSSS abs://x\n";
     let e = [Edit::string(
         &["providers", "mock", "endpoint", "base_url"],
@@ -62,10 +62,10 @@ fn r_15_yaml_edit_byte_order_mark_is_not_indentation() {
 /// without a final line break changed that scalar (the line break the
 /// insertion adds becomes its content; here the parser also read the
 /// whitespace-only last line differently). Such an append is refused now
-/// (`util::yaml_edit::plan`); with the line break it is made.
+/// (`wire::yaml_edit::plan`); with the line break it is made.
 #[test]
 fn r_15_yaml_edit_append_after_an_open_block_scalar() {
-    use crate::util::yaml_edit::{edit, Edit};
+    use crate::wire::yaml_edit::{edit, Edit};
     let e = [Edit::string(&["client", "endpoint"], "ws://e")];
     for text in ["prompt: |\n  text\r\n ", "prompt: |\n  text"] {
         let err = edit(text, &e).unwrap_err().to_string();
@@ -90,11 +90,11 @@ fn r_15_yaml_edit_append_after_an_open_block_scalar() {
 fn r_19_a_duplicate_keys_message_is_bounded() {
     let key = format!("k{}", "\u{fffd}".repeat(400));
     let text = format!("{key}: 1\n{key}: 2\n");
-    let err = crate::util::yaml_edit::read::read_json(&text).unwrap_err();
+    let err = crate::wire::yaml_edit::read::read_json(&text).unwrap_err();
     let message = err.to_string();
     assert!(message.len() < 300, "{} bytes: {message}", message.len());
     assert!(message.contains("twice (again on line 2)"), "{message}");
     assert!(message.contains('…'), "{message}");
-    let short = crate::util::yaml_edit::read::read_json("a: 1\na: 2\n").unwrap_err();
+    let short = crate::wire::yaml_edit::read::read_json("a: 1\na: 2\n").unwrap_err();
     assert_eq!(short.to_string(), "has the key a twice (again on line 2)");
 }

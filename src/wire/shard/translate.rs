@@ -34,7 +34,7 @@ use std::borrow::Cow;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use super::wire::Code;
+use super::message::Code;
 
 /// Token counts summed from worker `cost` objects.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -634,7 +634,7 @@ fn other_events(agent: &str, entry: &Value, run_usage: Option<Usage>) -> Vec<Val
                     .and_then(Value::as_str)
                     .filter(|m| !m.is_empty())
                     .unwrap_or("the run failed");
-                out.push(super::wire::error_event(agent, code, message, false));
+                out.push(super::message::error_event(agent, code, message, false));
             }
             let mut end = json!({"type": "turn_end", "agent_id": agent, "turn_id": run_id});
             if let Some(usage) = run_usage.filter(|u| u.reported) {
@@ -663,7 +663,7 @@ fn other_events(agent: &str, entry: &Value, run_usage: Option<Usage>) -> Vec<Val
                 .and_then(Value::as_str)
                 .unwrap_or("the worker reported an error");
             let fatal = data.get("durable").and_then(Value::as_bool) == Some(false);
-            out.push(super::wire::error_event(
+            out.push(super::message::error_event(
                 agent,
                 Code::InternalError,
                 message,

@@ -13,7 +13,7 @@ use std::borrow::Cow;
 use serde_json::{json, Value};
 
 use super::catalog::{self, Scope};
-use super::wire::{Code, Refusal};
+use super::message::{Code, Refusal};
 
 /// The message type that binds a unix-socket connection to one agent.
 pub use super::catalog::DIRECT_BIND as BIND;

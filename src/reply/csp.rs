@@ -51,7 +51,7 @@ pub fn inline_script_hashes(html: &str) -> Vec<String> {
             break;
         };
         if !has_src(attributes) {
-            let mut digest = crate::util::sha256::Sha256::new();
+            let mut digest = crate::wire::sha256::Sha256::new();
             digest.update(&html.as_bytes()[body_start..close]);
             hashes.push(base64(&digest.finish()));
         }
@@ -121,7 +121,7 @@ mod tests {
         let hashes = inline_script_hashes(html);
         assert_eq!(hashes.len(), 2, "{hashes:?}");
         assert_eq!(hashes[0], "qznLcsROx4GACP2dm0UCKCzCG+HiZ1guq6ZZDob/Tng=");
-        let mut digest = crate::util::sha256::Sha256::new();
+        let mut digest = crate::wire::sha256::Sha256::new();
         digest.update(b"b()");
         assert_eq!(hashes[1], base64(&digest.finish()));
         // an unterminated script hashes nothing

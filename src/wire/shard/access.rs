@@ -26,7 +26,7 @@
 use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 
-use crate::http::url;
+use crate::wire::http::url;
 
 /// The subprotocol the hub selects when a client offers it.
 pub const SUBPROTOCOL: &str = "shard.v0";

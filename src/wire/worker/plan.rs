@@ -7,7 +7,14 @@
 use serde_json::{json, Map, Value};
 
 use super::display::{kind, quote};
-use crate::store::PlanRecord;
+
+/// A session's plan. Revision 0 with empty markdown means "no plan yet".
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PlanRecord {
+    pub markdown: String,
+    pub revision: u64,
+    pub updated_at: Option<String>,
+}
 
 /// Largest plan text, in UTF-8 bytes.
 pub const MAX_PLAN_BYTES: usize = 64 * 1024;

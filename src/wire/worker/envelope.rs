@@ -477,7 +477,7 @@ fn check<'a>(
             string: Some(s), ..
         }) => {
             check_len("session_id", &s)?;
-            if !crate::session::is_valid_id(&s) {
+            if !crate::wire::ids::is_valid_id(&s) {
                 return Err(EnvelopeError::BadSessionId { value: quote(&s) });
             }
             s

@@ -7,13 +7,12 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::ops::{ErrorKind, NotSent, OpError};
-
 /// The protocol version `hello` names (seed §7).
 pub const PROTOCOL_VERSION: &str = "0.1.0";
 
 /// The error registry of seed §8, exactly as it spells the codes. This
-/// hub never answers `PROTOCOL_ERROR` (it speaks one version),
+/// hub answers `PROTOCOL_ERROR` only for a message out of place on a
+/// bound connection (`direct::route`; it speaks one version), and never
 /// `TIMEOUT` (an unanswered prompt is denied with its reason as the
 /// source), `SESSION_CORRUPT` (no session is adopted from files) or
 /// `TOOL_ERROR` (a failed tool is a `tool_result` with `is_error`).
@@ -49,28 +48,6 @@ impl Code {
             Code::ProviderError => "PROVIDER_ERROR",
             Code::ToolError => "TOOL_ERROR",
             Code::Conflict => "CONFLICT",
-        }
-    }
-
-    /// The Shard code of a refused hub command.
-    pub fn of(kind: ErrorKind) -> Code {
-        use ErrorKind::*;
-        match kind {
-            UnknownSession | UnknownConfirmation | UnknownChoice => Code::NotFound,
-            ConfigurationNotFound | SkillNotFound => Code::NotFound,
-            InvalidSession | InvalidPolicy | InvalidArguments | DisplaySnapshotTooLarge => {
-                Code::InvalidRequest
-            }
-            InvalidConfiguration | ConfigurationTooLarge | InvalidSkill => Code::InvalidRequest,
-            ConfigurationConflict => Code::Conflict,
-            InputNotSent(NotSent::Invalid) | SignalNotSent(NotSent::Invalid) => {
-                Code::InvalidRequest
-            }
-            HeadlessRestricted => Code::PermissionDenied,
-            SessionExists | SessionBusy | StaleLifecycle | RecoveryConflict | CleanupFailed
-            | ConfirmationRejected | TooManyQueries | AnswerUnavailable => Code::Conflict,
-            InputNotSent(_) | SignalNotSent(_) => Code::Conflict,
-            TooManySkills | Storage | Internal => Code::InternalError,
         }
     }
 }
@@ -126,19 +103,6 @@ impl Refusal {
             error["data"] = data.clone();
         }
         error
-    }
-}
-
-/// A refused hub command: its kind's code, its message, and its details
-/// (when any) as `data`.
-impl From<OpError> for Refusal {
-    fn from(err: OpError) -> Refusal {
-        let data = (!err.details.is_empty()).then(|| Value::Object(err.details.clone()));
-        Refusal {
-            code: Code::of(err.kind),
-            message: err.message,
-            data,
-        }
     }
 }
 
@@ -284,32 +248,6 @@ mod tests {
         for (code, text) in all {
             assert_eq!(code.as_str(), text);
         }
-    }
-
-    #[test]
-    fn hub_refusals_map_onto_the_registry() {
-        assert_eq!(Code::of(ErrorKind::UnknownSession), Code::NotFound);
-        assert_eq!(
-            Code::of(ErrorKind::HeadlessRestricted),
-            Code::PermissionDenied
-        );
-        assert_eq!(Code::of(ErrorKind::SessionBusy), Code::Conflict);
-        assert_eq!(
-            Code::of(ErrorKind::InputNotSent(NotSent::Invalid)),
-            Code::InvalidRequest
-        );
-        assert_eq!(
-            Code::of(ErrorKind::InputNotSent(NotSent::NotConnected)),
-            Code::Conflict
-        );
-        assert_eq!(Code::of(ErrorKind::Storage), Code::InternalError);
-        let refusal: Refusal = OpError::new(ErrorKind::UnknownSession, "no session")
-            .with("x", json!(1))
-            .into();
-        assert_eq!(
-            refusal.to_json(),
-            json!({"code": "NOT_FOUND", "message": "no session", "data": {"x": 1}})
-        );
     }
 
     #[test]

@@ -11,7 +11,7 @@
 
 use std::collections::HashMap;
 
-use crate::util::sha256::Sha256;
+use crate::wire::sha256::Sha256;
 
 /// How long a ticket is valid: 60 s, the longest the issue allows.
 pub const LIFETIME_MS: u64 = 60_000;
@@ -102,6 +102,12 @@ impl TicketBook {
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.live.len()
+    }
+
+    /// No ticket outstanding.
+    #[cfg(test)]
+    pub fn is_empty(&self) -> bool {
+        self.live.is_empty()
     }
 }
 

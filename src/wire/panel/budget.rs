@@ -5,7 +5,7 @@
 
 use std::ops::Range;
 
-use crate::ws::frame_header_len;
+use crate::wire::websocket::frame_header_len;
 
 /// Pending outbound bytes (frames including their headers) one panel
 /// connection may have; a send that would exceed it ends the connection.
@@ -119,8 +119,8 @@ mod tests {
     use serde_json::{json, Value};
 
     use super::*;
-    use crate::panel::protocol::{subscribed, Paging};
     use crate::util::testkit::Rng;
+    use crate::wire::panel::{subscribed, Paging};
 
     fn parsed(text: &str) -> Value {
         serde_json::from_str(text).expect("valid JSON")

@@ -6,7 +6,13 @@
 //! syntax error point at the same place in the file the operator edits.
 //! Nothing here touches the disk.
 
-use super::ConfigError;
+/// A block comment that never closes, at its opening `/*` (1-based line
+/// and column; columns count bytes, as serde_json's do).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnterminatedComment {
+    pub line: usize,
+    pub column: usize,
+}
 
 /// Where the scanner is between two bytes.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -30,7 +36,7 @@ enum State {
 /// 1-based line and column of its opening `/*` (columns count bytes, as
 /// serde_json's do). Other malformed input is passed through for the JSON
 /// parser to report.
-pub fn strip_jsonc(text: &str) -> Result<String, ConfigError> {
+pub fn strip_jsonc(text: &str) -> Result<String, UnterminatedComment> {
     let bytes = text.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut state = State::Code;
@@ -87,11 +93,7 @@ pub fn strip_jsonc(text: &str) -> Result<String, ConfigError> {
     }
     if let State::Block { start } = state {
         let (line, column) = line_column(bytes, start);
-        return Err(ConfigError::UnterminatedComment {
-            path: None,
-            line,
-            column,
-        });
+        return Err(UnterminatedComment { line, column });
     }
     // Comments start and end on ASCII bytes, so only whole UTF-8 sequences
     // were replaced and the output is still valid UTF-8.
@@ -166,12 +168,7 @@ mod tests {
     #[test]
     fn unterminated_block_comment_is_an_error_at_its_opening() {
         let err = strip_jsonc("{\n  \"a\": 1 /* open\n}").unwrap_err();
-        match err {
-            ConfigError::UnterminatedComment { line, column, .. } => {
-                assert_eq!((line, column), (2, 10));
-            }
-            other => panic!("unexpected error {other:?}"),
-        }
+        assert_eq!((err.line, err.column), (2, 10));
         // A block opener inside a line comment opens nothing.
         assert!(strip_jsonc("{} // /* not a block\n").is_ok());
         // `/*/` is an opener followed by a lone slash, not a whole comment.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde_json::{json, Map, Value};
 
 use super::VERSION;
-use crate::util::jsonw;
+use crate::wire::jsonw;
 
 /// `{"v":1,"type":<kind>}` followed by `fields`, in order.
 fn message(kind: &str, fields: Vec<(&str, Value)>) -> Value {

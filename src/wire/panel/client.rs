@@ -8,12 +8,12 @@ use std::fmt;
 use serde_json::{Map, Value};
 
 use super::code;
-use crate::session;
-use crate::worker::display::{describe, kind, quote};
+use crate::wire::ids;
+use crate::wire::worker::display::{describe, kind, quote};
 
 /// Longest `request_id` accepted (and echoed), UTF-8 bytes; the same rule
 /// as payload request ids.
-pub const MAX_REQUEST_ID_BYTES: usize = crate::worker::payload::MAX_REQUEST_ID_BYTES;
+pub const MAX_REQUEST_ID_BYTES: usize = crate::wire::worker::payload::MAX_REQUEST_ID_BYTES;
 
 /// A `worker` message's action.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -509,11 +509,12 @@ impl Fields<'_> {
     fn new_session(&self) -> Result<String, PanelError> {
         let invalid = |m: String| PanelError::new(code::INVALID_SESSION, m);
         match self.get("session") {
-            Some(Value::String(s)) => match session::check_new_id(s) {
-                Ok(()) => Ok(s.clone()),
-                Err(_) if session::is_valid_id(s) => Ok(s.clone()),
-                Err(e) => Err(invalid(format!("{}: {e}", self.msg))),
-            },
+            Some(Value::String(s)) if ids::is_valid_id(s) => Ok(s.clone()),
+            Some(Value::String(_)) => Err(invalid(format!(
+                "{}: invalid session: {}",
+                self.msg,
+                ids::ID_GRAMMAR
+            ))),
             Some(other) => Err(invalid(format!(
                 "{}: \"session\" must be a string, found {}",
                 self.msg,

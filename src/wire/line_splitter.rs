@@ -156,59 +156,10 @@ impl LineSplitter {
         self.line = String::new();
     }
 
-    /// Decodes `bytes` (starting on a sequence boundary). An incomplete
-    /// sequence at the end is kept as pending when `may_continue`, replaced
-    /// otherwise.
+    /// Decodes `bytes` (starting on a sequence boundary) with the
+    /// standard decoder. An incomplete sequence at the end is kept as
+    /// pending when `may_continue`, replaced otherwise.
     fn decode<F: FnMut(LineRef<'_>)>(
-        &mut self,
-        mut bytes: &[u8],
-        may_continue: bool,
-        emit: &mut F,
-    ) {
-        while !bytes.is_empty() {
-            let valid = utf8_valid_up_to(bytes);
-            if valid > 0 {
-                debug_assert!(std::str::from_utf8(&bytes[..valid]).is_ok());
-                // SAFETY: `utf8_valid_up_to` returns the length of a prefix
-                // that is well-formed UTF-8 by the Unicode table 3-7 rules
-                // (the same as `std::str::from_utf8`, which the unit tests
-                // and the `line_splitter` fuzz target check it against).
-                let text = unsafe { std::str::from_utf8_unchecked(&bytes[..valid]) };
-                self.feed(text, emit);
-            }
-            let rest = &bytes[valid..];
-            if rest.is_empty() {
-                return;
-            }
-            // The sequence at `rest[0]` is invalid or cut short: the
-            // standard decoder classifies it from at most 4 bytes.
-            let window = &rest[..rest.len().min(4)];
-            match std::str::from_utf8(window) {
-                Err(err) if err.valid_up_to() == 0 => match err.error_len() {
-                    Some(n) => {
-                        self.feed(REPLACEMENT, emit);
-                        bytes = &rest[n..];
-                    }
-                    // An unexpected end inside 4 bytes: `rest` is the end.
-                    None if may_continue && rest.len() < 4 => {
-                        self.pending[..rest.len()].copy_from_slice(rest);
-                        self.pending_len = rest.len();
-                        return;
-                    }
-                    None => {
-                        self.feed(REPLACEMENT, emit);
-                        return;
-                    }
-                },
-                // Not reachable while the fast check agrees with std;
-                // decoded the slow way to stay total.
-                _ => return self.decode_std(rest, may_continue, emit),
-            }
-        }
-    }
-
-    /// `decode` with the standard decoder only.
-    fn decode_std<F: FnMut(LineRef<'_>)>(
         &mut self,
         mut bytes: &[u8],
         may_continue: bool,
@@ -380,67 +331,6 @@ impl LineSplitter {
             self.line.clear();
         }
     }
-}
-
-/// The length of the longest prefix of `bytes` that is well-formed UTF-8
-/// and ends on a character boundary: it stops before the first sequence
-/// that is invalid or cut short by the end. ASCII is checked 16 bytes at a
-/// time; each multi-byte sequence is checked against Unicode table 3-7 (the
-/// rules `std::str::from_utf8` applies), so text with a non-ASCII
-/// character every few bytes does not fall back to a byte loop.
-pub fn utf8_valid_up_to(bytes: &[u8]) -> usize {
-    const HI: u128 = 0x8080_8080_8080_8080_8080_8080_8080_8080;
-    let n = bytes.len();
-    let mut i = 0;
-    let cont = |b: u8| b & 0xC0 == 0x80;
-    while i < n {
-        // ASCII: skip whole 32-byte, then 16-byte blocks, then land on
-        // the first non-ASCII byte.
-        while let Some(block) = bytes.get(i..i + 32) {
-            let (a, b) = block.split_at(16);
-            let a = u128::from_le_bytes(<[u8; 16]>::try_from(a).unwrap_or([0x80; 16]));
-            let b = u128::from_le_bytes(<[u8; 16]>::try_from(b).unwrap_or([0x80; 16]));
-            if (a | b) & HI != 0 {
-                break;
-            }
-            i += 32;
-        }
-        while let Some(block) = bytes.get(i..i + 16) {
-            let word = u128::from_le_bytes(<[u8; 16]>::try_from(block).unwrap_or([0x80; 16]));
-            let high = word & HI;
-            if high != 0 {
-                i += (high.trailing_zeros() / 8) as usize;
-                break;
-            }
-            i += 16;
-        }
-        let Some(&lead) = bytes.get(i) else {
-            return n;
-        };
-        if lead < 0x80 {
-            i += 1;
-            continue;
-        }
-        let b1 = bytes.get(i + 1).copied().unwrap_or(0);
-        let width = match lead {
-            0xC2..=0xDF if cont(b1) => 2,
-            0xE0 if (0xA0..=0xBF).contains(&b1) => 3,
-            0xE1..=0xEC | 0xEE..=0xEF if cont(b1) => 3,
-            0xED if (0x80..=0x9F).contains(&b1) => 3,
-            0xF0 if (0x90..=0xBF).contains(&b1) => 4,
-            0xF1..=0xF3 if cont(b1) => 4,
-            0xF4 if (0x80..=0x8F).contains(&b1) => 4,
-            _ => return i,
-        };
-        if width >= 3 && !cont(bytes.get(i + 2).copied().unwrap_or(0)) {
-            return i;
-        }
-        if width == 4 && !cont(bytes.get(i + 3).copied().unwrap_or(0)) {
-            return i;
-        }
-        i += width;
-    }
-    n
 }
 
 /// The largest char boundary of `text` at or below `limit`.
@@ -840,38 +730,6 @@ mod tests {
                 })
                 .collect();
             assert_eq!(find_lf(&v), v.iter().position(|&b| b == b'\n'), "{v:?}");
-        }
-    }
-
-    #[test]
-    fn fast_validation_agrees_with_std() {
-        let std_valid = |b: &[u8]| match std::str::from_utf8(b) {
-            Ok(_) => b.len(),
-            Err(e) => e.valid_up_to(),
-        };
-        let mut rng = Rng::new(0x5851_F42D_4C95_7F2D);
-        for _ in 0..20_000 {
-            let len = rng.below(70);
-            let mut v: Vec<u8> = Vec::with_capacity(len + 8);
-            while v.len() < len {
-                match rng.below(5) {
-                    0 => v.push(rng.byte()),
-                    1 => v.extend_from_slice(rng.pick(PIECES)),
-                    2 => v.push(0x80 | (rng.byte() & 0x3F)),
-                    _ => v.push(b' ' + (rng.byte() % 90)),
-                }
-            }
-            assert_eq!(utf8_valid_up_to(&v), std_valid(&v), "{v:?}");
-        }
-        // Every lead byte with every second byte, and the longest cases.
-        for lead in 0u8..=255 {
-            for second in 0u8..=255 {
-                for third in [0x80, 0xBF, 0x41, 0xC0] {
-                    let v = [b'a', lead, second, third, 0x80, b'z'];
-                    assert_eq!(utf8_valid_up_to(&v), std_valid(&v), "{v:?}");
-                    assert_eq!(utf8_valid_up_to(&v[..3]), std_valid(&v[..3]), "{v:?}");
-                }
-            }
         }
     }
 

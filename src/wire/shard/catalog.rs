@@ -7,7 +7,7 @@
 
 use serde_json::{Map, Value};
 
-use super::wire::{Incoming, Refusal};
+use super::message::{Incoming, Refusal};
 
 /// The message type that binds a unix-socket connection to one agent
 /// (this hub's extension; `direct`).
@@ -457,10 +457,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::shard::wire::{self, Code};
+    use crate::wire::shard::message::{self, Code};
 
     fn cmd(v: Value) -> Result<Command, Refusal> {
-        parse(&wire::parse(&v.to_string()).unwrap())
+        parse(&message::parse(&v.to_string()).unwrap())
     }
 
     #[test]

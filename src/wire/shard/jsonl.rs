@@ -16,7 +16,7 @@
 //! normally. What is left without a `\n` at the end of the stream is
 //! reported by [`Splitter::finish`] and dropped.
 
-use crate::util::line_splitter::find_lf;
+use crate::wire::line_splitter::find_lf;
 
 /// The default longest line, in bytes (without its `\n` and one `\r`): the
 /// same as the WebSocket message limit.
@@ -289,13 +289,6 @@ mod tests {
         assert_eq!(s.line.len(), 4, "only the unfinished line is kept");
         // A line spanning pieces is the one that is copied.
         s.push(b":3}\n", |r| assert_eq!(r, Record::Line("{\"c\":3}")));
-    }
-
-    #[test]
-    fn the_default_limit_is_the_websocket_message_limit() {
-        assert_eq!(DEFAULT_MAX_LINE, crate::shard::gate::MAX_CLIENT_MESSAGE);
-        let config = crate::config::test_config("{}");
-        assert_eq!(config.shard_socket.max_line_bytes, DEFAULT_MAX_LINE);
     }
 
     #[test]

@@ -1,0 +1,5 @@
+//! The front door's pure parts: URL paths and queries, and the token,
+//! Origin and Host checks every front-end applies.
+
+pub mod auth;
+pub mod url;

@@ -309,7 +309,9 @@ impl FrameWriter {
     }
 
     /// The stream with no torn frame on it, if its lock frees up (and a
-    /// torn frame is completed) within `wait`.
+    /// torn frame is completed) within `wait`. A torn frame is waited for
+    /// on `mended`; a lock held by another writer is tried again every
+    /// millisecond (`Mutex` has no timed lock).
     fn lock_within(&self, wait: Duration) -> Option<MutexGuard<'_, Wire>> {
         let deadline = Instant::now() + wait;
         loop {
@@ -318,12 +320,31 @@ impl FrameWriter {
                 Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
                 Err(TryLockError::WouldBlock) => None,
             };
+            let left = deadline.saturating_duration_since(Instant::now());
             match locked {
-                Some(wire) if !wire.torn => return Some(wire),
-                _ if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(1));
+                Some(mut wire) => {
+                    while wire.torn {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        if left.is_zero() || self.closed.load(Ordering::Acquire) {
+                            return None;
+                        }
+                        wire = self
+                            .mended
+                            .wait_timeout(wire, left)
+                            .unwrap_or_else(|p| p.into_inner())
+                            .0;
+                    }
+                    return Some(wire);
                 }
-                _ => return None,
+                None if left.is_zero() => return None,
+                None => {
+                    #[expect(
+                        clippy::disallowed_methods,
+                        reason = "a write holds the lock and `Mutex` has no timed lock: \
+                                  try_lock again in 1 ms, for at most CLOSE_LOCK_WAIT"
+                    )]
+                    std::thread::sleep(left.min(Duration::from_millis(1)));
+                }
             }
         }
     }
@@ -660,6 +681,48 @@ mod tests {
         assert_eq!(flags & libc::O_NONBLOCK, 0);
         drop(client);
         assert_eq!(read_when_ready(&mut split), b"");
+    }
+
+    /// A writer over one end of a loopback connection, and the other end.
+    fn writer_and_peer() -> (Arc<FrameWriter>, TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let peer = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (server, _) = listener.accept().unwrap();
+        (Arc::new(FrameWriter::new(server).unwrap()), peer)
+    }
+
+    #[test]
+    fn a_close_waits_for_a_torn_frame_to_be_completed() {
+        let (writer, mut peer) = writer_and_peer();
+        writer.stream.lock().unwrap().torn = true;
+        let mender = {
+            let writer = writer.clone();
+            std::thread::spawn(move || writer.write_all_vectored(&mut [IoSlice::new(b"rest")]))
+        };
+        let wire = writer
+            .lock_within(Duration::from_secs(10))
+            .expect("the completed frame frees the wire");
+        assert!(!wire.torn);
+        drop(wire);
+        mender.join().unwrap().unwrap();
+        let mut rest = [0u8; 4];
+        peer.read_exact(&mut rest).unwrap();
+        assert_eq!(&rest, b"rest");
+    }
+
+    #[test]
+    fn a_close_gives_up_on_a_torn_frame_at_its_deadline_or_a_terminate() {
+        let (writer, _peer) = writer_and_peer();
+        writer.stream.lock().unwrap().torn = true;
+        assert!(writer.lock_within(Duration::from_millis(20)).is_none());
+        let started = std::time::Instant::now();
+        let terminator = {
+            let writer = writer.clone();
+            std::thread::spawn(move || writer.terminate())
+        };
+        assert!(writer.lock_within(Duration::from_secs(30)).is_none());
+        assert!(started.elapsed() < Duration::from_secs(10));
+        terminator.join().unwrap();
     }
 
     /// The 101 of a real upgrade through the tiny_http fork: `101` with

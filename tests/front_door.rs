@@ -125,8 +125,13 @@ fn websocket_upgrades_stopping_mid_handshake_hold_nothing() {
         "GET /panel/ws HTTP/1.1\r\nHost: {addr}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
          Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: "
     );
+    let before = hub.fds();
     let conns = crowd(addr, 300, 300, &head);
-    thread::sleep(Duration::from_millis(200));
+    // The door has taken every one of them (a descriptor each) before the
+    // threads are counted.
+    wait_for("the hub to hold the 300 connections", DEADLINE, || {
+        hub.fds() >= before + 300
+    });
     let threads = hub.threads();
     let answer = meta_round_trip(addr);
     // A real panel still connects and gets its welcome.
@@ -183,6 +188,7 @@ fn out_of_descriptors_the_hub_rests_accept_and_serves_again() {
     let mut waiting = crowd(addr, 4, 0, "");
     // Out of descriptors, accept rests instead of spinning a core.
     let before = cpu_time(pid);
+    // the measurement window
     thread::sleep(Duration::from_secs(2));
     let spent = cpu_time(pid) - before;
     assert!(
@@ -216,7 +222,13 @@ fn out_of_descriptors_the_hub_rests_accept_and_serves_again() {
         }
         idle.len() >= 16
     }));
-    thread::sleep(Duration::from_millis(200));
+    // The door has taken idle ones up to its limit (the rest wait in the
+    // backlog) before the operator's request arrives.
+    wait_for(
+        "idle connections to hold every descriptor",
+        DEADLINE,
+        || hub.fds() as u64 >= limit,
+    );
     let answered = meta_round_trip(addr);
     // SAFETY: `old` is the limit read above.
     unsafe {

@@ -677,8 +677,13 @@ fn complete_heads_beyond_the_handler_bound_wait_their_turn() {
     wait_for("the door and two handlers", IO_TIMEOUT, || {
         server_thread_count() == 3
     });
-    thread::sleep(Duration::from_millis(100));
-    assert_eq!(server_thread_count(), 3);
+    // And no third handler starts meanwhile: every look for 100 ms sees
+    // the same three.
+    let window = Instant::now() + Duration::from_millis(100);
+    while Instant::now() < window {
+        assert_eq!(server_thread_count(), 3);
+        thread::sleep(Duration::from_millis(5));
+    }
     for _ in 0..5 {
         release_tx.send(()).unwrap();
     }

@@ -1,6 +1,11 @@
 //! The one integration test binary: every module starts real processes or
 //! real sockets on loopback (port 0) with its own temporary data directory.
 
+// Sleeps here pace a poll that has a deadline, an attacker or a probe, or
+// mark a deliberate moment (a kill, a measurement window); none stands in
+// for a wait on a condition.
+#![allow(clippy::disallowed_methods)]
+
 mod util;
 
 // HTTP API, auth, static panel and hostile HTTP input against the real hub.

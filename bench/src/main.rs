@@ -8,6 +8,13 @@
 //! `npm install` in `bench/baselines/` first; `scripts/bench.sh` does all
 //! of it. Method: docs/benchmarks.md.
 
+#![allow(
+    clippy::disallowed_methods,
+    reason = "the harness's sleeps are part of its method (settle periods before a reading, \
+              measurement windows, the load generators' pacing, deadline polls of servers \
+              it does not control); changing one changes the recorded figures"
+)]
+
 mod load;
 mod micro;
 mod replay;

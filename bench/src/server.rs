@@ -213,8 +213,14 @@ impl Server {
             Err(_) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                // Let the stderr reader finish.
-                std::thread::sleep(Duration::from_millis(50));
+                // Let the stderr reader finish: it drops `tx` at the end of
+                // the stream (at most a second, should another process
+                // still hold the pipe).
+                let end = Instant::now() + Duration::from_secs(1);
+                while rx
+                    .recv_timeout(end.saturating_duration_since(Instant::now()))
+                    .is_ok()
+                {}
                 let lines: Vec<String> = log.lock().unwrap().iter().map(|l| l.1.clone()).collect();
                 let refused = lines
                     .iter()

@@ -563,6 +563,11 @@ fn wait_for_worker_link(hub: &Hub, agent: &str) -> Result<(), Refusal> {
             )
             .with_data(json!({"agent_id": agent})));
         }
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "the worker's connection is seen only in the session record, which has \
+                      no change signal: looked at every 20 ms, at most BIND_WAIT"
+        )]
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }

@@ -30,7 +30,7 @@ use super::lines::LineSocket;
 use super::service::{self, Socket};
 use super::Shard;
 use crate::hub::Hub;
-use crate::util::poll::pollin;
+use crate::util::poll::{pollin, readable};
 use crate::util::thread::{self, Stack};
 use crate::ws::FrameWriter;
 
@@ -41,8 +41,9 @@ pub const CAPABILITIES: &[&str] = &["unix-socket"];
 /// terminating NUL).
 const SUN_PATH: usize = 108;
 
-/// How long an accept that failed (descriptors exhausted) rests before the
-/// listener is looked at again.
+/// How long an accept that failed (descriptors exhausted) rests, waiting on
+/// the wake pipe, before the listener is looked at again; also the pause
+/// before a failed poll is retried.
 const ACCEPT_REST: Duration = Duration::from_millis(100);
 
 /// Why the socket could not be bound (the start is refused).
@@ -252,6 +253,11 @@ fn accept_loop(
             let err = io::Error::last_os_error();
             if err.kind() != io::ErrorKind::Interrupted {
                 log::error!("shard-accept: poll failed: {err}");
+                #[expect(
+                    clippy::disallowed_methods,
+                    reason = "back-off before retrying a poll(2) that failed (ENOMEM): \
+                              waiting on the wake pipe would take the same call"
+                )]
                 std::thread::sleep(ACCEPT_REST);
             }
             continue;
@@ -272,7 +278,10 @@ fn accept_loop(
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
                 Err(err) => {
                     log::warn!("shard socket: accept failed: {err}");
-                    std::thread::sleep(ACCEPT_REST);
+                    // The listener stays readable (descriptors exhausted),
+                    // so rest on the wake pipe alone: a shutdown ends the
+                    // rest at once, and the outer poll then sees its byte.
+                    let _ = readable(wake.as_raw_fd(), ACCEPT_REST);
                     break;
                 }
             }

@@ -311,6 +311,10 @@ fn collect(child: &mut Child, deadline: Instant) -> Result<Ran, String> {
             }
         }
     }
+    // Both pipes are closed: its exit is waited for on a pidfd, opened
+    // once it is seen still running (an unreaped child of ours, so its pid
+    // cannot be another process's meanwhile).
+    let mut pidfd: Option<Option<Pinned>> = None;
     loop {
         match child.try_wait() {
             Ok(Some(status)) => {
@@ -321,11 +325,32 @@ fn collect(child: &mut Child, deadline: Instant) -> Result<Ran, String> {
                     stderr: stderr.kept,
                 });
             }
-            Ok(None) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            Ok(None) => return timed_out(child),
+            Ok(None) => {}
             Err(err) => return Err(format!("cannot wait for it: {err}")),
+        }
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            return timed_out(child);
+        }
+        let pin = pidfd.get_or_insert_with(|| {
+            let pid = child.id();
+            super::sys::proc_start_time(pid)
+                .ok()
+                .and_then(|start| Pinned::open(pid, start).ok())
+        });
+        match pin {
+            Some(pin) => {
+                pin.wait_exit(remaining);
+            }
+            None => {
+                #[expect(
+                    clippy::disallowed_methods,
+                    reason = "no pidfd (kernel before 5.3, or a seccomp filter) and `Child` \
+                              has no timed wait: its exit is looked for every 2 ms until \
+                              the deadline"
+                )]
+                std::thread::sleep(remaining.min(Duration::from_millis(2)));
+            }
         }
     }
 }
@@ -471,6 +496,11 @@ pub fn follow(
         }
         if seen.runs_nothing() {
             // Stopped, and the daemon is removing it (--rm).
+            #[expect(
+                clippy::disallowed_methods,
+                reason = "the container lives in the Docker daemon: nothing local to wait on, \
+                          so `docker inspect` is run again after STOPPING_POLL"
+            )]
             std::thread::sleep(STOPPING_POLL);
             continue;
         }
@@ -495,6 +525,12 @@ pub fn follow(
                     .is_some_and(|p| p.state == super::process::ProcState::Stopping)
             })
             .unwrap_or(false);
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "the container lives in the Docker daemon: nothing local to wait on, \
+                      so `docker inspect` is run again after FOLLOW_POLL (STOPPING_POLL \
+                      while a stop is in progress)"
+        )]
         std::thread::sleep(if stopping { STOPPING_POLL } else { FOLLOW_POLL });
     }
 }
@@ -569,6 +605,12 @@ impl Ladder<'_> {
                 seen if seen.runs_nothing() && remaining.is_zero() => return Verdict::Gone,
                 Inspected::Unknown(why) if remaining.is_zero() => return Verdict::Unknown(why),
                 Inspected::Running { .. } if remaining.is_zero() => return Verdict::Running,
+                #[expect(
+                    clippy::disallowed_methods,
+                    reason = "the container lives in the Docker daemon and its CLI has exited: \
+                              nothing local to wait on, so `docker inspect` is run again after \
+                              LADDER_POLL, until the grace ends"
+                )]
                 _ => std::thread::sleep(remaining.min(LADDER_POLL)),
             }
         }

@@ -678,6 +678,12 @@ impl Watch<'_> {
             if !self.follows || target.pinned.is_alive() || Instant::now() >= deadline {
                 return Some(target);
             }
+            #[expect(
+                clippy::disallowed_methods,
+                reason = "the waiter thread's hand-over is seen only in the session record, \
+                          which has no change signal: looked at every 10 ms, at most \
+                          HANDOVER_SETTLE"
+            )]
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -704,6 +710,12 @@ impl Watch<'_> {
                 // A launcher gone, its pid file still being read.
                 return false;
             } else {
+                #[expect(
+                    clippy::disallowed_methods,
+                    reason = "the launcher has exited and the waiter thread reads its pid \
+                              file; its verdict is seen only in the session record, which \
+                              has no change signal: looked at every 10 ms until the grace ends"
+                )]
                 std::thread::sleep(remaining.min(Duration::from_millis(10)));
             }
         }
@@ -761,6 +773,11 @@ pub fn wait_recorded_exit(hub: &Hub, id: &str) {
         .unwrap_or(false)
         && std::time::Instant::now() < deadline
     {
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "the waiter thread records the exit in the session record, which has \
+                      no change signal: looked at every 10 ms, at most 2 s"
+        )]
         std::thread::sleep(Duration::from_millis(10));
     }
 }

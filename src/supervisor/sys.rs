@@ -247,6 +247,10 @@ impl Pinned {
                 Err(err) => {
                     log::warn!("poll on the pidfd of {} failed: {err}", self.pid);
                     // Do not spin on a persistent error; retry until the deadline.
+                    #[expect(
+                        clippy::disallowed_methods,
+                        reason = "back-off between retries of a failing poll(2) on the pidfd"
+                    )]
                     std::thread::sleep(remaining.min(Duration::from_millis(10)));
                 }
             }
@@ -657,6 +661,8 @@ fn parse_pid_list(text: &str) -> Vec<u32> {
 }
 
 #[cfg(test)]
+// `poll_until` sleeps between looks, up to its deadline.
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
     use std::io::{BufRead, BufReader};

@@ -643,6 +643,8 @@ fn write_batch(shared: &Shared, file: &mut Option<File>, batch: &[u8]) -> Wrote 
 }
 
 #[cfg(test)]
+// `wait_until` sleeps between looks, up to its deadline.
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
     use crate::util::testkit::TempDir;

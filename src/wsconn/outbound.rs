@@ -635,6 +635,8 @@ pub fn ping() -> Encoded {
 }
 
 #[cfg(test)]
+// `wait_for` sleeps between looks, up to its deadline.
+#[allow(clippy::disallowed_methods)]
 mod tests {
     use super::*;
     use std::io::Read;

@@ -200,6 +200,11 @@ fn run<S: Service>(ctx: &Arc<S::Ctx>, svc: &Arc<S>, mut wake: UnixStream) {
             if err.kind() != io::ErrorKind::Interrupted {
                 log::error!("{}: poll failed: {err}", S::POLL_THREAD);
                 // Not expected with valid descriptors; do not spin.
+                #[expect(
+                    clippy::disallowed_methods,
+                    reason = "back-off before retrying a poll(2) that failed (ENOMEM): \
+                              waiting on the wake pipe would take the same call"
+                )]
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }
             continue;

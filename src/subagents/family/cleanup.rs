@@ -146,6 +146,11 @@ pub(super) fn start_ticker(hub: &Arc<Hub>) {
     let hub2 = hub.clone();
     let spawned = spawn_thread("subagent-cleanup", move || loop {
         let hub = &hub2;
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "the retry timer of pending cleanups: one pass every RETRY_TICK; \
+                      nothing joins this thread, so shutdown does not wait for the pause"
+        )]
         std::thread::sleep(RETRY_TICK);
         if hub.is_shutting_down() {
             *lock(&hub.family.ticker) = false;
@@ -231,6 +236,12 @@ pub fn shutdown(hub: &Arc<Hub>) {
             );
             return;
         }
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "cleanups on waiter threads are seen only in the session records, \
+                      which have no change signal: looked at every SETTLE_POLL, at most \
+                      SHUTDOWN_SETTLE"
+        )]
         std::thread::sleep(SETTLE_POLL);
     }
 }

@@ -120,6 +120,10 @@ pub fn schedule_conversation_write(hub: &Arc<Hub>, id: &str) {
     let hub2 = hub.clone();
     let id2 = id.to_string();
     let spawned = spawn_thread("subagent-conv", move || {
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "the coalescing window itself: events within it share one write"
+        )]
         std::thread::sleep(CONVERSATION_WINDOW);
         write_conversation(&hub2, &id2);
     });

@@ -83,6 +83,9 @@ pub enum ErrorKind {
     TooManySkills,
     /// The store or a session file could not be written.
     Storage,
+    /// A worker was asked to start as part of a command (a new agent) and
+    /// did not; what the command made is kept.
+    StartFailed,
     /// A defect of the hub.
     Internal,
 }
@@ -118,6 +121,7 @@ impl ErrorKind {
             SkillNotFound => code::SKILL_NOT_FOUND,
             TooManySkills => code::TOO_MANY_SKILLS,
             Storage => code::STORAGE_ERROR,
+            StartFailed => code::WORKER_ACTION_FAILED,
             Internal => code::INTERNAL_ERROR,
         }
     }
@@ -135,6 +139,7 @@ impl ErrorKind {
             UnknownSession | UnknownConfirmation | UnknownChoice => 404,
             SessionExists | SessionBusy | HeadlessRestricted | StaleLifecycle
             | RecoveryConflict | CleanupFailed | ConfirmationRejected | AnswerUnavailable => 409,
+            StartFailed => 409,
             InputNotSent(_) | SignalNotSent(_) => 409,
             DisplaySnapshotTooLarge => 413,
             TooManyQueries => 429,
@@ -329,7 +334,7 @@ mod tests {
     use super::*;
 
     /// Every kind (each `NotSent` reason once).
-    const ALL: [ErrorKind; 31] = {
+    const ALL: [ErrorKind; 32] = {
         use ErrorKind::*;
         [
             UnknownSession,
@@ -362,6 +367,7 @@ mod tests {
             SkillNotFound,
             TooManySkills,
             Storage,
+            StartFailed,
             Internal,
         ]
     };
@@ -389,6 +395,7 @@ mod tests {
             (InvalidSkill, "invalid_skill", 400),
             (SkillNotFound, "skill_not_found", 404),
             (TooManySkills, "too_many_skills", 500),
+            (StartFailed, "worker_action_failed", 409),
         ];
         for (kind, code, status) in cases {
             assert_eq!(

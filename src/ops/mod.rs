@@ -4,6 +4,8 @@
 //! these functions, and renders the typed result or [`OpError`] in its own
 //! shape; it decides no refusal and spells no error code itself.
 //!
+//! - [`agents`]: a new agent in one command (session, mode, worker
+//!   started), as a Shard client asks for one.
 //! - [`sessions`]: list, describe, create, delete; events, transcript
 //!   snapshots, worker logs, the worker's state snapshot.
 //! - [`worker`]: start, stop, restart, force-kill; input, history,
@@ -22,16 +24,22 @@
 //! command that is not for one refuses it with `headless_restricted`
 //! (seed 002: description, confirmations, policy and recovery only).
 //!
+//! Commands that block (a worker start, a stop's ladder, a new agent's
+//! start) offer an `_off_reader` form that a socket reader calls: the one
+//! rule for running them on a thread of their own is [`off_reader`].
+//!
 //! Commands announce what they changed through `Hub::notify` (the
 //! publisher), so every front-end's subscribers hear of a change whichever
 //! front-end asked for it.
 
+pub mod agents;
 pub mod configurations;
 pub mod confirm;
 pub mod daemon;
 pub mod error;
 pub mod headless;
 pub mod health;
+mod off_reader;
 pub mod sessions;
 pub mod skills;
 pub mod worker;

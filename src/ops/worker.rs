@@ -183,6 +183,28 @@ pub fn act(hub: &Arc<Hub>, id: &str, action: Action, spec: Option<Value>, done: 
     }
 }
 
+/// [`act`] off the caller's socket reader ([`super::off_reader`]): `done`
+/// gets the outcome from the action's own thread or its stop ladder's, or
+/// an `internal_error` on this thread when no thread can be started.
+pub fn act_off_reader(
+    hub: &Arc<Hub>,
+    id: &str,
+    action: Action,
+    spec: Option<Value>,
+    done: ActionDone,
+) {
+    let input = (hub.clone(), id.to_string(), spec, done);
+    let started = super::off_reader::run(
+        "worker-action",
+        "worker action",
+        input,
+        move |(hub, id, spec, done)| act(&hub, &id, action, spec, done),
+    );
+    if let Err((refusal, (_, _, _, done))) = started {
+        done(Err(refusal));
+    }
+}
+
 /// Sends an input (a message, `continue`, `compact`, or a read-only
 /// query) to the connected worker; returns its request id. Nothing is
 /// ever resent.

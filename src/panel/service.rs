@@ -22,7 +22,6 @@ use crate::ops::sessions::LogBounds;
 use crate::ops::worker::{Action, ActionDone};
 use crate::ops::{self, OpError};
 use crate::reply::{self, ApiError};
-use crate::util::thread::{self, Stack};
 use crate::wire::code;
 use crate::wire::http::{auth, url};
 use crate::wire::panel::{self as protocol, ClientMsg, Paging};
@@ -403,9 +402,8 @@ fn accepted_request(panel: &PanelConn, action: &str, session: &str, id: &str) {
     );
 }
 
-/// Runs a worker action on a short-lived thread of its own (a start forks
-/// the worker and writes SQLite; a stop waits on its ladder), so this
-/// socket's reader keeps serving; the answer is queued from whichever
+/// Runs a worker action off this socket's reader
+/// (`ops::worker::act_off_reader`); the answer is queued from whichever
 /// thread completes the action.
 fn worker_action(
     hub: &Arc<Hub>,
@@ -418,46 +416,29 @@ fn worker_action(
     let Some(action) = Action::parse(action.as_str()) else {
         return;
     };
-    let input = (hub.clone(), panel.clone(), session, spec);
-    let started = thread::spawn_with(
-        "panel-action",
-        Stack::Large,
-        input,
-        move |(hub, panel, session, spec)| {
-            let sid = session.clone();
-            let done: ActionDone = Box::new(move |outcome| match outcome {
-                Ok(result) if result.is_ok() => {
-                    let extra = json!({"result": result.to_json()});
-                    let reply = protocol::accepted(action.as_str(), Some(&sid), extra, None);
-                    send(&panel, &reply);
-                }
-                Ok(result) => {
-                    // As the Node hub: `action` and `result` at the top level
-                    // (beside `session`).
-                    let message = result.error().unwrap_or_else(|| "the action failed".into());
-                    let fields = vec![
-                        ("action", json!(action.as_str())),
-                        ("result", result.to_json()),
-                    ];
-                    send(
-                        &panel,
-                        &about.error(code::WORKER_ACTION_FAILED, &message, fields),
-                    );
-                }
-                Err(err) => refuse(&panel, &err, &about),
-            });
-            ops::worker::act(&hub, &session, action, spec, done);
-        },
-    );
-    if let Err((err, (_, panel, session, _))) = started {
-        log::error!("session {session}: cannot start a panel action thread: {err}");
-        reply_error(
-            panel.as_ref(),
-            code::INTERNAL_ERROR,
-            "the hub could not start the worker action",
-            None,
-        );
-    }
+    let (panel, sid) = (panel.clone(), session.clone());
+    let done: ActionDone = Box::new(move |outcome| match outcome {
+        Ok(result) if result.is_ok() => {
+            let extra = json!({"result": result.to_json()});
+            let reply = protocol::accepted(action.as_str(), Some(&sid), extra, None);
+            send(&panel, &reply);
+        }
+        Ok(result) => {
+            // As the Node hub: `action` and `result` at the top level
+            // (beside `session`).
+            let message = result.error().unwrap_or_else(|| "the action failed".into());
+            let fields = vec![
+                ("action", json!(action.as_str())),
+                ("result", result.to_json()),
+            ];
+            send(
+                &panel,
+                &about.error(code::WORKER_ACTION_FAILED, &message, fields),
+            );
+        }
+        Err(err) => refuse(&panel, &err, &about),
+    });
+    ops::worker::act_off_reader(hub, &session, action, spec, done);
 }
 
 /// Starts a subscription: legacy (one frame) or paged replay.

@@ -4,8 +4,9 @@
 //! the outcome as its `response`. Nothing here decides a refusal that an
 //! `ops` function decides.
 //!
-//! A command that forks a worker (`agent.create`) runs on a short-lived
-//! thread of its own, so the connection's reader keeps serving. A prompt's
+//! A command that starts a worker (`agent.create`) runs off the reader
+//! (`ops::agents::create_off_reader`), so the connection keeps being
+//! served. A prompt's
 //! and a compaction's `response` wait for the worker (`fanout` answers
 //! them).
 //!
@@ -24,11 +25,11 @@ use super::conn::{ShardConn, Transport};
 use super::track::Runtime;
 use super::{render, window, Shard};
 use crate::hub::Hub;
+use crate::ops;
+use crate::ops::agents::{self, CreateDone, NewAgent};
 use crate::ops::sessions::Watch;
 use crate::ops::worker::{Action, ActionDone, MODES};
-use crate::ops::{self, ErrorKind};
 use crate::session::{PromptState, PROMPT_PREVIEW_BYTES};
-use crate::util::thread::{self, Stack};
 use crate::wire::shard::catalog::{self, Bind, Command, Create, Decision, Role, Scope};
 use crate::wire::shard::direct;
 use crate::wire::shard::message::{self, Code, Incoming, Refusal};
@@ -291,10 +292,16 @@ fn orchestrator(
                 json!({"agents": infos(hub, shard, agent_id.as_deref())}),
             )))
         }
-        Command::AgentCreate(create) => spawn_action(hub, conn, msg, move |hub, conn, msg| {
-            let outcome = create_agent(&hub, &create);
-            conn.respond(msg.id.as_deref(), &msg.kind, outcome);
-        }),
+        Command::AgentCreate(create) => {
+            let (conn, id, command) = (conn.clone(), msg.id.clone(), msg.kind.clone());
+            let done: CreateDone = Box::new(move |outcome| {
+                let outcome = outcome
+                    .map(|agent| Some(json!({"agent_id": agent})))
+                    .map_err(Refusal::from);
+                conn.respond(id.as_deref(), &command, outcome);
+            });
+            agents::create_off_reader(hub, new_agent(create), done);
+        }
         Command::AgentAttach { agent_id, role } => {
             attach(hub, shard, conn, msg, &agent_id, role, false)
         }
@@ -363,28 +370,6 @@ fn orchestrator(
     }
 }
 
-/// Runs `work` on a short-lived thread (a worker start forks and writes
-/// SQLite), answering `INTERNAL_ERROR` when none starts.
-fn spawn_action(
-    hub: &Arc<Hub>,
-    conn: &Arc<ShardConn>,
-    msg: &Incoming,
-    work: impl FnOnce(Arc<Hub>, Arc<ShardConn>, Incoming) + Send + 'static,
-) {
-    let input = (hub.clone(), conn.clone(), msg.clone());
-    let started = thread::spawn_with(
-        "shard-action",
-        Stack::Large,
-        input,
-        move |(hub, conn, msg)| work(hub, conn, msg),
-    );
-    if let Err((err, (_, conn, msg))) = started {
-        log::error!("shard {}: cannot start an action thread: {err}", conn.id);
-        let refusal = Refusal::new(Code::InternalError, "the hub could not start the command");
-        conn.respond(msg.id.as_deref(), &msg.kind, Err(refusal));
-    }
-}
-
 /// Every agent's (or one agent's) `AgentInfo`.
 fn infos(hub: &Hub, shard: &Shard, only: Option<&str>) -> Vec<Value> {
     let profiles = &hub.config.provider_profiles;
@@ -403,90 +388,15 @@ fn infos(hub: &Hub, shard: &Shard, only: Option<&str>) -> Vec<Value> {
         .collect()
 }
 
-/// `agent.create`: a new session whose spec's workspace is `cwd` and whose
-/// profile is `provider` (or `model`, when it names a profile; otherwise
-/// `model` overrides the profile's model), the chosen mode, then its
-/// worker started. A start that fails keeps the session (retry with
-/// `agent.attach` and the panel, or another create) and answers
-/// `RUNTIME_START_FAILED`.
-fn create_agent(hub: &Arc<Hub>, create: &Create) -> Outcome {
-    if let Some(existing) = &create.session_id {
-        return Err(match ops::exists(hub, existing) {
-            Ok(()) => Refusal::invalid(format!(
-                "session {existing:?} is already an agent: attach to it"
-            )),
-            Err(err) => err.into(),
-        });
-    }
-    let profiles = &hub.config.provider_profiles;
-    let mut spec = json!({"workspace": create.cwd});
-    let model_is_profile = create
-        .model
-        .as_ref()
-        .is_some_and(|m| profiles.contains_key(m));
-    match (&create.provider, &create.model) {
-        (Some(provider), Some(model)) if model_is_profile && model != provider => {
-            return Err(Refusal::invalid(format!(
-                "model {model:?} names another profile than provider {provider:?}"
-            )))
-        }
-        (provider, Some(model)) if model_is_profile => {
-            let _ = provider;
-            spec["provider"] = json!(model);
-        }
-        (provider, model) => {
-            if let Some(provider) = provider {
-                spec["provider"] = json!(provider);
-            }
-            if let Some(model) = model {
-                spec["model"] = json!(model);
-            }
-        }
-    }
-    if let Some(mode) = &create.mode {
-        if !MODES.iter().any(|(name, _)| name == mode) {
-            return Err(Refusal::new(
-                Code::NotFound,
-                format!("unknown mode {mode:?} (ask, approve or deny)"),
-            ));
-        }
-    }
-    let id = match &create.name {
-        Some(name) => name.clone(),
-        None => format!("agent-{}", &uuid::Uuid::new_v4().simple().to_string()[..12]),
-    };
-    ops::sessions::create(hub, &id, Some(&spec)).map_err(Refusal::from)?;
-    if let Some(mode) = &create.mode {
-        ops::worker::set_mode(hub, &id, mode).map_err(Refusal::from)?;
-    }
-    let (tx, rx) = std::sync::mpsc::channel();
-    ops::worker::act(
-        hub,
-        &id,
-        Action::Start,
-        None,
-        Box::new(move |outcome| {
-            let _ = tx.send(outcome);
-        }),
-    );
-    match rx.recv() {
-        Ok(Ok(result)) if result.is_ok() => Ok(Some(json!({"agent_id": id}))),
-        Ok(Ok(result)) => Err(Refusal::new(
-            Code::RuntimeStartFailed,
-            result
-                .error()
-                .unwrap_or_else(|| "the worker did not start".into()),
-        )
-        .with_data(json!({"agent_id": id}))),
-        Ok(Err(err)) if err.kind == ErrorKind::SessionBusy => {
-            Err(Refusal::new(Code::RuntimeStartFailed, err.message)
-                .with_data(json!({"agent_id": id})))
-        }
-        Ok(Err(err)) => Err(err.into()),
-        Err(_) => Err(Refusal::new(
-            Code::RuntimeStartFailed,
-            "the worker start gave no answer",
-        )),
+/// `agent.create`'s (and `direct.bind`'s) request as the command takes it.
+fn new_agent(create: Create) -> NewAgent {
+    NewAgent {
+        cwd: create.cwd,
+        session_id: create.session_id,
+        name: create.name,
+        model: create.model,
+        provider: create.provider,
+        mode: create.mode,
     }
 }
 
@@ -515,13 +425,9 @@ fn direct_bind(
     }
     let agent = match bind {
         Bind::Agent(agent) => agent,
-        Bind::Create(create) => match create_agent(hub, &create) {
-            Ok(data) => data
-                .as_ref()
-                .and_then(|d| d["agent_id"].as_str())
-                .unwrap_or_default()
-                .to_string(),
-            Err(refusal) => return reply(Err(refusal)),
+        Bind::Create(create) => match agents::create(hub, &new_agent(create)) {
+            Ok(agent) => agent,
+            Err(err) => return reply(Err(err.into())),
         },
     };
     if let Err(refusal) = wait_for_worker_link(hub, &agent) {

@@ -25,6 +25,7 @@ impl Code {
             SessionExists | SessionBusy | StaleLifecycle | RecoveryConflict | CleanupFailed
             | ConfirmationRejected | TooManyQueries | AnswerUnavailable => Code::Conflict,
             InputNotSent(_) | SignalNotSent(_) => Code::Conflict,
+            StartFailed => Code::RuntimeStartFailed,
             TooManySkills | Storage | Internal => Code::InternalError,
         }
     }
@@ -66,6 +67,7 @@ mod tests {
             Code::Conflict
         );
         assert_eq!(Code::of(ErrorKind::Storage), Code::InternalError);
+        assert_eq!(Code::of(ErrorKind::StartFailed), Code::RuntimeStartFailed);
         let refusal: Refusal = OpError::new(ErrorKind::UnknownSession, "no session")
             .with("x", json!(1))
             .into();

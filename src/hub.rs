@@ -19,8 +19,11 @@ use serde_json::{json, Value};
 
 use crate::capabilities;
 use crate::config::Config;
-use crate::session::{self, Registry, RequestRecord, RequestState, Session, SpecDefaults};
+use crate::session::{
+    self, ClosedPrompt, Registry, RequestRecord, RequestState, Session, SpecDefaults,
+};
 use crate::store::{ProcessRecord, SessionRecord, Store, StoreError};
+use crate::supervisor::process::ProcessView;
 use crate::transcript::Transcript;
 use crate::util::bounded_writer::{self, BoundedWriter};
 use crate::util::{fsutil, time};
@@ -50,29 +53,31 @@ pub enum Note {
         connected: bool,
         replaced: bool,
     },
+    /// A payload the hub sent was admitted, rejected or orphaned (or has
+    /// just been sent).
     Request {
         session: String,
-        request: Value,
+        request: RequestRecord,
     },
     /// The worker process record changed.
     Process {
         session: String,
-        process: Value,
+        process: Option<ProcessView>,
     },
     /// A session was created or its description changed.
-    SessionChanged {
-        session: String,
-    },
+    SessionChanged { session: String },
     /// A session is gone.
-    SessionRemoved {
+    SessionRemoved { session: String },
+    /// A confirmation prompt can be decided now (it opened with a worker
+    /// identity that was judged, or its identity was confirmed later);
+    /// subscribers describe it as it is when they hear of it.
+    ConfirmationOpened {
         session: String,
+        confirmation_id: String,
     },
-    Confirmation {
-        session: String,
-        open: bool,
-        confirmation: Value,
-        outcome: Option<Value>,
-    },
+    /// A confirmation's exchange ended; `closed` is the prompt as it was
+    /// then.
+    ConfirmationClosed { closed: ClosedPrompt },
     /// An open confirmation was decided (the decision is written to the
     /// worker; the prompt closes when the worker closes the exchange).
     /// `source` says who decided: `panel`, `api`, `shard`, `policy` (a
@@ -84,12 +89,8 @@ pub enum Note {
         approved: bool,
         source: &'static str,
     },
-    /// The session plan was replaced; `plan` is `{markdown, revision,
-    /// updated_at}` as committed to the store.
-    Plan {
-        session: String,
-        plan: Value,
-    },
+    /// The session plan was replaced; `plan` as committed to the store.
+    Plan { session: String, plan: PlanRecord },
 }
 
 /// A front-end that pushes changes to its clients (the panel socket, and
@@ -545,10 +546,10 @@ impl Hub {
             ))
         });
         let plan = match self.store().get_plan(s.id()) {
-            Ok(plan) => plan_json(&plan),
+            Ok(plan) => plan,
             Err(err) => {
                 log::warn!("session {}: plan not readable: {err}", s.id());
-                plan_json(&PlanRecord::default())
+                PlanRecord::default()
             }
         };
         s = s
@@ -792,10 +793,10 @@ impl Hub {
         // Published to the cache before the broadcast, under the lock that
         // subscriptions take: a subscriber sees this revision either in its
         // `subscribed` frame or in the `plan` message after it.
-        self.with_session(id, |s| s.publish_plan(value.clone()));
+        self.with_session(id, |s| s.publish_plan(next.clone()));
         self.notify(Note::Plan {
             session: id.to_string(),
-            plan: value,
+            plan: next.clone(),
         });
         Ok(PlanChange {
             plan: next,
@@ -856,8 +857,7 @@ impl Hub {
             return Err(SendError::WriteFailed(err.to_string()));
         }
         if tracked {
-            let described =
-                self.with_session(session_id, |s| s.request(&request_id).map(|r| r.describe()));
+            let described = self.with_session(session_id, |s| s.request(&request_id).cloned());
             if let Some(Some(request)) = described {
                 self.notify(Note::Request {
                     session: session_id.to_string(),
@@ -1207,7 +1207,7 @@ mod tests {
         assert_eq!((cleared.plan.revision, cleared.changed), (2, true));
         assert_eq!(
             hub.with_session("p", |s| s.plan().clone()),
-            Some(plan_json(&cleared.plan))
+            Some(cleared.plan.clone())
         );
         let file = hub.session_dir("p").join("plan.json");
         let mirrored: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();

@@ -7,8 +7,8 @@ use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use simplex_hub::wire::line_splitter::LineSplitter;
 use simplex_hub::harness::store::{ProcessRecord, SessionRecord, Store};
+use simplex_hub::wire::line_splitter::LineSplitter;
 
 /// Counts allocations (the splitter's per-line cost is mostly allocation).
 pub struct Counting;
@@ -167,8 +167,9 @@ fn mbs(bytes: usize, d: Duration) -> f64 {
 /// The splitter as the hub's pipe readers use it: each line handed to a
 /// callback as `&str` (borrowed from the chunk when it lies within it).
 fn split_jsonl(buf: &[u8]) -> u64 {
-    let mut s =
-        simplex_hub::wire::shard::jsonl::Splitter::new(simplex_hub::wire::shard::jsonl::DEFAULT_MAX_LINE);
+    let mut s = simplex_hub::wire::shard::jsonl::Splitter::new(
+        simplex_hub::wire::shard::jsonl::DEFAULT_MAX_LINE,
+    );
     let mut records = 0u64;
     for chunk in buf.chunks(CHUNK) {
         s.push(chunk, |r| {

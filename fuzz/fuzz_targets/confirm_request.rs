@@ -10,7 +10,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
-use simplex_hub::wire::worker::confirm_frames::{confirmation_response, parse_confirmation_request};
+use simplex_hub::wire::worker::confirm_frames::{
+    confirmation_response, parse_confirmation_request,
+};
 use simplex_hub::wire::worker::envelope::MAX_ID_BYTES;
 use simplex_hub_fuzz::{encode, text};
 

@@ -21,12 +21,12 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
-use simplex_hub::wire::worker::display::{
-    deep_clone, encoded_len, encoded_len_capped, preview, MIN_BUDGET,
-};
-use simplex_hub::wire::line_splitter::{truncation_annotation, Line, LineSplitter};
 use simplex_hub::harness::log_ring::{
     panel_tail, LogRing, Stream, MIN_RING_BYTES, OMITTED_PREFIX, OMITTED_SUFFIX,
+};
+use simplex_hub::wire::line_splitter::{truncation_annotation, Line, LineSplitter};
+use simplex_hub::wire::worker::display::{
+    deep_clone, encoded_len, encoded_len_capped, preview, MIN_BUDGET,
 };
 use simplex_hub_fuzz::{encode, has_key, Reader};
 

@@ -18,11 +18,11 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Value};
-use simplex_hub::wire::ids::is_valid_id;
 use simplex_hub::harness::store::node::{
     assemble, parse_hub_json, parse_metadata, parse_operations, parse_plan, Context, Refusal,
     MAX_PLAN_BYTES,
 };
+use simplex_hub::wire::ids::is_valid_id;
 
 const NOW: &str = "2027-01-01T00:00:00.000Z";
 

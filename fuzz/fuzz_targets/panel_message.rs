@@ -16,12 +16,12 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
+use simplex_hub::wire::ids::is_valid_id;
 use simplex_hub::wire::panel::{
     allocate_previews, approvals_allowance, code, echo, parse_client, plan_pages, wire_cost,
     ClientMsg, APPROVALS_SHARE, ECHO_STRING_BYTES, FRAME_CEILING, MAX_REQUEST_ID_BYTES,
     PAGE_TARGET,
 };
-use simplex_hub::wire::ids::is_valid_id;
 use simplex_hub_fuzz::{encode, text, Reader};
 
 const PARSE_CODES: &[&str] = &[

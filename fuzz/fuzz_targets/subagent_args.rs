@@ -22,8 +22,8 @@ use simplex_hub::harness::args::{
     is_subagent_id, is_subagent_route, parse_call, receipt_hash, ArgError, Call, SendOp,
     CLEAN_FORK, DEFAULT_LIMIT, MAX_ARGUMENT_BYTES, MAX_LIMIT, RECEIVE, SEND,
 };
-use simplex_hub::wire::worker::payload::{validate_content, validate_options};
 use simplex_hub::harness::query::{answer_payload, check_source};
+use simplex_hub::wire::worker::payload::{validate_content, validate_options};
 use simplex_hub_fuzz::{encode, text, walk};
 
 const ROUTES: [&str; 3] = [CLEAN_FORK, RECEIVE, SEND];

@@ -25,6 +25,7 @@ use crate::reply::{self, ApiError};
 use crate::wire::code;
 use crate::wire::http::{auth, url};
 use crate::wire::panel::{self as protocol, ClientMsg, Paging};
+use crate::wire::worker::plan;
 use crate::ws;
 
 /// Largest client message (panel input is bounded by the payload rules; a
@@ -510,7 +511,7 @@ fn legacy_subscribe(
             logs,
             latest,
             &hub.epoch,
-            s.plan().clone(),
+            plan::read_result(s.plan()),
             None,
             request_id.as_deref(),
             super::describe::locked(s),
@@ -589,7 +590,7 @@ fn replay_step(
                 logs_value(s),
                 sub.cursor,
                 &hub.epoch,
-                s.plan().clone(),
+                plan::read_result(s.plan()),
                 Some(Paging {
                     replay_more: false,
                     replay_reset: first,
@@ -691,26 +692,27 @@ pub fn fan_out(hub: &Hub, registry: &Panels, note: &Note) {
                 deliver_event(panel, session, seq, &frame);
             }
         }
-        Note::Confirmation {
+        Note::ConfirmationOpened {
             session,
-            open,
-            confirmation,
-            outcome,
+            confirmation_id,
         } => {
-            // An open prompt is described as it is now (the note may have
-            // been queued behind a later change); one already retired is
-            // not announced again. A closing note carries its final form.
-            let current = if *open {
-                let id = confirmation["confirmation_id"].as_str().unwrap_or("");
-                match hub.describe_prompt(session, id) {
-                    Some(current) => current,
-                    None => return broadcast_session(hub, &panels, session),
-                }
-            } else {
-                confirmation.clone()
+            // Described as it is now (the note may have been queued behind
+            // a later change); one already retired is not announced again.
+            let Some(current) = hub.describe_prompt(session, confirmation_id) else {
+                return broadcast_session(hub, &panels, session);
             };
+            let frame =
+                conn::encode(&protocol::confirmation(session, true, current, None).to_string());
+            for panel in panels.iter() {
+                panel.send_frame(frame.clone());
+            }
+            broadcast_session(hub, &panels, session);
+        }
+        Note::ConfirmationClosed { closed } => {
+            let session = &closed.session_id;
             let frame = conn::encode(
-                &protocol::confirmation(session, *open, current, outcome.clone()).to_string(),
+                &protocol::confirmation(session, false, closed.describe(), Some(closed.outcome()))
+                    .to_string(),
             );
             for panel in panels.iter() {
                 panel.send_frame(frame.clone());
@@ -733,16 +735,17 @@ pub fn fan_out(hub: &Hub, registry: &Panels, note: &Note) {
             broadcast_session(hub, &panels, session);
         }
         Note::Process { session, process } => {
-            let frame = conn::encode(&protocol::process(session, process.clone()).to_string());
+            let process = crate::session::describe_process(process.as_ref());
+            let frame = conn::encode(&protocol::process(session, process).to_string());
             to_subscribers(&panels, session, &frame);
             broadcast_session(hub, &panels, session);
         }
         Note::Request { session, request } => {
-            let frame = conn::encode(&protocol::request(session, request.clone()).to_string());
+            let frame = conn::encode(&protocol::request(session, request.describe()).to_string());
             to_subscribers(&panels, session, &frame);
         }
         Note::Plan { session, plan } => {
-            let frame = conn::encode(&protocol::plan(session, plan.clone()).to_string());
+            let frame = conn::encode(&protocol::plan(session, plan::read_result(plan)).to_string());
             to_subscribers(&panels, session, &frame);
         }
         // A decision changes only the session's description for panels;

@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use super::{IdentityState, RequestState, Session, WorkerLink};
+use super::{IdentityState, RequestRecord, RequestState, Session, WorkerLink};
 use crate::wire::worker::envelope::Envelope;
 
 impl Session {
@@ -33,9 +33,9 @@ impl Session {
     /// The connection `conn_id` ended. If it is still the current link:
     /// the identity becomes stale, capabilities unknown, and every request
     /// still `sent` becomes `unknown` (nothing is resent); returns the
-    /// changed requests' descriptions. `None` when a newer connection
-    /// already replaced it.
-    pub fn detach_link(&mut self, conn_id: u64, now: &str) -> Option<Vec<Value>> {
+    /// changed requests. `None` when a newer connection already replaced
+    /// it.
+    pub fn detach_link(&mut self, conn_id: u64, now: &str) -> Option<Vec<RequestRecord>> {
         if self.link.as_ref().map(|l| l.conn_id) != Some(conn_id) {
             return None;
         }
@@ -49,7 +49,7 @@ impl Session {
             if record.state == RequestState::Sent {
                 record.state = RequestState::Unknown;
                 record.updated_at = now.to_string();
-                changed.push(record.describe());
+                changed.push(record.clone());
             }
         }
         Some(changed)
@@ -59,8 +59,8 @@ impl Session {
     /// a new incarnation, which runs nothing of its predecessor's),
     /// sequence gaps and duplicates, the last and the active run,
     /// capabilities and status, and the request a worker admitted or
-    /// rejected. Returns that request's new description, if any.
-    pub fn observe_envelope(&mut self, env: &Envelope, now: &str) -> Option<Value> {
+    /// rejected. Returns that request as it is now, if it changed.
+    pub fn observe_envelope(&mut self, env: &Envelope, now: &str) -> Option<RequestRecord> {
         self.stats.events += 1;
         if self.worker_id.as_deref() != Some(env.worker_id()) {
             if self.worker_id.is_some() {
@@ -185,7 +185,7 @@ impl Session {
         state: RequestState,
         detail: Option<Value>,
         now: &str,
-    ) -> Option<Value> {
+    ) -> Option<RequestRecord> {
         let record = self.request_mut(request_id)?;
         if record.state != RequestState::Sent {
             return None;
@@ -193,7 +193,7 @@ impl Session {
         record.state = state;
         record.detail = detail;
         record.updated_at = now.to_string();
-        Some(record.describe())
+        Some(record.clone())
     }
 }
 
@@ -321,7 +321,7 @@ mod tests {
         sent(&mut s, "q1");
         let admitted =
             s.observe_envelope(&env("input_admitted", "w", 1, "r", "q1", json!({})), "t1");
-        assert_eq!(admitted.unwrap()["state"], "admitted");
+        assert_eq!(admitted.unwrap().describe()["state"], "admitted");
         let again = s.observe_envelope(
             &env(
                 "input_rejected",
@@ -346,7 +346,7 @@ mod tests {
             ),
             "t3",
         );
-        let rejected = rejected.unwrap();
+        let rejected = rejected.unwrap().describe();
         assert_eq!(rejected["state"], "rejected");
         // the Node hub's string detail (the message, else the code) and the
         // worker's whole data beside it
@@ -371,8 +371,8 @@ mod tests {
         assert!(s.connected());
         let changed = s.detach_link(1, "t9").unwrap();
         assert_eq!(changed.len(), 1);
-        assert_eq!(changed[0]["request_id"], "q2");
-        assert_eq!(changed[0]["state"], "unknown");
+        assert_eq!(changed[0].request_id, "q2");
+        assert_eq!(changed[0].state, RequestState::Unknown);
         assert!(!s.connected());
         assert_eq!(s.identity(), IdentityState::Stale);
         assert_eq!(s.capabilities(), None);

@@ -12,12 +12,13 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use crate::supervisor::process::{LogCounters, ProcessInfo};
+use crate::supervisor::process::{LogCounters, ProcessInfo, ProcessView};
 use crate::transcript::Transcript;
 use crate::util::bounded_writer::BoundedWriter;
 use crate::util::log_ring::LogRing;
 use crate::wire::worker::confirm_frames::ConfirmationRequest;
 use crate::wire::worker::display;
+use crate::wire::worker::plan::PlanRecord;
 use crate::ws::FrameWriter;
 
 pub mod headless;
@@ -29,7 +30,7 @@ mod spec;
 mod testkit;
 
 pub use process::NoStop;
-pub use prompts::{DecideError, NewPrompt, NotOpened, PromptStep};
+pub use prompts::{ClosedPrompt, DecideError, NewPrompt, NotOpened, PromptEnd, PromptStep};
 pub use spec::{
     check_new_id, is_valid_id, normalize_spec, SpecDefaults, SpecError, MODALITY_ASSIST_ENTRY,
 };
@@ -109,12 +110,10 @@ pub struct RequestRecord {
 }
 
 impl RequestRecord {
-    /// The Node hub's request record (`settled_at` null while `sent`;
-    /// `detail` a string: the worker's rejection message, or why the
-    /// outcome is unknown, else empty), then this hub's `updated_at` and
-    /// `rejection` (the worker's whole `input_rejected` data, or null).
-    pub fn describe(&self) -> Value {
-        let detail = match (self.state, &self.detail) {
+    /// The outcome in words: the worker's rejection message (else its
+    /// code), or why the outcome is unknown; empty otherwise.
+    pub fn detail_text(&self) -> &str {
+        match (self.state, &self.detail) {
             (_, Some(data)) => data
                 .get("message")
                 .and_then(Value::as_str)
@@ -124,7 +123,15 @@ impl RequestRecord {
                 "the event connection closed before the worker admitted or rejected it"
             }
             _ => "",
-        };
+        }
+    }
+
+    /// The Node hub's request record (`settled_at` null while `sent`;
+    /// `detail` a string: the worker's rejection message, or why the
+    /// outcome is unknown, else empty), then this hub's `updated_at` and
+    /// `rejection` (the worker's whole `input_rejected` data, or null).
+    pub fn describe(&self) -> Value {
+        let detail = self.detail_text();
         let settled_at = match self.state {
             RequestState::Sent => None,
             _ => Some(&self.updated_at),
@@ -273,10 +280,9 @@ pub struct Session {
     log_caps: (usize, usize),
     /// `logs/worker.log` of the current process, best effort.
     log_file: Option<Arc<BoundedWriter>>,
-    /// The published plan `{markdown, revision, updated_at}`, cached from
-    /// the store so subscriptions read it under the same lock that orders
-    /// them against `plan` broadcasts.
-    plan: Value,
+    /// The published plan, cached from the store so subscriptions read it
+    /// under the same lock that orders them against `plan` broadcasts.
+    plan: PlanRecord,
     /// Set for a headless child (`kind: "headless"`).
     subagent: Option<Box<headless::Child>>,
     /// The confirmation mode (`ask`, `approve`, `deny`) the hub sends with
@@ -389,7 +395,7 @@ impl Session {
             logs: LogRing::new(DEFAULT_LOG_CAPS.0, DEFAULT_LOG_CAPS.1),
             log_caps: DEFAULT_LOG_CAPS,
             log_file: None,
-            plan: json!({"markdown": "", "revision": 0, "updated_at": null}),
+            plan: PlanRecord::default(),
             subagent: None,
             mode: None,
             stop_after_run: false,
@@ -409,7 +415,7 @@ impl Session {
     }
 
     /// The published plan read from the store at load.
-    pub fn with_plan(mut self, plan: Value) -> Session {
+    pub fn with_plan(mut self, plan: PlanRecord) -> Session {
         self.plan = plan;
         self
     }
@@ -466,8 +472,8 @@ impl Session {
         &self.logs
     }
 
-    /// The published plan `{markdown, revision, updated_at}`.
-    pub fn plan(&self) -> &Value {
+    /// The published plan.
+    pub fn plan(&self) -> &PlanRecord {
         &self.plan
     }
 
@@ -494,7 +500,7 @@ impl Session {
     }
 
     /// Publishes a new plan revision to the cache that subscriptions read.
-    pub fn publish_plan(&mut self, plan: Value) {
+    pub fn publish_plan(&mut self, plan: PlanRecord) {
         self.plan = plan;
     }
 
@@ -596,35 +602,22 @@ impl Session {
         self.log_file.replace(file)
     }
 
-    /// The `process` object of the description (null when none is known).
-    /// A headless child's invocation is redacted.
-    /// The process description; a headless child's launch details (its
-    /// command, arguments, directory and log path) are private to the hub
-    /// and shown empty.
-    pub fn describe_process(&self) -> Value {
-        let mut described = self.describe_process_full();
-        if self.is_headless() {
-            if let Some(map) = described.as_object_mut() {
-                map.insert("command".into(), json!(""));
-                map.insert("args".into(), json!([]));
-                map.insert("cwd".into(), json!(""));
-                map.insert("log_path".into(), Value::Null);
-            }
-        }
-        described
-    }
-
-    fn describe_process_full(&self) -> Value {
-        match &self.process {
-            None => Value::Null,
-            Some(p) => p.describe(&LogCounters {
-                lines: self.logs.len(),
-                dropped: self.logs.dropped(),
-                truncated_bytes: self.logs.truncated_bytes(),
-                file_dropped: self.log_file.as_ref().map_or(0, |f| f.dropped_records()),
-                file_failed: self.log_file.as_ref().is_some_and(|f| f.failed()),
-            }),
-        }
+    /// The worker process as clients are shown it (`None` when none is
+    /// known); a headless child's launch details (its command, arguments,
+    /// directory and log path) are private to the hub and shown empty.
+    pub fn process_view(&self) -> Option<ProcessView> {
+        let view = self.process.as_ref()?.view(LogCounters {
+            lines: self.logs.len(),
+            dropped: self.logs.dropped(),
+            truncated_bytes: self.logs.truncated_bytes(),
+            file_dropped: self.log_file.as_ref().map_or(0, |f| f.dropped_records()),
+            file_failed: self.log_file.as_ref().is_some_and(|f| f.failed()),
+        });
+        Some(if self.is_headless() {
+            view.redacted()
+        } else {
+            view
+        })
     }
 
     pub fn connected(&self) -> bool {
@@ -745,10 +738,15 @@ impl Session {
             "confirmations": self.prompts.iter().enumerate()
                 .map(|(i, p)| self.describe_prompt(p, budget(i).max(MIN_PREVIEW_BYTES)))
                 .collect::<Vec<_>>(),
-            "process": self.describe_process(),
+            "process": describe_process(self.process_view().as_ref()),
             "requests": self.requests.iter().map(RequestRecord::describe).collect::<Vec<_>>(),
         })
     }
+}
+
+/// The `process` object of a description: null when no process is known.
+pub fn describe_process(view: Option<&ProcessView>) -> Value {
+    view.map_or(Value::Null, ProcessView::describe)
 }
 
 /// Every session the hub knows, by id.

@@ -7,7 +7,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::{IdentityState, Prompt, PromptState, Session};
+use serde_json::{json, Value};
+
+use super::{IdentityState, Prompt, PromptState, Session, PROMPT_PREVIEW_BYTES};
 use crate::wire::worker::confirm_frames::ConfirmationRequest;
 use crate::ws::FrameWriter;
 
@@ -18,6 +20,87 @@ pub enum PromptStep {
     Wait,
     /// Deny at once (the hub's own decision) with this reason.
     Deny(&'static str),
+}
+
+/// Why a confirmation exchange ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptEnd {
+    /// The worker closed the connection (or it failed).
+    Disconnected,
+    /// The hub's deadline passed.
+    Deadline,
+    /// A second frame on the one-request connection.
+    ProtocolError,
+    /// The hub is shutting down.
+    Shutdown,
+}
+
+impl PromptEnd {
+    /// The phase clients are told (an undecided prompt's resolution source).
+    pub fn phase(self) -> &'static str {
+        match self {
+            PromptEnd::Disconnected => "disconnected",
+            PromptEnd::Deadline => "deadline",
+            PromptEnd::ProtocolError => "protocol-error",
+            PromptEnd::Shutdown => "shutdown",
+        }
+    }
+
+    /// Why, in words.
+    pub fn detail(self) -> &'static str {
+        match self {
+            PromptEnd::Disconnected => "the confirmation connection closed",
+            PromptEnd::Deadline => "the confirmation deadline passed before a decision",
+            PromptEnd::ProtocolError => "more than one frame on the confirmation connection",
+            PromptEnd::Shutdown => "the hub is shutting down",
+        }
+    }
+}
+
+/// A prompt whose exchange ended, as it was when it closed: what the
+/// closing announcement renders.
+#[derive(Debug, Clone)]
+pub struct ClosedPrompt {
+    pub session_id: String,
+    /// A headless child's parent session.
+    pub parent_session_id: Option<String>,
+    pub prompt: Prompt,
+    pub end: PromptEnd,
+}
+
+impl ClosedPrompt {
+    pub fn confirmation_id(&self) -> &str {
+        &self.prompt.request.confirmation_id
+    }
+
+    /// The decision it had (`None`: it closed unanswered).
+    pub fn decision(&self) -> Option<bool> {
+        self.prompt.decision
+    }
+
+    /// Its final description: an unanswered one is `retired`, with why.
+    pub fn describe(&self) -> Value {
+        let mut out = self.prompt.describe(&self.session_id, PROMPT_PREVIEW_BYTES);
+        if let Some(parent) = &self.parent_session_id {
+            out["subagent"] = json!({
+                "session_id": self.session_id,
+                "parent_session_id": parent,
+            });
+        }
+        if self.prompt.decision.is_none() {
+            out["state"] = json!("retired");
+        }
+        out
+    }
+
+    /// How it ended, as the panel protocol's `outcome`.
+    pub fn outcome(&self) -> Value {
+        let decision = self
+            .prompt
+            .decision
+            .map(|d| if d { "approved" } else { "denied" });
+        crate::wire::panel::outcome(decision, self.end.phase(), self.end.detail())
+    }
 }
 
 /// Why a request opened no prompt.
@@ -191,14 +274,34 @@ impl Session {
         Some(settle(&mut self.prompts[index], false, Some(reason), now))
     }
 
-    /// Removes the prompt of connection `conn_id`; a retired prompt can no
-    /// longer be answered.
-    pub fn retire_prompt(&mut self, confirmation_id: &str, conn_id: u64) -> Option<Prompt> {
+    /// Removes the prompt of connection `conn_id`, whose exchange ended
+    /// (`end`, at `now`); a retired prompt can no longer be answered. One
+    /// never decided is settled as retired, with why its exchange ended.
+    pub fn retire_prompt(
+        &mut self,
+        confirmation_id: &str,
+        conn_id: u64,
+        end: PromptEnd,
+        now: &str,
+    ) -> Option<ClosedPrompt> {
         let pos = self
             .prompts
             .iter()
             .position(|p| p.request.confirmation_id == confirmation_id && p.conn_id == conn_id)?;
-        Some(self.prompts.remove(pos))
+        let mut prompt = self.prompts.remove(pos);
+        if prompt.decision.is_none() {
+            prompt.settled_at = Some(now.to_string());
+            prompt.reason = Some(end.detail().to_string());
+        }
+        Some(ClosedPrompt {
+            session_id: self.id.clone(),
+            parent_session_id: self
+                .subagent
+                .as_ref()
+                .map(|child| child.parent().session_id.clone()),
+            prompt,
+            end,
+        })
     }
 
     fn prompt_index(&self, confirmation_id: &str) -> Option<usize> {
@@ -360,8 +463,45 @@ mod tests {
         );
         assert!(s.deny_prompt("a", "late", "t3").is_none());
         // Only its own connection retires it.
-        assert!(s.retire_prompt("a", 8).is_none());
-        assert!(s.retire_prompt("a", 7).is_some());
+        assert!(s
+            .retire_prompt("a", 8, PromptEnd::Disconnected, "t")
+            .is_none());
+        // Decided before it closed: it keeps its decision.
+        let closed = s.retire_prompt("a", 7, PromptEnd::Deadline, "t9").unwrap();
+        let described = closed.describe();
+        assert_eq!(
+            (
+                &described["state"],
+                &described["settled_at"],
+                &described["reason"]
+            ),
+            (&json!("decided"), &json!("t1"), &json!("no"))
+        );
+        assert_eq!(
+            closed.outcome(),
+            json!({"phase": "decided", "detail": "denied"})
+        );
+        // Never answered: retired, with why its exchange ended.
+        open(&mut s, new("b", "w", 9), 4).unwrap();
+        let closed = s.retire_prompt("b", 9, PromptEnd::Deadline, "t9").unwrap();
+        assert_eq!(closed.decision(), None);
+        let described = closed.describe();
+        assert_eq!(
+            (
+                &described["state"],
+                &described["settled_at"],
+                &described["reason"]
+            ),
+            (
+                &json!("retired"),
+                &json!("t9"),
+                &json!(PromptEnd::Deadline.detail())
+            )
+        );
+        assert_eq!(
+            closed.outcome(),
+            json!({"phase": "deadline", "detail": PromptEnd::Deadline.detail()})
+        );
         assert_eq!(
             s.settle_prompt("a", true, None, "t4").err(),
             Some(DecideError::Unknown)

@@ -7,6 +7,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::ops::sessions::Watch;
+use crate::session::RequestState;
 use crate::wire::shard::catalog::Role;
 
 /// Commands one connection may have waiting for the worker at once.
@@ -55,12 +56,13 @@ pub enum Settled {
 }
 
 impl Settled {
-    pub fn parse(state: &str) -> Option<Settled> {
+    /// How a request in `state` settled (`None` while it is sent).
+    pub fn of(state: RequestState) -> Option<Settled> {
         match state {
-            "admitted" => Some(Settled::Admitted),
-            "rejected" => Some(Settled::Rejected),
-            "unknown" => Some(Settled::Unknown),
-            _ => None,
+            RequestState::Sent => None,
+            RequestState::Admitted => Some(Settled::Admitted),
+            RequestState::Rejected => Some(Settled::Rejected),
+            RequestState::Unknown => Some(Settled::Unknown),
         }
     }
 }

@@ -40,7 +40,7 @@ use super::track::Runtime;
 use super::{render, Shard};
 use crate::hub::{Hub, Note, Subscriber};
 use crate::ops;
-use crate::session::{PromptState, PROMPT_PREVIEW_BYTES};
+use crate::session::{ClosedPrompt, PromptState, RequestRecord, PROMPT_PREVIEW_BYTES};
 use crate::util::time;
 use crate::wire::shard::direct::{self, End};
 use crate::wire::shard::message::{self, Code, Refusal};
@@ -76,19 +76,16 @@ fn fan_out(hub: &Hub, shard: &Shard, note: &Note) {
             event(hub, shard, session, *hub_seq, *retained, json, name)
         }
         Note::Request { session, request } => request_settled(shard, session, request),
-        Note::Confirmation {
+        Note::ConfirmationOpened {
             session,
-            open,
-            confirmation,
-            outcome,
+            confirmation_id,
         } => {
-            let id = confirmation["confirmation_id"].as_str().unwrap_or("");
-            if *open {
-                opened(hub, shard, session, id);
-            } else {
-                retired(shard, session, id, confirmation, outcome.as_ref());
-            }
+            opened(hub, shard, session, confirmation_id);
             changed(hub, shard, session);
+        }
+        Note::ConfirmationClosed { closed } => {
+            retired(shard, closed);
+            changed(hub, shard, &closed.session_id);
         }
         Note::Decided {
             session,
@@ -245,20 +242,20 @@ fn compaction_ended(shard: &Shard, agent: &str, name: &str, entry: &Value) {
 
 /// The worker admitted or rejected a payload, or its connection closed
 /// first (`unknown`).
-fn request_settled(shard: &Shard, agent: &str, request: &Value) {
-    let request_id = request["request_id"].as_str().unwrap_or("");
-    let Some(how) = request["state"].as_str().and_then(Settled::parse) else {
+fn request_settled(shard: &Shard, agent: &str, request: &RequestRecord) {
+    let request_id = request.request_id.as_str();
+    let Some(how) = Settled::of(request.state) else {
         return;
     };
     for conn in shard.snapshot().iter() {
         let Some(pending) = conn.state().settle(agent, request_id, how) else {
             continue;
         };
-        let data = json!({"request_id": request_id, "state": request["state"]});
+        let data = json!({"request_id": request_id, "state": request.state.as_str()});
         let outcome = match how {
             Settled::Admitted => Ok(Some(data)),
             Settled::Rejected => {
-                let rejection = &request["rejection"];
+                let rejection = request.detail.clone().unwrap_or(Value::Null);
                 let code = if rejection["code"] == "payload_queue_full"
                     || matches!(pending.awaiting, Awaiting::Compact { .. })
                 {
@@ -266,11 +263,9 @@ fn request_settled(shard: &Shard, agent: &str, request: &Value) {
                 } else {
                     Code::InvalidRequest
                 };
-                let message = request["detail"]
-                    .as_str()
-                    .unwrap_or("the worker rejected it");
+                let message = request.detail_text().to_string();
                 let mut data = data;
-                data["rejection"] = rejection.clone();
+                data["rejection"] = rejection;
                 Err(Refusal::new(code, message).with_data(data))
             }
             Settled::Unknown => Err(Refusal::new(
@@ -332,16 +327,15 @@ fn opened(hub: &Hub, shard: &Shard, agent: &str, id: &str) {
 /// `Decided` note, which may come after this one: the decider writes the
 /// answer before it announces it, and the worker may close the exchange in
 /// between.
-fn retired(shard: &Shard, agent: &str, id: &str, confirmation: &Value, outcome: Option<&Value>) {
-    if !confirmation["decision"].is_null() {
+fn retired(shard: &Shard, closed: &ClosedPrompt) {
+    if closed.decision().is_some() {
         return;
     }
+    let (agent, id) = (closed.session_id.as_str(), closed.confirmation_id());
     if !shard.agent(agent, |t| t.resolve_request(id)) {
         return;
     }
-    let source = outcome
-        .and_then(|o| o["phase"].as_str())
-        .unwrap_or("retired");
+    let source = closed.end.phase();
     to_attached(
         shard,
         agent,

@@ -117,7 +117,7 @@ pub fn start(hub: &Arc<Hub>, id: &str, spec: Option<&Value>) -> StartResult {
             let now = time::now_rfc3339();
             let described = hub.with_session(id, |s| {
                 s.record_start_failed(&lifecycle_id, &error, &now)
-                    .then(|| s.describe_process())
+                    .then(|| s.process_view())
             });
             if let Some(Some(process)) = described {
                 hub.notify(Note::Process {
@@ -343,7 +343,7 @@ fn spawn(
         info.stop = stop_settings(config, library);
         s.record_started(info);
         let previous = s.reset_logs(writer.clone());
-        (s.describe_process(), previous)
+        (s.process_view(), previous)
     });
     let described = described.map(|(process, _previous)| process);
     if let Some(process) = described {
@@ -470,7 +470,7 @@ fn follow_daemon(
     waited().push(worker);
     let described = hub.with_session(id, |s| {
         s.record_daemonized(lifecycle_id, pinned.clone())
-            .then(|| s.describe_process())
+            .then(|| s.process_view())
     });
     let Some(Some(process)) = described else {
         waited().retain(|&p| p != worker);
@@ -503,7 +503,7 @@ fn process_ended(hub: &Hub, id: &str, lifecycle_id: &str, code: Option<i32>, sig
     let now = time::now_rfc3339();
     let described = hub.with_session(id, |s| {
         let state = s.record_ended(lifecycle_id, code, signal, &now)?;
-        Some((s.describe_process(), state))
+        Some((s.process_view(), state))
     });
     if let Some(Some((process, state))) = described {
         log::info!(
@@ -543,7 +543,7 @@ pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopR
                 lifecycle.unwrap_or_default(),
                 first,
                 begun.connected,
-                s.describe_process(),
+                s.process_view(),
             ))
         }
         Err(NoStop::NotStarted) => Err(stopped(StopHow::NotStarted, false)),
@@ -608,7 +608,7 @@ pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopR
     if let Err((err, (hub, id, done))) = spawned {
         // Nothing was signalled: the worker runs on as before.
         log::error!("session {id}: cannot start a stop thread: {err}");
-        let described = hub.with_session(&id, |s| s.abandon_stop().then(|| s.describe_process()));
+        let described = hub.with_session(&id, |s| s.abandon_stop().then(|| s.process_view()));
         if let Some(Some(process)) = described {
             hub.notify(Note::Process {
                 session: id.clone(),

@@ -140,9 +140,64 @@ impl ProcessInfo {
         }
     }
 
-    /// The `process` object of the session description, with the log
-    /// counters the capture side keeps.
-    pub fn describe(&self, logs: &LogCounters) -> Value {
+    /// What clients are shown of the record, with the log counters the
+    /// capture side keeps (no pid pin, no Docker context).
+    pub fn view(&self, logs: LogCounters) -> ProcessView {
+        ProcessView {
+            state: self.state,
+            pid: self.pid,
+            started_at: self.started_at.clone(),
+            exited_at: self.exited_at.clone(),
+            exit_code: self.exit_code,
+            signal: self.signal,
+            error: self.error.clone(),
+            stop_requested: self.stop_requested,
+            command: self.command.clone(),
+            args: self.args.clone(),
+            cwd: self.cwd.clone(),
+            process_group_killed: self.process_group_killed,
+            log_path: self.log_path.clone(),
+            adopted: self.adopted,
+            logs,
+        }
+    }
+}
+
+/// A worker process as clients are shown it: a snapshot of its record
+/// and log counters, taken under the registry lock and rendered by
+/// whoever publishes it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessView {
+    pub state: ProcState,
+    pub pid: Option<u32>,
+    pub started_at: Option<String>,
+    pub exited_at: Option<String>,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub error: Option<String>,
+    pub stop_requested: bool,
+    pub command: String,
+    pub args: Vec<String>,
+    pub cwd: String,
+    pub process_group_killed: bool,
+    pub log_path: Option<String>,
+    pub adopted: bool,
+    pub logs: LogCounters,
+}
+
+impl ProcessView {
+    /// A headless child's launch details (its command, arguments,
+    /// directory and log path) are private to the hub: shown empty.
+    pub fn redacted(mut self) -> ProcessView {
+        self.command.clear();
+        self.args.clear();
+        self.cwd.clear();
+        self.log_path = None;
+        self
+    }
+
+    /// The Node hub's `process` object.
+    pub fn describe(&self) -> Value {
         json!({
             "state": self.state.as_str(),
             "pid": self.pid,
@@ -158,11 +213,11 @@ impl ProcessInfo {
             "cwd": self.cwd,
             "process_group_killed": self.process_group_killed,
             "log_path": self.log_path,
-            "log_lines": logs.lines,
-            "log_dropped": logs.dropped,
-            "log_truncated_bytes": logs.truncated_bytes,
-            "file_log_dropped": logs.file_dropped,
-            "file_log_failed": logs.file_failed,
+            "log_lines": self.logs.lines,
+            "log_dropped": self.logs.dropped,
+            "log_truncated_bytes": self.logs.truncated_bytes,
+            "file_log_dropped": self.logs.file_dropped,
+            "file_log_failed": self.logs.file_failed,
             "adopted": self.adopted,
         })
     }
@@ -213,7 +268,7 @@ pub fn signal_name(number: i32) -> String {
 }
 
 /// Log statistics shown with the process.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LogCounters {
     pub lines: usize,
     pub dropped: u64,
@@ -271,7 +326,7 @@ mod tests {
         assert_eq!(signal_name(0), "SIG0");
         let mut p = ProcessInfo::starting("w".into(), vec![], "/".into(), "l".into());
         p.ended(None, Some(libc::SIGKILL), "t".into());
-        let d = p.describe(&LogCounters::default());
+        let d = p.view(LogCounters::default()).describe();
         assert_eq!(d["signal"], "SIGKILL");
         assert_eq!(d["signal_number"], libc::SIGKILL);
         assert_eq!(p.error.as_deref(), Some("killed by SIGKILL"));
@@ -280,7 +335,7 @@ mod tests {
     #[test]
     fn description_fields() {
         let p = ProcessInfo::starting("w".into(), vec!["a".into()], "/".into(), "l".into());
-        let d = p.describe(&LogCounters::default());
+        let d = p.view(LogCounters::default()).describe();
         for key in [
             "state",
             "pid",

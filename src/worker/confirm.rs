@@ -19,14 +19,11 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use tungstenite::{Error as WsError, Message};
 
 use crate::hub::{Hub, Note};
 use crate::session::headless::Policy;
-use crate::session::{
-    NewPrompt, NotOpened, PromptState, PromptStep, Session, PROMPT_PREVIEW_BYTES,
-};
+use crate::session::{NewPrompt, NotOpened, PromptEnd, PromptState, PromptStep, Session};
 use crate::util::time;
 use crate::wire::worker::confirm_frames::{self, ConfirmationRequest};
 use crate::ws::{close, Accepted, FrameWriter};
@@ -185,7 +182,7 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
     };
     let _ = socket.get_ref().set_read_timeout(Some(POLL));
     let mut decided_at: Option<Instant> = None;
-    let mut ended = Ended::Disconnected;
+    let mut ended = PromptEnd::Disconnected;
     loop {
         if let PromptStep::Deny(reason) = std::mem::replace(&mut step, PromptStep::Wait) {
             deny_now(&hub, &session_id, &confirmation_id, reason);
@@ -194,7 +191,7 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
             Ok(Message::Text(_)) | Ok(Message::Binary(_)) => {
                 log::warn!("session {session_id}: second frame on confirmation {confirmation_id}");
                 writer.close_and_shutdown(close::POLICY, "one request per connection");
-                ended = Ended::ProtocolError;
+                ended = PromptEnd::ProtocolError;
                 break;
             }
             Ok(_) => {}
@@ -232,11 +229,9 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
             if verified && auto.is_none() {
                 // The event socket named the worker: the prompt can now be
                 // decided, and every panel must hear that.
-                hub.notify(Note::Confirmation {
+                hub.notify(Note::ConfirmationOpened {
                     session: session_id.clone(),
-                    open: true,
-                    confirmation: json!({"confirmation_id": confirmation_id}),
-                    outcome: None,
+                    confirmation_id: confirmation_id.clone(),
                 });
             } else if let (true, Some(auto)) = (verified, &auto) {
                 // Answered by the child's policy at once: only the
@@ -263,7 +258,7 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
             Some(Some((_, next))) => {
                 step = next;
                 if now >= deadline {
-                    ended = Ended::Deadline;
+                    ended = PromptEnd::Deadline;
                     writer.close_and_shutdown(close::NORMAL, "confirmation deadline passed");
                     break;
                 }
@@ -273,43 +268,9 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
     writer.terminate();
     hub.unregister_socket(conn_id);
     if hub.is_shutting_down() {
-        ended = Ended::Shutdown;
+        ended = PromptEnd::Shutdown;
     }
     retire(&hub, &session_id, &confirmation_id, conn_id, ended);
-}
-
-/// Why a prompt's exchange ended without a decision: the Node hub's
-/// `phase` of a closing outcome, and what panels are told of it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Ended {
-    /// The worker closed the connection (or it failed).
-    Disconnected,
-    /// The hub's deadline passed.
-    Deadline,
-    /// A second frame on the one-request connection.
-    ProtocolError,
-    /// The hub is shutting down.
-    Shutdown,
-}
-
-impl Ended {
-    fn phase(self) -> &'static str {
-        match self {
-            Ended::Disconnected => "disconnected",
-            Ended::Deadline => "deadline",
-            Ended::ProtocolError => "protocol-error",
-            Ended::Shutdown => "shutdown",
-        }
-    }
-
-    fn detail(self) -> &'static str {
-        match self {
-            Ended::Disconnected => "the confirmation connection closed",
-            Ended::Deadline => "the confirmation deadline passed before a decision",
-            Ended::ProtocolError => "more than one frame on the confirmation connection",
-            Ended::Shutdown => "the hub is shutting down",
-        }
-    }
 }
 
 fn read_request(
@@ -361,11 +322,11 @@ fn register(
     let result = hub.with_session(session_id, |s| {
         let step = match s.open_prompt(new, MAX_OPEN_PROMPTS) {
             Ok(step) => step,
-            Err((NotOpened::Duplicate, _)) => return (Registered::Duplicate, None, None),
+            Err((NotOpened::Duplicate, _)) => return (Registered::Duplicate, false, None),
             Err((NotOpened::Full, new)) => {
                 let reason = "capacity exhausted: too many open confirmations";
                 let denial = response_text(&new.request, false, Some(reason));
-                return (Registered::Full(denial), None, None);
+                return (Registered::Full(denial), false, None);
             }
         };
         // Decidable on arrival: a headless child's policy may answer now,
@@ -376,14 +337,12 @@ fn register(
         } else {
             None
         };
-        let prompt = s.prompt(&confirmation_id).expect("opened just now");
-        let described = Some(s.describe_prompt(prompt, PROMPT_PREVIEW_BYTES));
-        (Registered::Open(step), described, auto)
+        (Registered::Open(step), true, auto)
     });
     match result {
         None => Registered::Gone,
-        Some((registered, described, auto)) => {
-            match (&auto, described) {
+        Some((registered, opened, auto)) => {
+            match (&auto, opened) {
                 // Answered by a child's policy on arrival: never shown open;
                 // the description changes, the closing frame follows.
                 (Some(auto), _) => {
@@ -395,13 +354,11 @@ fn register(
                         source: "policy",
                     });
                 }
-                (None, Some(confirmation)) => hub.notify(Note::Confirmation {
+                (None, true) => hub.notify(Note::ConfirmationOpened {
                     session: session_id.to_string(),
-                    open: true,
-                    confirmation,
-                    outcome: None,
+                    confirmation_id: confirmation_id.clone(),
                 }),
-                (None, None) => {}
+                (None, false) => {}
             }
             registered
         }
@@ -433,25 +390,12 @@ fn deny_now(hub: &Hub, session_id: &str, confirmation_id: &str, reason: &'static
 /// closing `confirmation` keeps the state `decided` for a prompt that was
 /// answered (outcome `{phase: "decided", detail: <decision>}`); any other
 /// becomes `retired` with why it `ended`.
-fn retire(hub: &Hub, session_id: &str, confirmation_id: &str, conn_id: u64, ended: Ended) {
-    let removed = hub.with_session(session_id, |s| {
-        let prompt = s.retire_prompt(confirmation_id, conn_id)?;
-        Some(s.describe_prompt(&prompt, PROMPT_PREVIEW_BYTES))
+fn retire(hub: &Hub, session_id: &str, confirmation_id: &str, conn_id: u64, ended: PromptEnd) {
+    let now = time::now_rfc3339();
+    let closed = hub.with_session(session_id, |s| {
+        s.retire_prompt(confirmation_id, conn_id, ended, &now)
     });
-    if let Some(Some(mut described)) = removed {
-        let decided = described["decision"].as_str().map(str::to_string);
-        if decided.is_none() {
-            described["state"] = json!("retired");
-            described["settled_at"] = json!(time::now_rfc3339());
-            described["reason"] = json!(ended.detail());
-        }
-        let outcome =
-            crate::wire::panel::outcome(decided.as_deref(), ended.phase(), ended.detail());
-        hub.notify(Note::Confirmation {
-            session: session_id.to_string(),
-            open: false,
-            confirmation: described,
-            outcome: Some(outcome),
-        });
+    if let Some(Some(closed)) = closed {
+        hub.notify(Note::ConfirmationClosed { closed });
     }
 }

@@ -399,6 +399,9 @@ pub fn succeeded(line: &str, route: &str) -> Value {
 /// configuring a hand-launched worker would).
 pub fn worker_token(data_dir: &Path, session: &str) -> String {
     let conn = rusqlite::Connection::open(data_dir.join("hub.db")).unwrap();
+    // The hub may hold the write lock for a moment (a commit, a checkpoint).
+    conn.busy_timeout(std::time::Duration::from_secs(10))
+        .unwrap();
     conn.query_row("SELECT token FROM sessions WHERE id = ?1", [session], |r| {
         r.get(0)
     })

@@ -16,6 +16,7 @@
 //! against the other requests of this process. It is held across that file
 //! I/O, and nothing else is ever taken while it is held.
 
+use std::fmt;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -337,13 +338,30 @@ impl Snapshot {
 /// A session's launch snapshot (`config/launch.jsonc`), parsed: `None` for
 /// a session without one (a session that launches with the hub-wide
 /// launcher).
-pub fn session_launch(config_dir: &Path) -> Result<Option<launch::LaunchDoc>, LibraryError> {
+pub fn session_launch(config_dir: &Path) -> Result<Option<launch::LaunchDoc>, BadLaunchSnapshot> {
     match read_bounded(&config_dir.join(SNAPSHOT_LAUNCH)) {
-        Ok(text) => launch::parse(&text).map(Some),
+        Ok(text) => launch::parse(&text).map(Some).map_err(BadLaunchSnapshot),
         Err(LibraryError::NotFound(_)) => Ok(None),
-        Err(err) => Err(err),
+        Err(err) => Err(BadLaunchSnapshot(err)),
     }
 }
+
+/// A session's launch snapshot that cannot be read or is not valid (its
+/// worker cannot be started from it).
+#[derive(Debug)]
+pub struct BadLaunchSnapshot(LibraryError);
+
+impl fmt::Display for BadLaunchSnapshot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "cannot use the session's launch snapshot config/launch.jsonc: {}",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for BadLaunchSnapshot {}
 
 /// Settles a snapshot replacement ([`Snapshot::publish`]) that a crash cut
 /// short, at start, before the session is used: a `.config-backup-*` beside

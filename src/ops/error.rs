@@ -274,23 +274,34 @@ impl From<DecideError> for OpError {
 }
 
 /// Operator routes of headless children share the refusals of the
-/// `subagent/*` tool routes; these are the ones an operator can meet.
+/// `subagent/*` tool routes. The first seven have a kind of their own;
+/// the rest are the tool routes' alone, and an operator route that met
+/// one would be a defect of the hub (`internal_error`, logged).
 impl From<Refusal> for OpError {
     fn from(refusal: Refusal) -> OpError {
-        let kind = match refusal.code {
-            "not_found" => ErrorKind::UnknownSession,
-            code::INVALID_POLICY => ErrorKind::InvalidPolicy,
-            code::INVALID_ARGUMENTS => ErrorKind::InvalidArguments,
-            code::STALE_LIFECYCLE => ErrorKind::StaleLifecycle,
-            code::RECOVERY_CONFLICT => ErrorKind::RecoveryConflict,
-            code::CLEANUP_FAILED => ErrorKind::CleanupFailed,
-            code::STORAGE_ERROR => ErrorKind::Storage,
-            other => {
-                log::error!("an operator route met the tool refusal {other}");
+        let kind = match &refusal {
+            Refusal::NotFound(_) => ErrorKind::UnknownSession,
+            Refusal::InvalidPolicy(_) => ErrorKind::InvalidPolicy,
+            Refusal::InvalidArguments(_) => ErrorKind::InvalidArguments,
+            Refusal::StaleLifecycle(_) => ErrorKind::StaleLifecycle,
+            Refusal::RecoveryConflict(_) => ErrorKind::RecoveryConflict,
+            Refusal::CleanupFailed(_) => ErrorKind::CleanupFailed,
+            Refusal::Storage(_) => ErrorKind::Storage,
+            Refusal::Unauthorized(_)
+            | Refusal::RequestConflict(_)
+            | Refusal::LifecycleClosed(_)
+            | Refusal::LimitExceeded(_)
+            | Refusal::UnsupportedOperation(_)
+            | Refusal::Disconnected(_)
+            | Refusal::AnswerUnavailable(_)
+            | Refusal::DeliveryUnknown(_)
+            | Refusal::RecoveryRequired(_)
+            | Refusal::UnsupportedLaunch(_) => {
+                log::error!("an operator route met the tool refusal {}", refusal.code());
                 ErrorKind::Internal
             }
         };
-        OpError::new(kind, refusal.message)
+        OpError::new(kind, refusal.message())
     }
 }
 
@@ -403,6 +414,39 @@ mod tests {
                 (code, status),
                 "{kind:?}"
             );
+        }
+    }
+
+    #[test]
+    fn operator_refusals_keep_their_codes_and_messages() {
+        let cases = [
+            (
+                Refusal::NotFound("no such session".into()),
+                "unknown_session",
+                404,
+            ),
+            (Refusal::InvalidPolicy("p".into()), "invalid_policy", 400),
+            (
+                Refusal::InvalidArguments("a".into()),
+                "invalid_arguments",
+                400,
+            ),
+            (Refusal::StaleLifecycle("l".into()), "stale_lifecycle", 409),
+            (
+                Refusal::RecoveryConflict("r".into()),
+                "recovery_conflict",
+                409,
+            ),
+            (Refusal::CleanupFailed("c".into()), "cleanup_failed", 409),
+            (Refusal::Storage("s".into()), "storage_error", 500),
+            // A tool route's own refusal is a defect on an operator route.
+            (Refusal::Unauthorized("u".into()), "internal_error", 500),
+        ];
+        for (refusal, code, status) in cases {
+            let message = refusal.message().to_string();
+            let op = OpError::from(refusal);
+            assert_eq!((op.code(), op.http_status()), (code, status), "{message}");
+            assert_eq!(op.message, message);
         }
     }
 

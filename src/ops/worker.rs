@@ -271,7 +271,8 @@ pub fn answer(
     cancel: &crossbeam_channel::Receiver<()>,
 ) -> Result<Value, OpError> {
     operable(hub, id, "answer")?;
-    let payload = query::answer_payload(args).map_err(OpError::invalid_arguments)?;
+    let payload =
+        query::answer_payload(args).map_err(|err| OpError::invalid_arguments(err.to_string()))?;
     Ok(hub.query_worker_or_cancel(id, &payload, query::QUERY_DEADLINE, cancel)?)
 }
 

@@ -29,7 +29,7 @@ mod spec;
 #[cfg(test)]
 mod testkit;
 
-pub use process::NoStop;
+pub use process::{NoStop, StartRefused};
 pub use prompts::{ClosedPrompt, DecideError, NewPrompt, NotOpened, PromptEnd, PromptStep};
 pub use spec::{
     check_new_id, is_valid_id, normalize_spec, SpecDefaults, SpecError, MODALITY_ASSIST_ENTRY,

@@ -23,6 +23,30 @@ pub enum NoStop {
     Unpinned,
 }
 
+/// Why a start could not be reserved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartRefused {
+    /// The session's configuration snapshot is being replaced.
+    Reconfiguring,
+    /// A worker is starting, running or stopping (the state it is in).
+    Active(ProcState),
+}
+
+impl std::fmt::Display for StartRefused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartRefused::Reconfiguring => {
+                f.write_str("the session's configuration is being replaced")
+            }
+            StartRefused::Active(state) => {
+                write!(f, "a worker is already {} for this session", state.as_str())
+            }
+        }
+    }
+}
+
+impl std::error::Error for StartRefused {}
+
 /// A stop that began: the pinned incarnation to signal (`None` when only
 /// its container is left: a Docker launch whose CLI has exited), and
 /// whether a worker is connected (the ladder asks it to shut down first).
@@ -42,16 +66,13 @@ impl Session {
     /// `now` until the spawn records the real time); refused while a worker
     /// is starting, running or stopping, and while the session's
     /// configuration snapshot is being replaced.
-    pub fn reserve_start(&mut self, lifecycle_id: &str, now: &str) -> Result<(), String> {
+    pub fn reserve_start(&mut self, lifecycle_id: &str, now: &str) -> Result<(), StartRefused> {
         if self.reconfiguring {
-            return Err("the session's configuration is being replaced".into());
+            return Err(StartRefused::Reconfiguring);
         }
         if let Some(p) = &self.process {
             if p.state.is_active() {
-                return Err(format!(
-                    "a worker is already {} for this session",
-                    p.state.as_str()
-                ));
+                return Err(StartRefused::Active(p.state));
             }
         }
         let mut reserved = ProcessInfo::starting(
@@ -223,12 +244,16 @@ mod tests {
         assert_eq!(s.lifecycle_id, "l1");
         assert_eq!(s.process().unwrap().state, ProcState::Starting);
         let again = s.reserve_start("l2", "t").unwrap_err();
-        assert!(again.contains("already starting"), "{again}");
+        assert_eq!(again, StartRefused::Active(ProcState::Starting));
+        assert_eq!(
+            again.to_string(),
+            "a worker is already starting for this session"
+        );
         s.record_started(spawned("l1"));
-        assert!(s
-            .reserve_start("l3", "t")
-            .unwrap_err()
-            .contains("already running"));
+        assert_eq!(
+            s.reserve_start("l3", "t"),
+            Err(StartRefused::Active(ProcState::Running))
+        );
     }
 
     #[test]

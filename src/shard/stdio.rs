@@ -166,7 +166,7 @@ pub fn run(args: &StdioArgs) -> u8 {
     let socket_path = match socket_path(args) {
         Ok(path) => path,
         Err(err) => {
-            say(&err);
+            say(&err.to_string());
             return exit::FAILED;
         }
     };
@@ -296,7 +296,7 @@ fn copy_stdin(stream: UnixStream, detached: &AtomicBool) {
 
 /// The hub's socket: `--socket`, or `shard.socket` of the configuration
 /// the hub would read.
-fn socket_path(args: &StdioArgs) -> Result<PathBuf, String> {
+fn socket_path(args: &StdioArgs) -> Result<PathBuf, NoSocket> {
     if let Some(path) = &args.socket {
         return Ok(path.clone());
     }
@@ -304,12 +304,32 @@ fn socket_path(args: &StdioArgs) -> Result<PathBuf, String> {
         data_dir: args.data_dir.clone(),
         ..Default::default()
     };
-    let loaded = crate::config::load(args.config.as_deref(), &overrides)
-        .map_err(|err| format!("cannot read the hub's configuration: {err}"))?;
-    loaded.config.shard_socket_path().ok_or_else(|| {
-        "the hub's unix socket is off (shard.socket is empty in its configuration)".to_string()
-    })
+    let loaded =
+        crate::config::load(args.config.as_deref(), &overrides).map_err(NoSocket::Config)?;
+    loaded.config.shard_socket_path().ok_or(NoSocket::Off)
 }
+
+/// Why the hub's socket is not known.
+#[derive(Debug)]
+enum NoSocket {
+    /// The hub's configuration cannot be read.
+    Config(crate::config::ConfigError),
+    /// `shard.socket` is empty.
+    Off,
+}
+
+impl std::fmt::Display for NoSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NoSocket::Config(err) => write!(f, "cannot read the hub's configuration: {err}"),
+            NoSocket::Off => f.write_str(
+                "the hub's unix socket is off (shard.socket is empty in its configuration)",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for NoSocket {}
 
 fn say(message: &str) {
     eprintln!("simplex-hub shard-stdio: {message}");

@@ -114,12 +114,12 @@ impl Skills {
         }
         stems.sort();
         let mut listing = Listing::default();
-        let mut parsed: HashMap<String, Result<Skill, String>> = HashMap::new();
+        let mut parsed: HashMap<String, Result<Skill, SkillError>> = HashMap::new();
         for stem in &stems {
             let result = if is_valid_id(stem) {
-                self.read(stem).map_err(|e| e.to_string())
+                self.read(stem)
             } else {
-                Err(SkillError::InvalidId.to_string())
+                Err(SkillError::InvalidId)
             };
             parsed.insert(stem.clone(), result);
         }
@@ -127,14 +127,14 @@ impl Skills {
         for stem in &stems {
             let skill = match &parsed[stem] {
                 Ok(skill) => skill.clone(),
-                Err(message) => {
-                    listing.errors.push((stem.clone(), message.clone()));
+                Err(err) => {
+                    listing.errors.push((stem.clone(), err.to_string()));
                     continue;
                 }
             };
             let mut lookup = |target: &str| match parsed.get(target) {
                 Some(Ok(skill)) => Ok(skill.clone()),
-                Some(Err(message)) => Err(SkillError::Invalid(message.clone())),
+                Some(Err(err)) => Err(SkillError::Invalid(err.to_string())),
                 None => Err(SkillError::NotFound),
             };
             match expand(stem, skill, &mut lookup) {

@@ -53,10 +53,10 @@ pub struct Summary {
 /// sees the batch before anything is written (the supervisor keeps the
 /// Node hub's Docker contexts there); its notes are logged with the
 /// import's, and its error stops the import with nothing written.
-pub fn run(
+pub fn run<E: std::fmt::Display>(
     store: &mut Store,
     data_dir: &Path,
-    before_write: &mut dyn FnMut(&Batch) -> Result<Vec<String>, String>,
+    before_write: &mut dyn FnMut(&Batch) -> Result<Vec<String>, E>,
 ) -> Result<Option<Summary>, StoreError> {
     let hub_json = data_dir.join(HUB_JSON);
     match fs::symlink_metadata(&hub_json) {
@@ -82,9 +82,9 @@ pub fn run(
     }
     let now = crate::util::time::now_rfc3339();
     let mut batch = read(data_dir, &now)?;
-    let notes = before_write(&batch).map_err(|detail| StoreError::NodeImport {
+    let notes = before_write(&batch).map_err(|err| StoreError::NodeImport {
         path: data_dir.to_path_buf(),
-        detail,
+        detail: err.to_string(),
     })?;
     batch.notes.extend(notes);
     let summary = Summary {

@@ -17,6 +17,7 @@ mod schema;
 #[cfg(test)]
 mod tests;
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 
 use rusqlite::{ffi, params, Connection, OptionalExtension, Row};
@@ -518,12 +519,55 @@ fn put_receipt_in(conn: &Connection, receipt: &ReceiptRecord) -> rusqlite::Resul
     ])
 }
 
-fn decode_session(row: &Row<'_>) -> Result<SessionRecord, String> {
-    let id: String = row.get(0).map_err(|e| format!("id: {e}"))?;
-    let field = |e: rusqlite::Error| format!("session {id}: {e}");
+/// Why a stored row was skipped (it stays in the file untouched).
+#[derive(Debug)]
+enum Undecodable {
+    /// The key column (`id`, `session_id`) cannot be read.
+    Key {
+        column: &'static str,
+        err: rusqlite::Error,
+    },
+    /// A column of session `id` cannot be read.
+    Session { id: String, err: rusqlite::Error },
+    /// Session `id`'s spec is not JSON.
+    Spec { id: String, err: serde_json::Error },
+    /// A column of the process of session `id` cannot be read.
+    Process { id: String, err: rusqlite::Error },
+    /// The process of session `id` has args that are not a JSON string
+    /// array.
+    Args { id: String, err: serde_json::Error },
+}
+
+impl fmt::Display for Undecodable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Undecodable::Key { column, err } => write!(f, "{column}: {err}"),
+            Undecodable::Session { id, err } => write!(f, "session {id}: {err}"),
+            Undecodable::Spec { id, err } => write!(f, "session {id}: spec is not json: {err}"),
+            Undecodable::Process { id, err } => write!(f, "process of session {id}: {err}"),
+            Undecodable::Args { id, err } => write!(
+                f,
+                "process of session {id}: args are not a json string array: {err}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Undecodable {}
+
+fn decode_session(row: &Row<'_>) -> Result<SessionRecord, Undecodable> {
+    let id: String = row
+        .get(0)
+        .map_err(|err| Undecodable::Key { column: "id", err })?;
+    let field = |err: rusqlite::Error| Undecodable::Session {
+        id: id.clone(),
+        err,
+    };
     let spec_text: String = row.get(2).map_err(field)?;
-    let spec = serde_json::from_str(&spec_text)
-        .map_err(|e| format!("session {id}: spec is not json: {e}"))?;
+    let spec = serde_json::from_str(&spec_text).map_err(|err| Undecodable::Spec {
+        id: id.clone(),
+        err,
+    })?;
     Ok(SessionRecord {
         created_at: row.get(1).map_err(field)?,
         spec,
@@ -534,12 +578,19 @@ fn decode_session(row: &Row<'_>) -> Result<SessionRecord, String> {
     })
 }
 
-fn decode_process(row: &Row<'_>) -> Result<ProcessRecord, String> {
-    let session_id: String = row.get(0).map_err(|e| format!("session_id: {e}"))?;
-    let field = |e: rusqlite::Error| format!("process of session {session_id}: {e}");
+fn decode_process(row: &Row<'_>) -> Result<ProcessRecord, Undecodable> {
+    let session_id: String = row.get(0).map_err(|err| Undecodable::Key {
+        column: "session_id",
+        err,
+    })?;
+    let field = |err: rusqlite::Error| Undecodable::Process {
+        id: session_id.clone(),
+        err,
+    };
     let args_text: String = row.get(5).map_err(field)?;
-    let args = serde_json::from_str(&args_text).map_err(|e| {
-        format!("process of session {session_id}: args are not a json string array: {e}")
+    let args = serde_json::from_str(&args_text).map_err(|err| Undecodable::Args {
+        id: session_id.clone(),
+        err,
     })?;
     Ok(ProcessRecord {
         pid: row.get(1).map_err(field)?,

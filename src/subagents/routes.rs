@@ -28,7 +28,7 @@ pub fn execute(
 ) -> Result<Value, Refusal> {
     let lifecycle_id = hub
         .with_session(&caller.session_id, |s| s.lifecycle_id().to_string())
-        .ok_or_else(|| Refusal::new("unauthorized", "the caller session is gone"))?;
+        .ok_or_else(|| Refusal::Unauthorized("the caller session is gone".into()))?;
     let me = ParentRef {
         session_id: caller.session_id.clone(),
         lifecycle_id,
@@ -101,7 +101,7 @@ impl<'a> Receipts<'a> {
             .hub
             .store()
             .get_receipt(&self.key)
-            .map_err(|err| Refusal::new("storage_error", err.to_string()))?;
+            .map_err(|err| Refusal::Storage(err.to_string()))?;
         let Some(stored) = stored else {
             return Ok(None);
         };
@@ -110,9 +110,8 @@ impl<'a> Receipts<'a> {
             return Ok(None);
         }
         if stored.hash != self.hash {
-            return Err(Refusal::new(
-                "request_conflict",
-                "this request id was already used with different arguments",
+            return Err(Refusal::RequestConflict(
+                "this request id was already used with different arguments".into(),
             ));
         }
         let mut result = stored.result;
@@ -137,7 +136,7 @@ impl<'a> Receipts<'a> {
         let store = self.hub.store();
         store
             .put_receipt(&self.record(result))
-            .map_err(|err| Refusal::new("storage_error", err.to_string()))?;
+            .map_err(|err| Refusal::Storage(err.to_string()))?;
         let limits = &self.hub.config.subagents;
         let oldest = time::now_millis().saturating_sub(limits.receipt_ttl_ms);
         if let Err(err) = store.prune_receipts(oldest, limits.max_receipts) {
@@ -154,15 +153,13 @@ fn owned(hub: &Hub, me: &ParentRef, id: &str) -> Result<(), Refusal> {
         .flatten();
     match parent {
         Some(p) if &p == me => Ok(()),
-        Some(_) => Err(Refusal::new(
-            "unauthorized",
-            "only the live parent worker can reach this child",
+        Some(_) => Err(Refusal::Unauthorized(
+            "only the live parent worker can reach this child".into(),
         )),
-        None if retained(hub, me, id).is_some() => Err(Refusal::new(
-            "lifecycle_closed",
-            "the child has stopped and was cleaned up",
+        None if retained(hub, me, id).is_some() => Err(Refusal::LifecycleClosed(
+            "the child has stopped and was cleaned up".into(),
         )),
-        None => Err(Refusal::new("unauthorized", "no such child of the caller")),
+        None => Err(Refusal::Unauthorized("no such child of the caller".into())),
     }
 }
 
@@ -301,7 +298,7 @@ fn inspect(
         Some(result)
     })
     .flatten()
-    .ok_or_else(|| Refusal::new("lifecycle_closed", "the child is gone"))
+    .ok_or_else(|| Refusal::LifecycleClosed("the child is gone".into()))
 }
 
 /// Room a receive result leaves for the tool response envelope.
@@ -336,7 +333,7 @@ fn answer(
 ) -> Result<Value, Refusal> {
     owned(hub, me, id)?;
     let payload = query::answer_payload(&json!({"source": source, "part": part, "offset": offset}))
-        .map_err(|err| Refusal::new("invalid_arguments", err))?;
+        .map_err(|err| Refusal::InvalidArguments(err.to_string()))?;
     let page = hub.query_worker(id, &payload, query::QUERY_DEADLINE);
     owned(hub, me, id)?;
     match page {
@@ -354,21 +351,19 @@ fn answer(
                 None => json!({"subagent_id": id, "answer": extra["answer"]}),
             })
         }
-        Err(QueryError::Busy { .. }) => Err(Refusal::new(
-            "limit_exceeded",
-            "too many answer queries are pending",
+        Err(QueryError::Busy { .. }) => Err(Refusal::LimitExceeded(
+            "too many answer queries are pending".into(),
         )),
-        Err(QueryError::Invalid(err)) => Err(Refusal::new("invalid_arguments", err)),
+        Err(QueryError::Invalid(err)) => Err(Refusal::InvalidArguments(err)),
         Err(err @ QueryError::Unsupported(_)) => {
-            Err(Refusal::new("unsupported_operation", err.to_string()))
+            Err(Refusal::UnsupportedOperation(err.to_string()))
         }
         Err(err @ (QueryError::NotConnected(_) | QueryError::Disconnected)) => {
-            Err(Refusal::new("disconnected", err.to_string()))
+            Err(Refusal::Disconnected(err.to_string()))
         }
-        Err(err) => Err(Refusal::new(
-            "answer_unavailable",
-            format!("the answer page is unavailable: {err}"),
-        )),
+        Err(err) => Err(Refusal::AnswerUnavailable(format!(
+            "the answer page is unavailable: {err}"
+        ))),
     }
 }
 
@@ -402,31 +397,29 @@ fn send(
         .with_session(id, |s| {
             let c = s.headless()?;
             if c.closed_to_admission() {
-                return Some(Err(Refusal::new(
-                    "lifecycle_closed",
-                    format!("the child is {}", c.lifecycle().as_str()),
-                )));
+                return Some(Err(Refusal::LifecycleClosed(format!(
+                    "the child is {}",
+                    c.lifecycle().as_str()
+                ))));
             }
             if c.lifecycle() != Lifecycle::Ready
                 || !s.connected()
                 || s.identity() != IdentityState::Live
             {
-                return Some(Err(Refusal::new(
-                    "disconnected",
-                    "the child is not ready and connected",
+                return Some(Err(Refusal::Disconnected(
+                    "the child is not ready and connected".into(),
                 )));
             }
             if operation == "compact" && !s.has_capability("context-compact") {
-                return Some(Err(Refusal::new(
-                    "unsupported_operation",
-                    "the child's worker does not advertise context-compact",
+                return Some(Err(Refusal::UnsupportedOperation(
+                    "the child's worker does not advertise context-compact".into(),
                 )));
             }
             Some(Ok(()))
         })
         .flatten();
     match standing {
-        None => return Err(Refusal::new("lifecycle_closed", "the child is gone")),
+        None => return Err(Refusal::LifecycleClosed("the child is gone".into())),
         Some(Err(refusal)) => return Err(refusal),
         Some(Ok(())) => {}
     }
@@ -457,20 +450,20 @@ fn send(
         Ok(_) => (OutcomeState::Sent, None),
         Err(SendError::NotConnected(msg)) | Err(SendError::UnknownSession(msg)) => (
             OutcomeState::Rejected,
-            Some(Refusal::new("disconnected", msg.clone())),
+            Some(Refusal::Disconnected(msg.clone())),
         ),
         Err(SendError::Invalid(msg)) => (
             OutcomeState::Rejected,
-            Some(Refusal::new("invalid_arguments", msg.clone())),
+            Some(Refusal::InvalidArguments(msg.clone())),
         ),
         Err(other) => (
             OutcomeState::Unknown,
-            Some(Refusal::new("delivery_unknown", other.to_string())),
+            Some(Refusal::DeliveryUnknown(other.to_string())),
         ),
     };
     hub.with_session(id, |s| {
         if let Some(c) = s.headless_mut() {
-            let error = refusal.as_ref().map(|r| r.message.as_str());
+            let error = refusal.as_ref().map(Refusal::message);
             c.settle_intent(&request_id, state, error, &time::now_rfc3339());
         }
     });

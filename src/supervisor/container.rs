@@ -12,13 +12,14 @@
 //! its working directory, with the kept environment only, and is bounded:
 //! [`COMMAND_TIMEOUT`] and [`OUTPUT_CAP`] bytes of each output stream.
 
-use std::io::Read;
+use std::fmt;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::context;
+use super::context::{self, ContextError};
 use super::docker::{self, Inspected, Management, Recognised, Signal, Stored};
 use super::launch::Invocation;
 use super::stop::{StopFailed, StopHow, StopMode, StopResult, Stopped};
@@ -87,7 +88,7 @@ pub fn prepare(
     lifecycle_id: &str,
     invocation: &Invocation,
     pass_through: &[String],
-) -> Result<Option<Arc<Management>>, String> {
+) -> Result<Option<Arc<Management>>, PrepareError> {
     let target = match docker::recognise(&invocation.program, &invocation.args) {
         Recognised::NotDocker => return Ok(None),
         Recognised::Unmanaged(why) => {
@@ -110,7 +111,7 @@ pub fn prepare(
         invocation.cwd.clone()
     } else {
         std::env::current_dir()
-            .map_err(|e| format!("cannot resolve the launch directory: {e}"))?
+            .map_err(PrepareError::Cwd)?
             .join(&invocation.cwd)
     };
     let startup = docker::effective_env(hub_env(), &invocation.env);
@@ -121,12 +122,7 @@ pub fn prepare(
     let executable = docker::executable_candidates(&invocation.program, &cwd, path_var)
         .into_iter()
         .find(|candidate| is_executable(candidate))
-        .ok_or_else(|| {
-            format!(
-                "cannot spawn {}: no such executable file (looked up for the Docker management context)",
-                invocation.program
-            )
-        })?;
+        .ok_or_else(|| PrepareError::NoExecutable(invocation.program.clone()))?;
     let pass_through = pass_through.to_vec();
     let management = Management {
         executable,
@@ -140,7 +136,7 @@ pub fn prepare(
         lifecycle_id: lifecycle_id.to_string(),
         management,
     };
-    context::write(&hub.config.data_dir, &stored)?;
+    context::write(&hub.config.data_dir, &stored).map_err(PrepareError::Context)?;
     let m = stored.management;
     log::info!(
         "session {id}: container {} is the worker: stopped with docker kill and judged by docker \
@@ -150,6 +146,34 @@ pub fn prepare(
     );
     Ok(Some(Arc::new(m)))
 }
+
+/// Why a Docker launch's management context could not be kept (the
+/// start fails).
+#[derive(Debug)]
+pub enum PrepareError {
+    /// The hub's working directory (a relative launch directory is
+    /// resolved against it) cannot be read.
+    Cwd(io::Error),
+    /// No executable file of the program's name (on `PATH`).
+    NoExecutable(String),
+    Context(ContextError),
+}
+
+impl fmt::Display for PrepareError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PrepareError::Cwd(err) => write!(f, "cannot resolve the launch directory: {err}"),
+            PrepareError::NoExecutable(program) => write!(
+                f,
+                "cannot spawn {program}: no such executable file (looked up for the Docker \
+                 management context)"
+            ),
+            PrepareError::Context(err) => write!(f, "{err}"),
+        }
+    }
+}
+
+impl std::error::Error for PrepareError {}
 
 /// Removes session `id`'s kept context, if it is `lifecycle_id`'s.
 pub fn forget(hub: &Hub, id: &str, lifecycle_id: &str) {
@@ -212,8 +236,44 @@ struct Ran {
     stderr: Vec<u8>,
 }
 
+/// Why a management command gave no answer; `what` names it (the
+/// executable and the subcommand).
+#[derive(Debug)]
+struct CommandError {
+    what: String,
+    failure: Failure,
+}
+
+/// What went wrong with a management command.
+#[derive(Debug)]
+enum Failure {
+    /// It could not be started.
+    Spawn(io::Error),
+    /// It did not end within [`COMMAND_TIMEOUT`] (it was killed).
+    TimedOut,
+    /// Its exit could not be waited for.
+    Wait(io::Error),
+}
+
+impl fmt::Display for CommandError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = &self.what;
+        match &self.failure {
+            Failure::Spawn(err) => write!(f, "cannot run {what}: {err}"),
+            Failure::TimedOut => write!(
+                f,
+                "{what}: no answer within {} s",
+                COMMAND_TIMEOUT.as_secs_f32()
+            ),
+            Failure::Wait(err) => write!(f, "{what}: cannot wait for it: {err}"),
+        }
+    }
+}
+
+impl std::error::Error for CommandError {}
+
 /// Runs `docker <args>` through `m`, bounded (see the module header).
-fn run(m: &Management, args: &[String]) -> Result<Ran, String> {
+fn run(m: &Management, args: &[String]) -> Result<Ran, CommandError> {
     let mut command = Command::new(&m.executable);
     command
         .args(args)
@@ -224,19 +284,19 @@ fn run(m: &Management, args: &[String]) -> Result<Ran, String> {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     std::os::unix::process::CommandExt::process_group(&mut command, 0);
-    let what = || {
-        format!(
+    let failed = |failure| CommandError {
+        what: format!(
             "{} {}",
             m.executable.display(),
             args.first().map_or("", |a| a)
-        )
+        ),
+        failure,
     };
-    let mut child =
-        tracked::spawn_tracked(&mut command).map_err(|e| format!("cannot run {}: {e}", what()))?;
+    let mut child = tracked::spawn_tracked(&mut command).map_err(|e| failed(Failure::Spawn(e)))?;
     let pid = child.id();
     let result = collect(&mut child, Instant::now() + COMMAND_TIMEOUT);
     tracked::untrack(pid);
-    result.map_err(|e| format!("{}: {e}", what()))
+    result.map_err(failed)
 }
 
 /// One output pipe of a management command and what was kept of it.
@@ -275,7 +335,7 @@ impl Pipe {
 
 /// Reads both pipes of `child` (capped) and reaps it by `deadline`; kills
 /// and reaps it when the deadline passes.
-fn collect(child: &mut Child, deadline: Instant) -> Result<Ran, String> {
+fn collect(child: &mut Child, deadline: Instant) -> Result<Ran, Failure> {
     let mut pipes = [
         Pipe::new(child.stdout.take()),
         Pipe::new(child.stderr.take()),
@@ -284,10 +344,7 @@ fn collect(child: &mut Child, deadline: Instant) -> Result<Ran, String> {
     let timed_out = |child: &mut Child| {
         let _ = child.kill();
         let _ = child.wait();
-        Err(format!(
-            "no answer within {} s",
-            COMMAND_TIMEOUT.as_secs_f32()
-        ))
+        Err(Failure::TimedOut)
     };
     loop {
         let open: Vec<usize> = (0..2).filter(|&i| pipes[i].reader.is_some()).collect();
@@ -326,7 +383,7 @@ fn collect(child: &mut Child, deadline: Instant) -> Result<Ran, String> {
                 });
             }
             Ok(None) => {}
-            Err(err) => return Err(format!("cannot wait for it: {err}")),
+            Err(err) => return Err(Failure::Wait(err)),
         }
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
@@ -389,7 +446,7 @@ fn inspect(hub: &Hub, id: &str, lifecycle_id: &str, m: &Management) -> Inspected
         &docker::inspect_args(&m.target, handle(m, known.as_deref())),
     ) {
         Ok(ran) => docker::read_inspect(ran.status, &ran.stdout, &ran.stderr),
-        Err(err) => Inspected::Unknown(err),
+        Err(err) => Inspected::Unknown(err.to_string()),
     };
     if let (None, Some(found)) = (&known, seen.id()) {
         hub.with_session(id, |s| s.note_container_id(lifecycle_id, found));
@@ -771,12 +828,15 @@ mod tests {
             let m = management(&dir, script, &[("PATH", "/usr/bin:/bin")]);
             let began = Instant::now();
             let err = run(&m, &[]).unwrap_err();
-            assert!(err.contains("no answer within"), "{err}");
+            assert!(matches!(err.failure, Failure::TimedOut), "{err}");
+            assert!(err.to_string().contains("no answer within"), "{err}");
             assert!(began.elapsed() < COMMAND_TIMEOUT + Duration::from_secs(5));
         }
         // An executable that is gone is an error, not a hang.
         let mut gone = management(&dir, "exit 0", &[]);
         gone.executable = dir.join("missing");
-        assert!(run(&gone, &[]).unwrap_err().contains("cannot run"));
+        let err = run(&gone, &[]).unwrap_err();
+        assert!(matches!(err.failure, Failure::Spawn(_)), "{err}");
+        assert!(err.to_string().contains("cannot run"), "{err}");
     }
 }

@@ -4,9 +4,11 @@
 //! ([`import_node`], which runs before the hub exists), read back after a
 //! restart. The decisions are `docker`'s (pure).
 
+use std::fmt;
+use std::io;
 use std::path::{Path, PathBuf};
 
-use super::docker::{self, Stored};
+use super::docker::{self, InvalidContext, Stored};
 use crate::store::node::Batch;
 use crate::util::fsutil;
 
@@ -27,14 +29,16 @@ pub fn sweep(data_dir: &Path) {
 }
 
 /// Keeps `stored` as its session's context (0600, in a 0700 directory).
-pub(super) fn write(data_dir: &Path, stored: &Stored) -> Result<(), String> {
-    let text = serde_json::to_string_pretty(&docker::to_json(stored)).map_err(|e| e.to_string())?;
+pub(super) fn write(data_dir: &Path, stored: &Stored) -> Result<(), ContextError> {
+    let text =
+        serde_json::to_string_pretty(&docker::to_json(stored)).map_err(ContextError::Encode)?;
     let dir = dir_in(data_dir);
-    fsutil::create_private_dir(&dir)
-        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    if let Err(err) = fsutil::create_private_dir(&dir) {
+        return Err(ContextError::CreateDir { dir, err });
+    }
     let path = dir.join(format!("{}.json", stored.session));
     fsutil::write_private_atomic(&path, text.as_bytes())
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        .map_err(|err| ContextError::Write { path, err })
 }
 
 /// At the import of a Node hub's data directory, before anything is
@@ -48,7 +52,7 @@ pub fn import_node(
     data_dir: &Path,
     pass_through: &[String],
     batch: &Batch,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, ContextError> {
     let mut notes = Vec::new();
     for (id, context) in &batch.docker {
         let Some(rec) = batch.process(id) else {
@@ -80,8 +84,46 @@ pub fn import_node(
     Ok(notes)
 }
 
-pub(super) fn read(path: &Path) -> Result<Stored, String> {
-    let text = fsutil::read_private_file(path).map_err(|e| e.to_string())?;
-    let value = serde_json::from_str(&text).map_err(|e| e.to_string())?;
-    docker::from_json(&value)
+pub(super) fn read(path: &Path) -> Result<Stored, ContextError> {
+    let text = fsutil::read_private_file(path).map_err(ContextError::Read)?;
+    let value = serde_json::from_str(&text).map_err(ContextError::Parse)?;
+    docker::from_json(&value).map_err(ContextError::Invalid)
 }
+
+/// Why a kept context could not be written or read back.
+#[derive(Debug)]
+pub enum ContextError {
+    Encode(serde_json::Error),
+    CreateDir {
+        dir: PathBuf,
+        err: io::Error,
+    },
+    Write {
+        path: PathBuf,
+        err: io::Error,
+    },
+    Read(io::Error),
+    /// The file is not JSON.
+    Parse(serde_json::Error),
+    /// The file is not a context this hub writes.
+    Invalid(InvalidContext),
+}
+
+impl fmt::Display for ContextError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ContextError::Encode(err) => write!(f, "{err}"),
+            ContextError::CreateDir { dir, err } => {
+                write!(f, "cannot create {}: {err}", dir.display())
+            }
+            ContextError::Write { path, err } => {
+                write!(f, "cannot write {}: {err}", path.display())
+            }
+            ContextError::Read(err) => write!(f, "{err}"),
+            ContextError::Parse(err) => write!(f, "{err}"),
+            ContextError::Invalid(err) => write!(f, "{err}"),
+        }
+    }
+}
+
+impl std::error::Error for ContextError {}

@@ -21,15 +21,19 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::path::Path;
+use std::io;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+use super::container::PrepareError;
 use super::daemon::{self, Found};
+use super::launch::LaunchError;
 use super::process::{ProcessInfo, StopSettings};
+use super::render::RenderError;
 use super::stop::{follows_pid_file, recorded_stop_settings, stop_settings, stopped};
 pub use super::stop::{StopFailed, StopHow, StopMode, StopResult};
 use super::sys::{self, Identity, Pinned};
@@ -37,7 +41,8 @@ use super::tracked::waited;
 use super::{capture, container, launch, refresh, render};
 use crate::config::Config;
 use crate::hub::{Hub, Note};
-use crate::session::{NoStop, Session};
+use crate::library::store::BadLaunchSnapshot;
+use crate::session::{NoStop, Session, SpecError, StartRefused};
 use crate::store::ProcessRecord;
 use crate::util::thread::{self, Stack};
 use crate::util::{fsutil, time};
@@ -71,16 +76,86 @@ pub const STARTUP_LAUNCH: &str = "startup-launch.jsonc";
 /// addressed with: the hub's own, or, for a session created from the
 /// configuration library, the hub's with the session's launch snapshot
 /// (`config/launch.jsonc`) applied. Reads the snapshot (no lock held).
-pub fn session_config<'a>(hub: &'a Hub, id: &str) -> Result<Cow<'a, Config>, String> {
+pub fn session_config<'a>(hub: &'a Hub, id: &str) -> Result<Cow<'a, Config>, BadLaunchSnapshot> {
     let config_dir = hub.session_dir(id).join("config");
-    match crate::library::store::session_launch(&config_dir) {
-        Ok(None) => Ok(Cow::Borrowed(&hub.config)),
-        Ok(Some(doc)) => Ok(Cow::Owned(doc.apply(&hub.config, &config_dir))),
-        Err(err) => Err(format!(
-            "cannot use the session's launch snapshot config/launch.jsonc: {err}"
-        )),
+    Ok(match crate::library::store::session_launch(&config_dir)? {
+        None => Cow::Borrowed(&hub.config),
+        Some(doc) => Cow::Owned(doc.apply(&hub.config, &config_dir)),
+    })
+}
+
+/// Why a reserved start spawned no worker (its message is the start's
+/// error, [`StartFailed`]).
+#[derive(Debug)]
+enum SpawnError {
+    CreateDir {
+        path: PathBuf,
+        err: io::Error,
+    },
+    LaunchSnapshot(BadLaunchSnapshot),
+    /// The spec with the start's overrides is not valid.
+    Spec(SpecError),
+    /// The start's spec overrides are not a JSON object.
+    SpecNotObject,
+    Read {
+        path: PathBuf,
+        err: io::Error,
+    },
+    /// A library session without its worker snapshot (`config/config.yaml`).
+    WorkerSnapshotMissing(PathBuf),
+    /// The worker configuration cannot be rendered or refreshed.
+    Prepare(RenderError),
+    Write {
+        path: PathBuf,
+        err: io::Error,
+    },
+    /// The startup launch snapshot cannot be encoded.
+    Encode(serde_json::Error),
+    /// This executable's path (the worker command may name it).
+    SelfExe(io::Error),
+    /// The worker command line cannot be built.
+    Launch(LaunchError),
+    /// A Docker launch's management context cannot be kept.
+    Docker(PrepareError),
+    Spawn {
+        program: String,
+        err: io::Error,
+    },
+    /// No thread for the waiter (the worker was killed again).
+    Waiter(io::Error),
+}
+
+impl fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SpawnError::CreateDir { path, err } => {
+                write!(f, "cannot create {}: {err}", path.display())
+            }
+            SpawnError::LaunchSnapshot(err) => write!(f, "{err}"),
+            SpawnError::Spec(err) => write!(f, "{err}"),
+            SpawnError::SpecNotObject => f.write_str("spec must be an object"),
+            SpawnError::Read { path, err } => write!(f, "cannot read {}: {err}", path.display()),
+            SpawnError::WorkerSnapshotMissing(path) => write!(
+                f,
+                "the session's worker snapshot {} is missing; apply a configuration pair \
+                 to the stopped session again",
+                path.display()
+            ),
+            SpawnError::Prepare(err) => write!(f, "cannot prepare session configuration: {err}"),
+            SpawnError::Write { path, err } => {
+                write!(f, "cannot write {}: {err}", path.display())
+            }
+            SpawnError::Encode(err) => write!(f, "{err}"),
+            SpawnError::SelfExe(err) => write!(f, "cannot locate this executable: {err}"),
+            SpawnError::Launch(err) => write!(f, "{err}"),
+            SpawnError::Docker(err) => write!(f, "{err}"),
+            SpawnError::Spawn { program, err } => write!(f, "cannot spawn {program}: {err}"),
+            SpawnError::Waiter(err) => write!(f, "cannot start the waiter thread: {err}"),
+        }
     }
 }
+
+impl std::error::Error for SpawnError {}
 
 /// Starts the worker of session `id`. `spec` (optional) overrides launch
 /// fields of the session's spec for this and later starts.
@@ -98,11 +173,11 @@ pub fn start(hub: &Arc<Hub>, id: &str, spec: Option<&Value>) -> StartResult {
     let reserved_at = time::now_rfc3339();
     let reserved = hub.with_session(id, |s| {
         s.reserve_start(&lifecycle_id, &reserved_at)?;
-        Ok((s.spec().clone(), s.token().to_string()))
+        Ok::<_, StartRefused>((s.spec().clone(), s.token().to_string()))
     });
     let (current_spec, token) = match reserved {
         None => return Err(StartFailed(format!("no session {id:?}"))),
-        Some(Err(err)) => return Err(StartFailed(err)),
+        Some(Err(err)) => return Err(StartFailed(err.to_string())),
         Some(Ok(v)) => v,
     };
     // The lifecycle id is durable, so it means the same after a restart
@@ -113,6 +188,7 @@ pub fn start(hub: &Arc<Hub>, id: &str, spec: Option<&Value>) -> StartResult {
     match spawn(hub, id, &lifecycle_id, current_spec, spec, &token) {
         Ok(started) => Ok(started),
         Err(error) => {
+            let error = error.to_string();
             log::warn!("session {id}: worker start failed: {error}");
             let now = time::now_rfc3339();
             let described = hub.with_session(id, |s| {
@@ -137,14 +213,17 @@ fn spawn(
     current_spec: Value,
     override_spec: Option<&Value>,
     token: &str,
-) -> Result<Started, String> {
+) -> Result<Started, SpawnError> {
     let session_dir = hub.session_dir(id);
     let config_dir = session_dir.join("config");
-    fsutil::create_private_dir(&config_dir)
-        .map_err(|e| format!("cannot create {}: {e}", config_dir.display()))?;
-    let launch_doc = crate::library::store::session_launch(&config_dir).map_err(|err| {
-        format!("cannot use the session's launch snapshot config/launch.jsonc: {err}")
-    })?;
+    if let Err(err) = fsutil::create_private_dir(&config_dir) {
+        return Err(SpawnError::CreateDir {
+            path: config_dir,
+            err,
+        });
+    }
+    let launch_doc =
+        crate::library::store::session_launch(&config_dir).map_err(SpawnError::LaunchSnapshot)?;
     let session_config = launch_doc
         .as_ref()
         .map(|doc| doc.apply(&hub.config, &config_dir));
@@ -161,10 +240,10 @@ fn spawn(
                 }
             }
             hub.normalize_spec(&Value::Object(merged))
-                .map_err(|e| e.to_string())?
+                .map_err(SpawnError::Spec)?
         }
         Some(Value::Null) | None => current_spec,
-        Some(_) => return Err("spec must be an object".into()),
+        Some(_) => return Err(SpawnError::SpecNotObject),
     };
     let (addr, tools_addr) = hub.worker_addrs();
     let endpoints = render::session_endpoints(config, addr, tools_addr, id, token);
@@ -172,7 +251,12 @@ fn spawn(
     let existing = match std::fs::read_to_string(&config_path) {
         Ok(existing) => Some(existing),
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => None,
-        Err(err) => return Err(format!("cannot read {}: {err}", config_path.display())),
+        Err(err) => {
+            return Err(SpawnError::Read {
+                path: config_path,
+                err,
+            })
+        }
     };
     let mock = hub.mock_base_url().map(|base_url| refresh::MockTarget {
         profile: &config.mock.profile,
@@ -183,13 +267,7 @@ fn spawn(
     // fields (placeholders until the first launch) are filled in, and an
     // optional section it leaves out stays out.
     let prepared = match (library, existing.as_deref()) {
-        (true, None) => {
-            return Err(format!(
-                "the session's worker snapshot {} is missing; apply a configuration pair \
-                 to the stopped session again",
-                config_path.display()
-            ))
-        }
+        (true, None) => return Err(SpawnError::WorkerSnapshotMissing(config_path)),
         (true, Some(existing)) => {
             refresh::refresh_snapshot(existing, &session_dir, &endpoints, mock)
         }
@@ -197,11 +275,14 @@ fn spawn(
             refresh::prepare(config, &spec, existing, &session_dir, &endpoints, mock)
         }
     };
-    let refresh::Prepared { text, document } =
-        prepared.map_err(|e| format!("cannot prepare session configuration: {e}"))?;
+    let refresh::Prepared { text, document } = prepared.map_err(SpawnError::Prepare)?;
     if existing.as_deref() != Some(text.as_str()) {
-        fsutil::write_private_atomic(&config_path, text.as_bytes())
-            .map_err(|e| format!("cannot write {}: {e}", config_path.display()))?;
+        if let Err(err) = fsutil::write_private_atomic(&config_path, text.as_bytes()) {
+            return Err(SpawnError::Write {
+                path: config_path,
+                err,
+            });
+        }
     }
     spec = render::spec_from_document(&spec, &document);
     if let Some(doc) = &launch_doc {
@@ -211,18 +292,18 @@ fn spawn(
     hub.persist_spec(id, &spec);
     // This incarnation's startup snapshot: what a clean fork of it starts
     // from, whatever later edits or payload options change.
-    let launch_text = serde_json::to_string_pretty(&spec).map_err(|e| e.to_string())?;
+    let launch_text = serde_json::to_string_pretty(&spec).map_err(SpawnError::Encode)?;
     for (name, bytes) in [
         (STARTUP_WORKER, text.as_bytes()),
         (STARTUP_LAUNCH, launch_text.as_bytes()),
     ] {
         let path = config_dir.join(name);
-        fsutil::write_private_atomic(&path, bytes)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        if let Err(err) = fsutil::write_private_atomic(&path, bytes) {
+            return Err(SpawnError::Write { path, err });
+        }
     }
 
-    let self_exe =
-        std::env::current_exe().map_err(|e| format!("cannot locate this executable: {e}"))?;
+    let self_exe = std::env::current_exe().map_err(SpawnError::SelfExe)?;
     // A library session's environment is its launch file's `env`, never
     // shown in its spec (it may hold secrets).
     let launch_spec = match &launch_doc {
@@ -249,11 +330,15 @@ fn spawn(
         token,
         self_exe: &self_exe,
     })
-    .map_err(|e| e.to_string())?;
+    .map_err(SpawnError::Launch)?;
 
     let logs_dir = session_dir.join("logs");
-    fsutil::create_private_dir(&logs_dir)
-        .map_err(|e| format!("cannot create {}: {e}", logs_dir.display()))?;
+    if let Err(err) = fsutil::create_private_dir(&logs_dir) {
+        return Err(SpawnError::CreateDir {
+            path: logs_dir,
+            err,
+        });
+    }
     let log_path = logs_dir.join("worker.log");
     capture::rotate(&log_path, config.limits.log_bytes, config.limits.log_files);
 
@@ -265,7 +350,8 @@ fn spawn(
         lifecycle_id,
         &invocation,
         &config.launcher.docker_management_env,
-    )?;
+    )
+    .map_err(SpawnError::Docker)?;
     let program: &std::ffi::OsStr = match &docker {
         Some(m) => m.executable.as_os_str(),
         None => invocation.program.as_ref(),
@@ -286,7 +372,10 @@ fn spawn(
             Err(e) => {
                 drop(waited);
                 container::forget(hub, id, lifecycle_id);
-                return Err(format!("cannot spawn {}: {e}", invocation.program));
+                return Err(SpawnError::Spawn {
+                    program: invocation.program.clone(),
+                    err: e,
+                });
             }
         };
         waited.push(child.id());
@@ -417,7 +506,7 @@ fn spawn(
         waited().retain(|&p| p != pid);
         let _ = hub.store_clear_process(id);
         container::forget(hub, id, lifecycle_id);
-        return Err(format!("cannot start the waiter thread: {err}"));
+        return Err(SpawnError::Waiter(err));
     }
     Ok(Started {
         pid,

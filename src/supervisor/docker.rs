@@ -21,6 +21,7 @@
 //!
 //! No I/O here: `container` runs the commands and keeps the record.
 
+use std::fmt;
 use std::path::{Path, PathBuf};
 
 use serde_json::{json, Map, Value};
@@ -85,10 +86,68 @@ pub enum Recognised {
     NotDocker,
     /// A `docker run` the hub cannot manage by its container (why, for the
     /// log); the CLI process is supervised like any other.
-    Unmanaged(String),
+    Unmanaged(Unmanaged),
     /// A foreground `docker run` of a named container.
     Container(Target),
 }
+
+/// Why a `docker run` is not managed by its container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unmanaged {
+    /// An option the CLI grammar does not accept.
+    Option(OptionError),
+    /// `-d`/`--detach`.
+    Detached,
+    /// No `--name`.
+    Unnamed,
+    /// `--name` is not a container name ([`valid_name`]).
+    BadName,
+}
+
+impl fmt::Display for Unmanaged {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unmanaged::Option(err) => write!(f, "{err}"),
+            Unmanaged::Detached => f.write_str(
+                "a detached docker run (-d/--detach) ends at once; only a foreground run is \
+                 managed by its container",
+            ),
+            Unmanaged::Unnamed => {
+                f.write_str("docker run has no --name to manage its container by")
+            }
+            Unmanaged::BadName => f.write_str(
+                "docker run's --name is not a container name ([A-Za-z0-9][A-Za-z0-9_.-]*, \
+                 at most 201 bytes)",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Unmanaged {}
+
+/// Why an option of a command line cannot be read; each names the
+/// option as written (`--name`, `-n`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OptionError {
+    /// A flag with a value that is not Go's boolean.
+    NotBoolean(String),
+    /// An option the grammar does not know.
+    Unknown(String),
+    /// An option that takes a value, with none after it.
+    NoValue(String),
+}
+
+impl fmt::Display for OptionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OptionError::NotBoolean(option) => write!(f, "{option} takes true or false"),
+            OptionError::Unknown(option) => write!(f, "unknown docker option {option}"),
+            OptionError::NoValue(option) => write!(f, "{option} needs a value"),
+        }
+    }
+}
+
+impl std::error::Error for OptionError {}
 
 /// One option's grammar: which names are flags and which take a value.
 struct Grammar {
@@ -177,7 +236,7 @@ fn parse_bool(text: &str) -> Option<bool> {
 
 /// Reads the option at `args[i]` (which starts with `-` and is not `-` or
 /// `--`); returns what it set and the index after it.
-fn read_option(g: &Grammar, args: &[String], i: usize) -> Result<(Vec<Opt>, usize), String> {
+fn read_option(g: &Grammar, args: &[String], i: usize) -> Result<(Vec<Opt>, usize), OptionError> {
     let arg = &args[i];
     if let Some(long) = arg.strip_prefix("--") {
         let (name, inline) = match long.split_once('=') {
@@ -188,21 +247,21 @@ fn read_option(g: &Grammar, args: &[String], i: usize) -> Result<(Vec<Opt>, usiz
             let value = match inline {
                 None => true,
                 Some(text) => {
-                    parse_bool(text).ok_or_else(|| format!("--{name} takes true or false"))?
+                    parse_bool(text).ok_or_else(|| OptionError::NotBoolean(format!("--{name}")))?
                 }
             };
             return Ok((vec![Opt::Flag(flag, value)], i + 1));
         }
         if let Some(known) = g.long_values {
             if !known.contains(&name) {
-                return Err(format!("unknown docker option --{name}"));
+                return Err(OptionError::Unknown(format!("--{name}")));
             }
         }
         return match inline {
             Some(value) => Ok((vec![Opt::Value(name.into(), value.into())], i + 1)),
             None => match args.get(i + 1) {
                 Some(value) => Ok((vec![Opt::Value(name.into(), value.clone())], i + 2)),
-                None => Err(format!("--{name} needs a value")),
+                None => Err(OptionError::NoValue(format!("--{name}"))),
             },
         };
     }
@@ -212,7 +271,8 @@ fn read_option(g: &Grammar, args: &[String], i: usize) -> Result<(Vec<Opt>, usiz
         let rest = &group[at + c.len_utf8()..];
         if let Some((_, flag)) = g.short_flags.iter().find(|(s, _)| *s == c) {
             if let Some(text) = rest.strip_prefix('=') {
-                let value = parse_bool(text).ok_or_else(|| format!("-{c} takes true or false"))?;
+                let value =
+                    parse_bool(text).ok_or_else(|| OptionError::NotBoolean(format!("-{c}")))?;
                 out.push(Opt::Flag(flag, value));
                 return Ok((out, i + 1));
             }
@@ -230,10 +290,10 @@ fn read_option(g: &Grammar, args: &[String], i: usize) -> Result<(Vec<Opt>, usiz
                     out.push(Opt::Value((*long).into(), value.clone()));
                     Ok((out, i + 2))
                 }
-                None => Err(format!("-{c} needs a value")),
+                None => Err(OptionError::NoValue(format!("-{c}"))),
             };
         }
-        return Err(format!("unknown docker option -{c}"));
+        return Err(OptionError::Unknown(format!("-{c}")));
     }
     Ok((out, i + 1))
 }
@@ -274,7 +334,7 @@ pub fn recognise(program: &str, args: &[String]) -> Recognised {
                 }
                 i = next;
             }
-            Err(why) => return Recognised::Unmanaged(why),
+            Err(why) => return Recognised::Unmanaged(Unmanaged::Option(why)),
         }
     }
     let global_args = args[..i].to_vec();
@@ -292,7 +352,7 @@ pub fn recognise(program: &str, args: &[String]) -> Recognised {
     while i < args.len() && is_option(&args[i]) {
         let (opts, next) = match read_option(&RUN, args, i) {
             Ok(read) => read,
-            Err(why) => return Recognised::Unmanaged(why),
+            Err(why) => return Recognised::Unmanaged(Unmanaged::Option(why)),
         };
         for opt in opts {
             match opt {
@@ -306,21 +366,13 @@ pub fn recognise(program: &str, args: &[String]) -> Recognised {
         i = next;
     }
     if detach {
-        return Recognised::Unmanaged(
-            "a detached docker run (-d/--detach) ends at once; only a foreground run is \
-             managed by its container"
-                .into(),
-        );
+        return Recognised::Unmanaged(Unmanaged::Detached);
     }
     let Some(name) = name else {
-        return Recognised::Unmanaged("docker run has no --name to manage its container by".into());
+        return Recognised::Unmanaged(Unmanaged::Unnamed);
     };
     if !valid_name(&name) {
-        return Recognised::Unmanaged(
-            "docker run's --name is not a container name ([A-Za-z0-9][A-Za-z0-9_.-]*, \
-             at most 201 bytes)"
-                .into(),
-        );
+        return Recognised::Unmanaged(Unmanaged::BadName);
     }
     Recognised::Container(Target {
         name,
@@ -583,23 +635,87 @@ pub fn to_json(stored: &Stored) -> Value {
     })
 }
 
+/// Why a management context read back ([`from_json`]) or a Node hub's
+/// ([`from_node`]) is refused; a key names the member at fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InvalidContext {
+    /// A Node hub's context is not a JSON object.
+    NotAnObject,
+    /// Missing, not a string, or with a NUL byte.
+    NotText(&'static str),
+    NotAnArray(&'static str),
+    /// An array with an item that is not text.
+    NonTextItem(&'static str),
+    NotAbsolute(&'static str),
+    NotABoolean(&'static str),
+    /// The name and global options are not a managed run.
+    BadTarget,
+    BadPassThrough,
+    EnvNotObject,
+    /// The environment variable's value is not text.
+    EnvNotText(String),
+    EnvBadName,
+    /// A Node hub's context names another container than its command line
+    /// runs.
+    OtherContainer {
+        named: String,
+        runs: String,
+    },
+    /// A Node hub's command line is a run the hub cannot manage.
+    Unmanaged(Unmanaged),
+    /// A Node hub's command line is not a `docker run`.
+    NotDocker,
+}
+
+impl fmt::Display for InvalidContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InvalidContext::NotAnObject => f.write_str("it is not an object"),
+            InvalidContext::NotText(key) => write!(f, "{key} is not text"),
+            InvalidContext::NotAnArray(key) => write!(f, "{key} is not an array"),
+            InvalidContext::NonTextItem(key) => write!(f, "{key} holds a non-text item"),
+            InvalidContext::NotAbsolute(key) => write!(f, "{key} is not an absolute path"),
+            InvalidContext::NotABoolean(key) => write!(f, "{key} is not a boolean"),
+            InvalidContext::BadTarget => {
+                f.write_str("the container name or global options are not valid")
+            }
+            InvalidContext::BadPassThrough => {
+                f.write_str("pass_through holds a bad or repeated name")
+            }
+            InvalidContext::EnvNotObject => f.write_str("env is not an object"),
+            InvalidContext::EnvNotText(key) => write!(f, "env {key} is not text"),
+            InvalidContext::EnvBadName => f.write_str("env holds a bad name"),
+            InvalidContext::OtherContainer { named, runs } => {
+                write!(
+                    f,
+                    "it names container {named}, the command line runs {runs}"
+                )
+            }
+            InvalidContext::Unmanaged(why) => write!(f, "{why}"),
+            InvalidContext::NotDocker => f.write_str("the command line is not a docker run"),
+        }
+    }
+}
+
+impl std::error::Error for InvalidContext {}
+
 /// The `env` object of a stored context: text values without NUL, under
 /// names `name_ok` accepts.
 fn env_object(
     value: &Value,
     name_ok: impl Fn(&str) -> bool,
-) -> Result<Vec<(String, String)>, String> {
+) -> Result<Vec<(String, String)>, InvalidContext> {
     let mut env = Vec::new();
     for (key, item) in value
         .get("env")
         .and_then(Value::as_object)
-        .ok_or("env is not an object")?
+        .ok_or(InvalidContext::EnvNotObject)?
     {
         let Some(item) = item.as_str().filter(|s| !s.contains('\0')) else {
-            return Err(format!("env {key} is not text"));
+            return Err(InvalidContext::EnvNotText(key.clone()));
         };
         if !name_ok(key) {
-            return Err("env holds a bad name".into());
+            return Err(InvalidContext::EnvBadName);
         }
         env.push((key.clone(), item.to_owned()));
     }
@@ -611,35 +727,35 @@ fn env_object(
 /// options the CLI grammar does not accept, bad environment names. The
 /// environment is filtered again to the built-in names and the stored
 /// pass-through names; nothing is filled in from the current environment.
-pub fn from_json(value: &Value) -> Result<Stored, String> {
-    let text = |key: &str| -> Result<String, String> {
+pub fn from_json(value: &Value) -> Result<Stored, InvalidContext> {
+    let text = |key: &'static str| -> Result<String, InvalidContext> {
         value
             .get(key)
             .and_then(Value::as_str)
             .filter(|s| !s.contains('\0'))
             .map(str::to_owned)
-            .ok_or_else(|| format!("{key} is not text"))
+            .ok_or(InvalidContext::NotText(key))
     };
-    let strings = |key: &str| -> Result<Vec<String>, String> {
+    let strings = |key: &'static str| -> Result<Vec<String>, InvalidContext> {
         value
             .get(key)
             .and_then(Value::as_array)
-            .ok_or_else(|| format!("{key} is not an array"))?
+            .ok_or(InvalidContext::NotAnArray(key))?
             .iter()
             .map(|item| {
                 item.as_str()
                     .filter(|s| !s.contains('\0'))
                     .map(str::to_owned)
-                    .ok_or_else(|| format!("{key} holds a non-text item"))
+                    .ok_or(InvalidContext::NonTextItem(key))
             })
             .collect()
     };
-    let absolute = |key: &str| -> Result<PathBuf, String> {
+    let absolute = |key: &'static str| -> Result<PathBuf, InvalidContext> {
         let path = PathBuf::from(text(key)?);
         if path.is_absolute() {
             Ok(path)
         } else {
-            Err(format!("{key} is not an absolute path"))
+            Err(InvalidContext::NotAbsolute(key))
         }
     };
     let name = text("name")?;
@@ -647,7 +763,7 @@ pub fn from_json(value: &Value) -> Result<Stored, String> {
     let auto_remove = value
         .get("auto_remove")
         .and_then(Value::as_bool)
-        .ok_or("auto_remove is not a boolean")?;
+        .ok_or(InvalidContext::NotABoolean("auto_remove"))?;
     let mut argv = global_args.clone();
     argv.push("run".to_owned());
     if auto_remove {
@@ -656,7 +772,7 @@ pub fn from_json(value: &Value) -> Result<Stored, String> {
     argv.extend(["--name".to_owned(), name.clone()]);
     let target = match recognise(DOCKER, &argv) {
         Recognised::Container(target) if target.name == name => target,
-        _ => return Err("the container name or global options are not valid".into()),
+        _ => return Err(InvalidContext::BadTarget),
     };
     let pass_through = strings("pass_through")?;
     if pass_through
@@ -664,7 +780,7 @@ pub fn from_json(value: &Value) -> Result<Stored, String> {
         .enumerate()
         .any(|(i, n)| !crate::config::is_env_name(n) || pass_through[..i].contains(n))
     {
-        return Err("pass_through holds a bad or repeated name".into());
+        return Err(InvalidContext::BadPassThrough);
     }
     let env = env_object(value, crate::config::is_env_name)?;
     Ok(Stored {
@@ -698,14 +814,14 @@ pub fn from_node(
     args: &[String],
     value: &Value,
     pass_through: &[String],
-) -> Result<Stored, String> {
-    let obj = value.as_object().ok_or("it is not an object")?;
-    let absolute = |key: &str| -> Result<PathBuf, String> {
+) -> Result<Stored, InvalidContext> {
+    let obj = value.as_object().ok_or(InvalidContext::NotAnObject)?;
+    let absolute = |key: &'static str| -> Result<PathBuf, InvalidContext> {
         match obj.get(key).and_then(Value::as_str) {
             Some(text) if !text.contains('\0') && Path::new(text).is_absolute() => {
                 Ok(PathBuf::from(text))
             }
-            _ => Err(format!("{key} is not an absolute path")),
+            _ => Err(InvalidContext::NotAbsolute(key)),
         }
     };
     let executable = absolute("executable")?;
@@ -713,17 +829,17 @@ pub fn from_node(
     let name = obj
         .get("name")
         .and_then(Value::as_str)
-        .ok_or("name is not text")?;
+        .ok_or(InvalidContext::NotText("name"))?;
     let target = match recognise(program, args) {
         Recognised::Container(target) if target.name == name => target,
         Recognised::Container(target) => {
-            return Err(format!(
-                "it names container {name}, the command line runs {}",
-                target.name
-            ))
+            return Err(InvalidContext::OtherContainer {
+                named: name.to_owned(),
+                runs: target.name,
+            })
         }
-        Recognised::Unmanaged(why) => return Err(why),
-        Recognised::NotDocker => return Err("the command line is not a docker run".into()),
+        Recognised::Unmanaged(why) => return Err(InvalidContext::Unmanaged(why)),
+        Recognised::NotDocker => return Err(InvalidContext::NotDocker),
     };
     // The Node hub's rule for a name: anything but empty, `=` or NUL.
     let env = env_object(value, |key| {
@@ -760,7 +876,7 @@ mod tests {
 
     fn unmanaged(words: &[&str]) -> String {
         match recognise("docker", &argv(words)) {
-            Recognised::Unmanaged(why) => why,
+            Recognised::Unmanaged(why) => why.to_string(),
             other => panic!("{words:?}: {other:?}"),
         }
     }
@@ -1284,7 +1400,7 @@ mod tests {
             ),
             (same, argv(&["ps"]), "not a docker run"),
         ] {
-            let err = refused(edit, &args).unwrap_err();
+            let err = refused(edit, &args).unwrap_err().to_string();
             assert!(err.contains(why), "{why}: {err}");
         }
     }

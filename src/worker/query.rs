@@ -34,6 +34,7 @@ use serde_json::{Map, Value};
 
 use crate::hub::Hub;
 use crate::session::IdentityState;
+use crate::wire::code;
 use crate::wire::worker::envelope::{Envelope, MAX_ID_BYTES};
 use crate::wire::worker::payload;
 
@@ -145,11 +146,11 @@ impl QueryError {
     /// `worker_error`, `timeout`, `cancelled`.
     pub fn reason(&self) -> &'static str {
         match self {
-            QueryError::UnknownSession(_) => "unknown_session",
-            QueryError::Invalid(_) => "invalid_arguments",
+            QueryError::UnknownSession(_) => code::UNKNOWN_SESSION,
+            QueryError::Invalid(_) => code::INVALID_ARGUMENTS,
             QueryError::NotConnected(_) => "not_connected",
             QueryError::Unsupported(_) => "unsupported",
-            QueryError::Busy { .. } => "too_many_queries",
+            QueryError::Busy { .. } => code::TOO_MANY_QUERIES,
             QueryError::WriteFailed(_) => "write_failed",
             QueryError::Disconnected => "disconnected",
             QueryError::Rejected { .. } => "worker_error",
@@ -526,25 +527,20 @@ pub fn build_query(payload: &Value) -> Result<(QueryKind, String, Value), QueryE
 /// Checks the arguments of an answer request, `{source, part?, offset?}`
 /// (`part` and `offset` default to 0), and returns the worker `answer`
 /// payload (without `request_id`). `source` follows [`check_source`].
-/// Unknown keys are refused. The message names the first problem.
-pub fn answer_payload(args: &Value) -> Result<Value, String> {
+/// Unknown keys are refused. The error names the first problem.
+pub fn answer_payload(args: &Value) -> Result<Value, AnswerArgsError> {
     let Value::Object(fields) = args else {
-        return Err("the arguments must be a JSON object {source, part, offset}".into());
+        return Err(AnswerArgsError::NotAnObject);
     };
     if let Some(extra) = fields.keys().find(|k| !ANSWER_FIELDS.contains(&k.as_str())) {
-        return Err(format!(
-            "unknown field {}; expected source, part, offset",
-            crate::wire::worker::display::quote(extra)
-        ));
+        return Err(AnswerArgsError::UnknownField(extra.clone()));
     }
-    let source = fields.get("source").ok_or("source is required")?;
-    check_source(source).map_err(source_message)?;
-    let index = |name: &str| -> Result<u64, String> {
+    let source = fields.get("source").ok_or(AnswerArgsError::MissingSource)?;
+    check_source(source).map_err(AnswerArgsError::Source)?;
+    let index = |name: &'static str| -> Result<u64, AnswerArgsError> {
         match fields.get(name) {
             None => Ok(0),
-            Some(v) => v
-                .as_u64()
-                .ok_or_else(|| format!("{name} must be an integer >= 0")),
+            Some(v) => v.as_u64().ok_or(AnswerArgsError::NotAnIndex(name)),
         }
     };
     let (part, offset) = (index("part")?, index("offset")?);
@@ -555,6 +551,54 @@ pub fn answer_payload(args: &Value) -> Result<Value, String> {
     payload.insert("offset".into(), Value::from(offset));
     Ok(Value::Object(payload))
 }
+
+/// Why the arguments of an answer request were refused ([`answer_payload`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnswerArgsError {
+    /// The arguments are not a JSON object.
+    NotAnObject,
+    /// A key that is not `source`, `part` or `offset` (the first one).
+    UnknownField(String),
+    /// No `source`.
+    MissingSource,
+    /// `source` breaks a rule.
+    Source(SourceProblem),
+    /// `part` or `offset` is not an integer >= 0.
+    NotAnIndex(&'static str),
+}
+
+impl fmt::Display for AnswerArgsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AnswerArgsError::NotAnObject => {
+                f.write_str("the arguments must be a JSON object {source, part, offset}")
+            }
+            AnswerArgsError::UnknownField(key) => write!(
+                f,
+                "unknown field {}; expected source, part, offset",
+                crate::wire::worker::display::quote(key)
+            ),
+            AnswerArgsError::MissingSource => f.write_str("source is required"),
+            AnswerArgsError::Source(SourceProblem::NotAnObject) => {
+                f.write_str("source must be an object")
+            }
+            AnswerArgsError::Source(SourceProblem::Unknown(key)) => write!(
+                f,
+                "source has unknown field {}",
+                crate::wire::worker::display::quote(key)
+            ),
+            AnswerArgsError::Source(SourceProblem::Missing(field)) => {
+                write!(f, "source is missing {field}")
+            }
+            AnswerArgsError::Source(SourceProblem::Invalid { field, expected }) => {
+                write!(f, "source {field} must be {expected}")
+            }
+            AnswerArgsError::NotAnIndex(name) => write!(f, "{name} must be an integer >= 0"),
+        }
+    }
+}
+
+impl std::error::Error for AnswerArgsError {}
 
 /// The first problem [`check_source`] finds in an answer `source`. Field
 /// names are the bare [`payload::SOURCE_FIELDS`] entries; each caller maps
@@ -622,23 +666,6 @@ pub fn check_source(source: &Value) -> Result<(), SourceProblem> {
         }
     }
     Ok(())
-}
-
-/// [`check_source`]'s problem as an answer request message.
-fn source_message(problem: SourceProblem) -> String {
-    match problem {
-        SourceProblem::NotAnObject => "source must be an object".into(),
-        SourceProblem::Unknown(key) => {
-            format!(
-                "source has unknown field {}",
-                crate::wire::worker::display::quote(&key)
-            )
-        }
-        SourceProblem::Missing(field) => format!("source is missing {field}"),
-        SourceProblem::Invalid { field, expected } => {
-            format!("source {field} must be {expected}")
-        }
-    }
 }
 
 impl Hub {
@@ -971,7 +998,7 @@ mod tests {
         );
         assert_eq!(payload["source"], src);
 
-        let refused = |args: Value| answer_payload(&args).unwrap_err();
+        let refused = |args: Value| answer_payload(&args).unwrap_err().to_string();
         assert!(refused(json!([])).contains("JSON object"));
         assert!(refused(json!({})).contains("source is required"));
         assert!(refused(json!({"source": source(), "extra": 1})).contains("unknown field"));

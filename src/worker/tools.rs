@@ -142,7 +142,7 @@ fn exchange(
     };
     let response = if response.len() > MAX_RESPONSE_BYTES {
         let code = if args::is_subagent_route(route) {
-            "result_too_large"
+            code::RESULT_TOO_LARGE
         } else {
             code::STORAGE_ERROR
         };
@@ -190,7 +190,7 @@ fn execute(
                 Ok(result) => tool_frames::succeeded(request, route, result),
                 Err(refusal) => {
                     log::info!("session {session_id}: {route} refused: {refusal}");
-                    tool_frames::rejected(request, route, refusal.code, &refusal.message)
+                    tool_frames::rejected(request, route, refusal.code(), refusal.message())
                 }
             };
         }

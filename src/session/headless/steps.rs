@@ -5,13 +5,17 @@
 //! through these methods, each under the session lock and each pure (the
 //! caller passes the clock and does the I/O afterwards).
 
+use std::fmt;
+
 use serde_json::Value;
 
 use super::{
     Child, Lifecycle, LifecycleEvent, Outcome, OutcomeState, ParentRef, Policy,
     MAX_CLEANUP_ATTEMPTS, SENT_CONTENT,
 };
-use crate::session::headless::conversation::{Conversation, Refresh, RefreshSnapshot};
+use crate::session::headless::conversation::{
+    Conversation, PublishError, Refresh, RefreshSnapshot,
+};
 
 /// What a claimed cleanup attempt needs after the lock is released.
 #[derive(Debug)]
@@ -379,22 +383,42 @@ impl Child {
 
     /// The refresh ended: a snapshot is published unless a live change
     /// came in meanwhile. `Ok(true)` when the projection changed.
-    pub fn finish_refresh(
+    pub fn finish_refresh<E>(
         &mut self,
-        outcome: Result<RefreshSnapshot, String>,
+        outcome: Result<RefreshSnapshot, E>,
         now: &str,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, RefreshNotPublished<E>> {
         self.refresh_running = false;
-        let snapshot = outcome.map_err(|err| format!("history refresh failed: {err}"))?;
+        let snapshot = outcome.map_err(RefreshNotPublished::Failed)?;
         match self.conversation.publish_refresh(snapshot, now) {
             Ok(()) => {
                 self.conversation_dirty = true;
                 Ok(true)
             }
-            Err(err) => Err(format!("refresh not published: {err}")),
+            Err(err) => Err(RefreshNotPublished::Rejected(err)),
         }
     }
 }
+
+/// Why a history refresh changed nothing ([`Child::finish_refresh`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RefreshNotPublished<E> {
+    /// The refresh read no snapshot (`E` says why).
+    Failed(E),
+    /// A live change or another worker came in meanwhile.
+    Rejected(PublishError),
+}
+
+impl<E: fmt::Display> fmt::Display for RefreshNotPublished<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RefreshNotPublished::Failed(err) => write!(f, "history refresh failed: {err}"),
+            RefreshNotPublished::Rejected(err) => write!(f, "refresh not published: {err}"),
+        }
+    }
+}
+
+impl<E: fmt::Debug + fmt::Display> std::error::Error for RefreshNotPublished<E> {}
 
 #[cfg(test)]
 mod tests {
@@ -619,8 +643,9 @@ mod tests {
         assert!(c.claim_refresh(true, true, 2).is_none(), "running");
         c.refresh_abandoned();
         assert!(c.claim_refresh(true, true, 2).is_some());
-        let failed = c.finish_refresh(Err("gone".into()), "t1");
-        assert_eq!(failed, Err("history refresh failed: gone".into()));
+        let failed = c.finish_refresh(Err("gone"), "t1").unwrap_err();
+        assert_eq!(failed, RefreshNotPublished::Failed("gone"));
+        assert_eq!(failed.to_string(), "history refresh failed: gone");
         assert!(c.claim_refresh(true, true, 2).is_none(), "attempts spent");
         let mut closing = stopping();
         closing.conversation.on_connection("w1");

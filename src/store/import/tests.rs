@@ -2,6 +2,7 @@
 //! writes, that it runs once, that a refusal or a failed write leaves
 //! nothing, and that the Node files stay as they were.
 
+use std::convert::Infallible;
 use std::fs;
 use std::os::unix::fs::symlink;
 
@@ -82,7 +83,7 @@ fn open(dir: &TempDir) -> Store {
 
 /// The import with nothing to do before the write.
 fn import(store: &mut Store, data_dir: &Path) -> Result<Option<Summary>, StoreError> {
-    run(store, data_dir, &mut |_| Ok(Vec::new()))
+    run(store, data_dir, &mut |_| Ok::<_, Infallible>(Vec::new()))
 }
 
 #[test]
@@ -98,7 +99,7 @@ fn the_docker_contexts_are_seen_before_the_write_and_its_error_writes_nothing() 
     let err = run(&mut store, dir.path(), &mut |batch| {
         seen = batch.docker.clone();
         assert_eq!(batch.process("alpha").map(|p| p.pid), Some(4242));
-        Err("cannot write the context".into())
+        Err(io::Error::other("cannot write the context"))
     })
     .unwrap_err();
     assert_eq!(seen, vec![("alpha".to_string(), context)]);
@@ -109,7 +110,10 @@ fn the_docker_contexts_are_seen_before_the_write_and_its_error_writes_nothing() 
     assert!(!store.has_sessions().unwrap());
     assert_eq!(store.marker().unwrap(), None);
     // Its notes are the import's; the import then happens.
-    let summary = run(&mut store, dir.path(), &mut |_| Ok(vec!["a note".into()])).unwrap();
+    let summary = run(&mut store, dir.path(), &mut |_| {
+        Ok::<_, Infallible>(vec!["a note".into()])
+    })
+    .unwrap();
     assert_eq!(summary.map(|s| s.sessions), Some(2));
 }
 

@@ -6,6 +6,8 @@
 //! `cleanup-pending` with bounded automatic retries on a ticker thread,
 //! and the bounded cleanup of every child at hub shutdown.
 
+use std::fmt;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,6 +16,7 @@ use super::stop::{children_of, stop_worker};
 use super::{lock, spawn_thread};
 use crate::hub::{Hub, Note};
 use crate::session::headless::{self as child, CleanupClaim};
+use crate::store::StoreError;
 use crate::supervisor::control::StopMode;
 use crate::util::time;
 
@@ -66,7 +69,7 @@ pub fn cleanup(hub: &Arc<Hub>, id: &str) {
                 cleanup(hub, &parent.session_id);
             }
         }
-        Err(err) => cleanup_failed(hub, id, &err, true),
+        Err(err) => cleanup_failed(hub, id, &err.to_string(), true),
     }
 }
 
@@ -111,28 +114,60 @@ fn retry_cleanup(hub: &Arc<Hub>, id: &str) {
 
 /// Removes the directory (never through a link, never outside the
 /// managed root) and the records of a stopped child.
-fn remove_child(hub: &Hub, id: &str) -> Result<(), String> {
+fn remove_child(hub: &Hub, id: &str) -> Result<(), CleanupError> {
     let root = hub.config.data_dir.join("subagents");
     let dir = hub.session_dir(id);
     if dir.parent() != Some(root.as_path()) || !child::is_child_id(id) {
-        return Err("the child directory is outside the managed root".into());
+        return Err(CleanupError::OutsideRoot);
     }
     if let Ok(meta) = std::fs::symlink_metadata(&root) {
         if meta.file_type().is_symlink() {
-            return Err("the subagents root is a symbolic link".into());
+            return Err(CleanupError::RootIsLink);
         }
     }
     if let Some(file) = hub.with_session(id, |s| s.take_log_file()).flatten() {
         file.close(Duration::from_secs(5));
     }
-    crate::hub::remove_session_dir(&dir)
-        .map_err(|err| format!("cannot remove {}: {err}", dir.display()))?;
+    crate::hub::remove_session_dir(&dir).map_err(|err| CleanupError::RemoveDir { dir, err })?;
     hub.store()
         .delete_session(id)
-        .map_err(|err| format!("cannot delete the child's records: {err}"))?;
+        .map_err(CleanupError::DeleteRecords)?;
     hub.sessions().remove(id);
     Ok(())
 }
+
+/// Why a stopped child could not be removed.
+#[derive(Debug)]
+enum CleanupError {
+    /// Its directory is not a child directory of `<dataDir>/subagents`.
+    OutsideRoot,
+    /// `<dataDir>/subagents` is a symbolic link.
+    RootIsLink,
+    RemoveDir {
+        dir: PathBuf,
+        err: std::io::Error,
+    },
+    DeleteRecords(StoreError),
+}
+
+impl fmt::Display for CleanupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CleanupError::OutsideRoot => {
+                f.write_str("the child directory is outside the managed root")
+            }
+            CleanupError::RootIsLink => f.write_str("the subagents root is a symbolic link"),
+            CleanupError::RemoveDir { dir, err } => {
+                write!(f, "cannot remove {}: {err}", dir.display())
+            }
+            CleanupError::DeleteRecords(err) => {
+                write!(f, "cannot delete the child's records: {err}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for CleanupError {}
 
 /// Runs due automatic cleanups every five seconds while any is pending.
 pub(super) fn start_ticker(hub: &Arc<Hub>) {

@@ -38,10 +38,10 @@ pub fn fork(
     receipt: impl FnOnce(&Value) -> ReceiptRecord,
 ) -> Result<Value, Refusal> {
     if let Some(reason) = hub.family.blocked() {
-        return Err(Refusal::new("recovery_required", reason));
+        return Err(Refusal::RecoveryRequired(reason));
     }
     if hub.is_shutting_down() {
-        return Err(Refusal::new("lifecycle_closed", "the hub is shutting down"));
+        return Err(Refusal::LifecycleClosed("the hub is shutting down".into()));
     }
     let limits = &hub.config.subagents;
     let _serial = lock(&hub.family.fork);
@@ -49,42 +49,36 @@ pub fn fork(
     let (parent, depth) = {
         let sessions = hub.sessions();
         let Some(s) = sessions.get(&caller.session_id) else {
-            return Err(Refusal::new("unauthorized", "the caller session is gone"));
+            return Err(Refusal::Unauthorized("the caller session is gone".into()));
         };
         if s.process()
             .is_some_and(|p| p.state == crate::supervisor::process::ProcState::Stopping)
         {
-            return Err(Refusal::new(
-                "lifecycle_closed",
-                "the caller's worker is stopping",
+            return Err(Refusal::LifecycleClosed(
+                "the caller's worker is stopping".into(),
             ));
         }
         let depth = match s.headless() {
             None => 1,
             Some(c) if c.closed_to_admission() => {
-                return Err(Refusal::new(
-                    "lifecycle_closed",
-                    "the caller's family is closed",
+                return Err(Refusal::LifecycleClosed(
+                    "the caller's family is closed".into(),
                 ))
             }
             Some(c) => c.depth() as usize + 1,
         };
         if depth > limits.max_depth {
-            return Err(Refusal::new(
-                "limit_exceeded",
-                format!(
-                    "a child at depth {depth} exceeds subagents.maxDepth ({})",
-                    limits.max_depth
-                ),
-            ));
+            return Err(Refusal::LimitExceeded(format!(
+                "a child at depth {depth} exceeds subagents.maxDepth ({})",
+                limits.max_depth
+            )));
         }
         let all = sessions.list();
         let live = all.iter().filter(|x| x.is_headless()).count();
         if live >= limits.max_live {
-            return Err(Refusal::new(
-                "limit_exceeded",
-                format!("{live} subagents are live (subagents.maxLive)"),
-            ));
+            return Err(Refusal::LimitExceeded(format!(
+                "{live} subagents are live (subagents.maxLive)"
+            )));
         }
         let children = all
             .iter()
@@ -94,16 +88,14 @@ pub fn fork(
             })
             .count();
         if children >= limits.max_children {
-            return Err(Refusal::new(
-                "limit_exceeded",
-                format!("the caller has {children} children (subagents.maxChildren)"),
-            ));
+            return Err(Refusal::LimitExceeded(format!(
+                "the caller has {children} children (subagents.maxChildren)"
+            )));
         }
         let supervised = s.process().is_some_and(|p| p.state.is_active());
         if !supervised {
-            return Err(Refusal::new(
-                "unsupported_launch",
-                "the caller is not a worker this hub launched",
+            return Err(Refusal::UnsupportedLaunch(
+                "the caller is not a worker this hub launched".into(),
             ));
         }
         let parent = ParentRef {
@@ -118,10 +110,7 @@ pub fn fork(
     let startup_worker = read_snapshot(&parent_config.join(STARTUP_WORKER))?;
     let startup_launch = read_snapshot(&parent_config.join(STARTUP_LAUNCH))?;
     let spec: Value = serde_json::from_str(&startup_launch).map_err(|_| {
-        Refusal::new(
-            "unsupported_launch",
-            "the caller's startup launch snapshot is not readable",
-        )
+        Refusal::UnsupportedLaunch("the caller's startup launch snapshot is not readable".into())
     })?;
 
     let id = child::new_id();
@@ -131,7 +120,7 @@ pub fn fork(
     let config_dir = dir.join("config");
     fsutil::create_private_dir(&dir)
         .and_then(|()| fsutil::create_private_dir(&config_dir))
-        .map_err(|err| Refusal::new("storage_error", format!("cannot create the child: {err}")))?;
+        .map_err(|err| Refusal::Storage(format!("cannot create the child: {err}")))?;
     let cleanup_dir = || {
         let _ = crate::hub::remove_session_dir(&dir);
     };
@@ -140,32 +129,27 @@ pub fn fork(
             Ok(text) => text,
             Err(err) => {
                 cleanup_dir();
-                return Err(Refusal::new(
-                    "unsupported_launch",
-                    format!("the caller's startup configuration cannot be forked: {err}"),
-                ));
+                return Err(Refusal::UnsupportedLaunch(format!(
+                    "the caller's startup configuration cannot be forked: {err}"
+                )));
             }
         };
     if let Err(err) = fsutil::write_private_atomic(&config_dir.join("config.yaml"), text.as_bytes())
     {
         cleanup_dir();
-        return Err(Refusal::new(
-            "storage_error",
-            format!("cannot write the child configuration: {err}"),
-        ));
+        return Err(Refusal::Storage(format!(
+            "cannot write the child configuration: {err}"
+        )));
     }
     // A library session's child launches as its parent did: from the
     // parent's launch snapshot (which cannot change while the parent runs),
     // not the hub-wide launcher.
     let launch_snapshot = crate::library::store::session_launch_for_child(&parent_config)
         .map_err(|err| {
-            Refusal::new(
-                "unsupported_launch",
-                format!(
-                    "the caller's launch snapshot cannot be forked: {}",
-                    err.message()
-                ),
-            )
+            Refusal::UnsupportedLaunch(format!(
+                "the caller's launch snapshot cannot be forked: {}",
+                err.message()
+            ))
         })
         .and_then(|launch| match launch {
             None => Ok(()),
@@ -174,10 +158,7 @@ pub fn fork(
                 text.as_bytes(),
             )
             .map_err(|err| {
-                Refusal::new(
-                    "storage_error",
-                    format!("cannot write the child's launch snapshot: {err}"),
-                )
+                Refusal::Storage(format!("cannot write the child's launch snapshot: {err}"))
             }),
         });
     if let Err(refusal) = launch_snapshot {
@@ -211,10 +192,7 @@ pub fn fork(
         .insert_subagent(&session_rec, &child_rec, Some(&receipt))
     {
         cleanup_dir();
-        return Err(Refusal::new(
-            "storage_error",
-            format!("cannot record the child: {err}"),
-        ));
+        return Err(Refusal::Storage(format!("cannot record the child: {err}")));
     }
     let mut session = hub.new_session(session_rec);
     session.attach_headless(child);
@@ -236,9 +214,8 @@ pub fn fork(
 
 fn read_snapshot(path: &Path) -> Result<String, Refusal> {
     fsutil::read_private_file(path).map_err(|_| {
-        Refusal::new(
-            "unsupported_launch",
-            "the caller has no supervised startup snapshot (was it launched by this hub?)",
+        Refusal::UnsupportedLaunch(
+            "the caller has no supervised startup snapshot (was it launched by this hub?)".into(),
         )
     })
 }

@@ -17,12 +17,9 @@ pub fn set_policy(hub: &Hub, id: &str, policy: child::Policy) -> Result<Value, R
             c.set_policy(policy);
             Some(c.meta_json())
         })
-        .ok_or_else(|| Refusal::new("not_found", "no such session"))?
+        .ok_or_else(|| Refusal::NotFound("no such session".into()))?
         .ok_or_else(|| {
-            Refusal::new(
-                "invalid_policy",
-                "the safety policy applies to headless sessions only",
-            )
+            Refusal::InvalidPolicy("the safety policy applies to headless sessions only".into())
         })?;
     persist_meta(hub, id, &meta);
     hub.notify(Note::SessionChanged {

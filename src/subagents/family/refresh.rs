@@ -3,14 +3,16 @@
 //! its history pages on a short-lived thread, and publishing the validated
 //! tail (then scheduling a `conversation.json` write).
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::persist::schedule_conversation_write;
 use super::spawn_thread;
 use crate::hub::Hub;
-use crate::session::headless::conversation::{Next, Refresh};
+use crate::session::headless::conversation::{Next, Refresh, RefreshError};
 use crate::util::time;
+use crate::worker::query::QueryError;
 
 /// History refresh attempts per connection or run settlement.
 pub const REFRESH_ATTEMPTS: u32 = 3;
@@ -54,16 +56,16 @@ fn run_refresh(hub: &Arc<Hub>, id: &str, mut refresh: Refresh) {
             .with_session(id, |s| s.active_run().is_none() && s.connected())
             .unwrap_or(false);
         if !idle {
-            break Err("the child is busy or disconnected".to_string());
+            break Err(RefreshFailed::NotIdle);
         }
         let page = match hub.query_worker(id, &query.to_data(""), REFRESH_QUERY_DEADLINE) {
             Ok(page) => page,
-            Err(err) => break Err(err.to_string()),
+            Err(err) => break Err(RefreshFailed::Query(err)),
         };
         match refresh.accept_page(&page) {
             Ok(Next::Query(next)) => query = next,
             Ok(Next::Done(snapshot)) => break Ok(snapshot),
-            Err(err) => break Err(err.to_string()),
+            Err(err) => break Err(RefreshFailed::Page(err)),
         }
     };
     let now = time::now_rfc3339();
@@ -80,3 +82,26 @@ fn run_refresh(hub: &Arc<Hub>, id: &str, mut refresh: Refresh) {
         schedule_conversation_write(hub, id);
     }
 }
+
+/// Why a history refresh read no snapshot.
+#[derive(Debug)]
+enum RefreshFailed {
+    /// The child started a run or disconnected.
+    NotIdle,
+    /// A history page could not be read from the worker.
+    Query(QueryError),
+    /// A page broke the refresh's rules.
+    Page(RefreshError),
+}
+
+impl fmt::Display for RefreshFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RefreshFailed::NotIdle => f.write_str("the child is busy or disconnected"),
+            RefreshFailed::Query(err) => write!(f, "{err}"),
+            RefreshFailed::Page(err) => write!(f, "{err}"),
+        }
+    }
+}
+
+impl std::error::Error for RefreshFailed {}

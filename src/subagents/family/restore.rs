@@ -218,9 +218,8 @@ pub fn recover(
             let current = s.lifecycle_id().to_string();
             let c = s.headless_mut()?;
             if current != lifecycle_id {
-                return Some(Err(Refusal::new(
-                    "stale_lifecycle",
-                    "the lifecycle id is not the child's current one",
+                return Some(Err(Refusal::StaleLifecycle(
+                    "the lifecycle id is not the child's current one".into(),
                 )));
             }
             let confirm = action == RecoverAction::ConfirmTerminated;
@@ -234,19 +233,18 @@ pub fn recover(
                         "the recorded worker is known to be alive or connected".to_string()
                     }
                 };
-                return Some(Err(Refusal::new("recovery_conflict", message)));
+                return Some(Err(Refusal::RecoveryConflict(message)));
             }
             Some(Ok((c.meta_json(), alive)))
         })
         .flatten();
     let (meta, alive) = match checked {
         None if hub.with_session(id, |_| ()).is_some() => {
-            return Err(Refusal::new(
-                "invalid_policy",
-                "recovery applies to headless sessions only",
+            return Err(Refusal::InvalidPolicy(
+                "recovery applies to headless sessions only".into(),
             ))
         }
-        None => return Err(Refusal::new("not_found", "no such session")),
+        None => return Err(Refusal::NotFound("no such session".into())),
         Some(Err(refusal)) => return Err(refusal),
         Some(Ok(v)) => v,
     };
@@ -267,8 +265,7 @@ pub fn recover(
     cleanup(hub, id);
     match recovery_info(hub, id) {
         None => Ok(json!({"session_id": id, "state": "removed"})),
-        Some(info) => Err(Refusal::new(
-            "cleanup_failed",
+        Some(info) => Err(Refusal::CleanupFailed(
             info["reason"]
                 .as_str()
                 .unwrap_or("cleanup did not complete")

@@ -136,7 +136,7 @@ pub enum PayloadError {
     /// `content` on an operation that takes none (even null or empty).
     ContentForbidden { operation: &'static str },
     /// Content part `index` (0-based) breaks a rule.
-    BadPart { index: usize, reason: String },
+    BadPart { index: usize, reason: PartError },
     /// `options` breaks a rule.
     BadOptions { reason: String },
     /// `request_id` (given or generated) breaks a rule.
@@ -216,6 +216,78 @@ impl fmt::Display for PayloadError {
 }
 
 impl std::error::Error for PayloadError {}
+
+/// Why a content part was refused ([`PayloadError::BadPart`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PartError {
+    /// The part is not a JSON object.
+    NotAnObject {
+        found: &'static str,
+    },
+    /// A key other than `type`, `modality`, `raw` and `extras` (the first).
+    UnknownKey {
+        key: String,
+    },
+    MissingType,
+    /// `type` names a modality (`image`, ...) instead of an encoding.
+    MediaType {
+        found: String,
+    },
+    /// `type` is not `text`, `binary` or `external_ref`.
+    BadType {
+        found: String,
+    },
+    MissingModality,
+    /// `modality` is not one of the five.
+    BadModality {
+        found: String,
+    },
+    EmptyRaw,
+    MissingRaw,
+    RawNotString {
+        found: &'static str,
+    },
+    ExtrasNotObject {
+        found: &'static str,
+    },
+}
+
+impl fmt::Display for PartError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NotAnObject { found } => write!(f, "must be an object, found {found}"),
+            Self::UnknownKey { key } => write!(
+                f,
+                "unknown key {}; part metadata belongs in extras",
+                quote(key)
+            ),
+            Self::MissingType => f.write_str("type is required (text, binary or external_ref)"),
+            Self::MediaType { found } => write!(
+                f,
+                "type {} is a media category, not an encoding; use type \"external_ref\" \
+                 or \"binary\" with modality {}",
+                quote(found),
+                quote(found)
+            ),
+            Self::BadType { found } => {
+                write!(f, "type must be text, binary or external_ref, found {found}")
+            }
+            Self::MissingModality => f.write_str(
+                "modality is required (text, image, audio, video or document); it is never inferred",
+            ),
+            Self::BadModality { found } => write!(
+                f,
+                "modality must be text, image, audio, video or document, found {found}"
+            ),
+            Self::EmptyRaw => f.write_str("raw must not be empty"),
+            Self::MissingRaw => f.write_str("raw is required"),
+            Self::RawNotString { found } => write!(f, "raw must be a string, found {found}"),
+            Self::ExtrasNotObject { found } => write!(f, "extras must be an object, found {found}"),
+        }
+    }
+}
+
+impl std::error::Error for PartError {}
 
 /// A non-negative integer field of a query, parsed losslessly.
 fn unsigned(v: &Value) -> Option<u64> {
@@ -445,59 +517,46 @@ pub fn validate_content(content: &Value) -> Result<(), PayloadError> {
     Ok(())
 }
 
-fn validate_part(part: &Value) -> Result<(), String> {
+fn validate_part(part: &Value) -> Result<(), PartError> {
     let Value::Object(fields) = part else {
-        return Err(format!("must be an object, found {}", kind(part)));
+        return Err(PartError::NotAnObject { found: kind(part) });
     };
     if let Some(extra) = fields
         .keys()
         .find(|k| !["type", "modality", "raw", "extras"].contains(&k.as_str()))
     {
-        return Err(format!(
-            "unknown key {}; part metadata belongs in extras",
-            quote(extra)
-        ));
+        return Err(PartError::UnknownKey { key: extra.clone() });
     }
     match fields.get("type") {
-        None => return Err("type is required (text, binary or external_ref)".into()),
+        None => return Err(PartError::MissingType),
         Some(Value::String(t)) if PART_TYPES.contains(&t.as_str()) => {}
         Some(Value::String(t)) if MODALITIES.contains(&t.as_str()) && t != "text" => {
-            return Err(format!(
-                "type {} is a media category, not an encoding; use type \"external_ref\" \
-                 or \"binary\" with modality {}",
-                quote(t),
-                quote(t)
-            ))
+            return Err(PartError::MediaType { found: t.clone() })
         }
         Some(other) => {
-            return Err(format!(
-                "type must be text, binary or external_ref, found {}",
-                describe(other)
-            ))
+            return Err(PartError::BadType {
+                found: describe(other),
+            })
         }
     }
     match fields.get("modality") {
-        None => return Err(
-            "modality is required (text, image, audio, video or document); it is never inferred"
-                .into(),
-        ),
+        None => return Err(PartError::MissingModality),
         Some(Value::String(m)) if MODALITIES.contains(&m.as_str()) => {}
         Some(other) => {
-            return Err(format!(
-                "modality must be text, image, audio, video or document, found {}",
-                describe(other)
-            ))
+            return Err(PartError::BadModality {
+                found: describe(other),
+            })
         }
     }
     match fields.get("raw") {
         Some(Value::String(r)) if !r.is_empty() => {}
-        Some(Value::String(_)) => return Err("raw must not be empty".into()),
-        None => return Err("raw is required".into()),
-        Some(other) => return Err(format!("raw must be a string, found {}", kind(other))),
+        Some(Value::String(_)) => return Err(PartError::EmptyRaw),
+        None => return Err(PartError::MissingRaw),
+        Some(other) => return Err(PartError::RawNotString { found: kind(other) }),
     }
     match fields.get("extras") {
         None | Some(Value::Object(_)) => Ok(()),
-        Some(other) => Err(format!("extras must be an object, found {}", kind(other))),
+        Some(other) => Err(PartError::ExtrasNotObject { found: kind(other) }),
     }
 }
 
@@ -636,7 +695,7 @@ mod tests {
 
     fn part_error(part: Value) -> String {
         match build(json!({"content": [text_part("ok"), part]})) {
-            Err(PayloadError::BadPart { index: 1, reason }) => reason,
+            Err(PayloadError::BadPart { index: 1, reason }) => reason.to_string(),
             other => panic!("{other:?}"),
         }
     }
@@ -815,7 +874,7 @@ mod tests {
             build(json!({"content": [1]})),
             Err(PayloadError::BadPart {
                 index: 0,
-                reason: "must be an object, found number".into()
+                reason: PartError::NotAnObject { found: "number" }
             })
         );
     }

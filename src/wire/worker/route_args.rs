@@ -53,7 +53,7 @@ pub enum ArgError {
 impl ArgError {
     /// The stable rejection code.
     pub fn code(&self) -> &'static str {
-        "invalid_arguments"
+        super::tool_frames::code::INVALID_ARGUMENTS
     }
 }
 

@@ -31,6 +31,29 @@ pub mod code {
     pub const STORAGE_ERROR: &str = "storage_error";
     /// The route exists in the grammar but this hub does not serve it.
     pub const NOT_IMPLEMENTED: &str = "not_implemented";
+    // The `subagent/*` routes (`subagents::Refusal`).
+    /// The caller's worker was not started by this hub's launcher, or its
+    /// startup snapshot cannot be forked.
+    pub const UNSUPPORTED_LAUNCH: &str = "unsupported_launch";
+    /// The child's worker does not offer the operation.
+    pub const UNSUPPORTED_OPERATION: &str = "unsupported_operation";
+    /// The child, its caller's family or the hub is closing, or the child
+    /// is gone.
+    pub const LIFECYCLE_CLOSED: &str = "lifecycle_closed";
+    /// The child's worker is not ready and connected.
+    pub const DISCONNECTED: &str = "disconnected";
+    /// A depth, live-child, children or pending-query limit.
+    pub const LIMIT_EXCEEDED: &str = "limit_exceeded";
+    /// The request id was used before with other arguments.
+    pub const REQUEST_CONFLICT: &str = "request_conflict";
+    /// Subagent launches are blocked until the subagent storage is repaired.
+    pub const RECOVERY_REQUIRED: &str = "recovery_required";
+    /// The payload may or may not have reached the child's worker.
+    pub const DELIVERY_UNKNOWN: &str = "delivery_unknown";
+    /// A child's answer page could not be read from its worker.
+    pub const ANSWER_UNAVAILABLE: &str = "answer_unavailable";
+    /// A `subagent/*` result over the response limit.
+    pub const RESULT_TOO_LARGE: &str = "result_too_large";
 }
 
 /// Whether `route` is one or more `/`-separated segments of

@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use crate::capabilities;
 use crate::config::Config;
 use crate::session::{
-    self, ClosedPrompt, Registry, RequestRecord, RequestState, Session, SpecDefaults,
+    self, ClosedPrompt, RequestRecord, RequestState, Session, Sessions, SpecDefaults,
 };
 use crate::store::{ProcessRecord, SessionRecord, Store, StoreError};
 use crate::supervisor::process::ProcessView;
@@ -308,7 +308,8 @@ pub struct Hub {
     /// Fresh per hub process; tells clients their replay cursor is stale.
     pub epoch: String,
     store: Mutex<Store>,
-    sessions: Mutex<Registry>,
+    /// The session registry (the one way to a session record).
+    pub sessions: Arc<Sessions>,
     local_addr: OnceLock<SocketAddr>,
     /// The bound remote-tools listener address.
     tools_addr: OnceLock<SocketAddr>,
@@ -387,7 +388,7 @@ impl Hub {
             static_dir: options.static_dir,
             epoch: uuid::Uuid::new_v4().to_string(),
             store: Mutex::new(store),
-            sessions: Mutex::new(Registry::default()),
+            sessions: Arc::new(Sessions::default()),
             local_addr: OnceLock::new(),
             tools_addr: OnceLock::new(),
             mock_base_url: OnceLock::new(),
@@ -410,7 +411,7 @@ impl Hub {
             }
             let rec = hub.settle_library_snapshot(rec);
             let s = hub.new_session(rec);
-            hub.sessions().insert(s);
+            hub.sessions.lock().insert(s);
         }
         crate::subagents::family::load(&hub);
         Ok(hub)
@@ -567,7 +568,8 @@ impl Hub {
     /// Replaces a session's spec in memory and in the store.
     pub fn persist_spec(&self, id: &str, spec: &Value) {
         let changed = self
-            .with_session(id, |s| s.replace_spec(spec))
+            .sessions
+            .with(id, |s| s.replace_spec(spec))
             .unwrap_or(false);
         if changed {
             if let Err(err) = self.store().update_session_spec(id, spec) {
@@ -608,7 +610,8 @@ impl Hub {
 
     /// Sessions whose worker process is starting, running or stopping.
     pub fn active_worker_sessions(&self) -> Vec<String> {
-        self.sessions()
+        self.sessions
+            .lock()
             .list()
             .into_iter()
             .filter(|s| s.process().is_some_and(|p| p.state.is_active()))
@@ -624,16 +627,10 @@ impl Hub {
         })
     }
 
-    /// Runs `f` on session `id` under the registry lock. `f` must not do
-    /// I/O: copy out what you need and act after it returns.
-    pub fn with_session<R>(&self, id: &str, f: impl FnOnce(&mut Session) -> R) -> Option<R> {
-        self.sessions().get_mut(id).map(f)
-    }
-
     /// The worker token of session `id` (copied out for a comparison done
     /// outside the lock).
     pub fn session_token(&self, id: &str) -> Option<String> {
-        self.sessions().get(id).map(|s| s.token().to_string())
+        self.sessions.lock().get(id).map(|s| s.token().to_string())
     }
 
     /// Remembers an accepted socket until it ends; returns its id.
@@ -793,7 +790,7 @@ impl Hub {
         // Published to the cache before the broadcast, under the lock that
         // subscriptions take: a subscriber sees this revision either in its
         // `subscribed` frame or in the `plan` message after it.
-        self.with_session(id, |s| s.publish_plan(next.clone()));
+        self.sessions.with(id, |s| s.publish_plan(next.clone()));
         self.notify(Note::Plan {
             session: id.to_string(),
             plan: next.clone(),
@@ -822,42 +819,44 @@ impl Hub {
         };
         let tracked = matches!(operation.as_str(), "message" | "continue" | "compact");
         let now = time::now_rfc3339();
-        let writer = self
-            .with_session(session_id, |s| {
-                let link = s
-                    .link()
-                    .cloned()
-                    .ok_or_else(|| SendError::NotConnected("no worker is connected".to_string()))?;
-                if let Some(cap) = needs {
-                    if !s.has_capability(cap) {
-                        return Err(SendError::NotConnected(format!(
-                            "the connected worker does not advertise {cap}"
-                        )));
+        let writer =
+            self.sessions
+                .with(session_id, |s| {
+                    let link = s.link().cloned().ok_or_else(|| {
+                        SendError::NotConnected("no worker is connected".to_string())
+                    })?;
+                    if let Some(cap) = needs {
+                        if !s.has_capability(cap) {
+                            return Err(SendError::NotConnected(format!(
+                                "the connected worker does not advertise {cap}"
+                            )));
+                        }
                     }
-                }
-                if tracked {
-                    s.push_request(RequestRecord {
-                        request_id: request_id.clone(),
-                        operation: operation.clone(),
-                        state: RequestState::Sent,
-                        sent_at: now.clone(),
-                        updated_at: now.clone(),
-                        detail: None,
-                    });
-                }
-                Ok(link.writer)
-            })
-            .ok_or_else(|| SendError::UnknownSession(session_id.to_string()))??;
+                    if tracked {
+                        s.push_request(RequestRecord {
+                            request_id: request_id.clone(),
+                            operation: operation.clone(),
+                            state: RequestState::Sent,
+                            sent_at: now.clone(),
+                            updated_at: now.clone(),
+                            detail: None,
+                        });
+                    }
+                    Ok(link.writer)
+                })
+                .ok_or_else(|| SendError::UnknownSession(session_id.to_string()))??;
         if let Err(err) = writer.send_text(&frame.to_string()) {
             if tracked {
-                self.with_session(session_id, |s| {
+                self.sessions.with(session_id, |s| {
                     s.forget_request(&request_id);
                 });
             }
             return Err(SendError::WriteFailed(err.to_string()));
         }
         if tracked {
-            let described = self.with_session(session_id, |s| s.request(&request_id).cloned());
+            let described = self
+                .sessions
+                .with(session_id, |s| s.request(&request_id).cloned());
             if let Some(Some(request)) = described {
                 self.notify(Note::Request {
                     session: session_id.to_string(),
@@ -876,7 +875,8 @@ impl Hub {
         run_id: Option<&str>,
     ) -> Result<(), SendError> {
         let (link, last_run) = self
-            .with_session(session_id, |s| {
+            .sessions
+            .with(session_id, |s| {
                 (s.link().cloned(), s.last_run_id().map(str::to_string))
             })
             .ok_or_else(|| SendError::UnknownSession(session_id.to_string()))?;
@@ -892,17 +892,13 @@ impl Hub {
     /// Transcript entries after `since`, at most `limit`, plus the latest
     /// sequence. `None` for an unknown session.
     pub fn events_since(&self, id: &str, since: u64, limit: usize) -> Option<(u64, Vec<Arc<str>>)> {
-        self.with_session(id, |s| {
+        self.sessions.with(id, |s| {
             let entries = s.transcript().since(since, limit);
             (
                 s.transcript().latest(),
                 entries.into_iter().map(|e| e.json).collect(),
             )
         })
-    }
-
-    pub(crate) fn sessions(&self) -> MutexGuard<'_, Registry> {
-        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub(crate) fn store(&self) -> MutexGuard<'_, Store> {
@@ -947,7 +943,8 @@ impl Hub {
     }
 
     pub fn describe_sessions(&self) -> Vec<Value> {
-        self.sessions()
+        self.sessions
+            .lock()
             .list()
             .into_iter()
             .map(Session::describe)
@@ -956,21 +953,23 @@ impl Hub {
 
     /// The current description of one open prompt (64 KiB preview).
     pub fn describe_prompt(&self, session: &str, confirmation_id: &str) -> Option<Value> {
-        self.with_session(session, |s| {
-            s.prompt(confirmation_id)
-                .map(|p| s.describe_prompt(p, crate::session::PROMPT_PREVIEW_BYTES))
-        })
-        .flatten()
+        self.sessions
+            .with(session, |s| {
+                s.prompt(confirmation_id)
+                    .map(|p| s.describe_prompt(p, crate::session::PROMPT_PREVIEW_BYTES))
+            })
+            .flatten()
     }
 
     pub fn describe_session(&self, id: &str) -> Option<Value> {
-        self.sessions().get(id).map(Session::describe)
+        self.sessions.lock().get(id).map(Session::describe)
     }
 
     /// `None` for an unknown session, else whether it is headless (one
     /// registry look for the command layer's checks).
     pub fn session_kind(&self, id: &str) -> Option<bool> {
-        self.sessions()
+        self.sessions
+            .lock()
             .get(id)
             .map(|s| s.is_headless() || s.kind() == crate::subagents::KIND)
     }
@@ -987,7 +986,7 @@ impl Hub {
         session::check_new_id(id).map_err(|e| HubError::InvalidSession(e.to_string()))?;
         let spec = session::normalize_spec(spec, &self.spec_defaults())
             .map_err(|e| HubError::InvalidSession(e.to_string()))?;
-        if self.sessions().contains(id) {
+        if self.sessions.lock().contains(id) {
             return Err(HubError::SessionExists(id.into()).into());
         }
         let record = SessionRecord {
@@ -1020,7 +1019,7 @@ impl Hub {
         }
         let session = self.new_session(record);
         let described = session.describe();
-        self.sessions().insert(session);
+        self.sessions.lock().insert(session);
         log::info!("session {id} created");
         Ok(described)
     }
@@ -1029,7 +1028,7 @@ impl Hub {
     /// session directory.
     pub fn delete_session(&self, id: &str) -> Result<(), HubError> {
         {
-            let mut sessions = self.sessions();
+            let mut sessions = self.sessions.lock();
             let session = sessions
                 .get_mut(id)
                 .ok_or_else(|| HubError::UnknownSession(id.into()))?;
@@ -1042,14 +1041,14 @@ impl Hub {
         }
         let result = self.store().delete_session(id).map_err(HubError::Store);
         if let Err(err) = result {
-            if let Some(s) = self.sessions().get_mut(id) {
+            if let Some(s) = self.sessions.lock().get_mut(id) {
                 s.cancel_removal();
             }
             return Err(err);
         }
         // Taken out of the registry first: the files are closed with no
         // lock held, before the directory goes.
-        let removed = self.sessions().remove(id);
+        let removed = self.sessions.lock().remove(id);
         if let Some(mut removed) = removed {
             let log_file = removed.take_log_file();
             for file in removed.events_file().into_iter().chain(log_file.as_ref()) {
@@ -1074,7 +1073,8 @@ impl Hub {
         self.shutting_down.store(true, Ordering::Release);
         self.close_sockets();
         let files: Vec<Arc<BoundedWriter>> = self
-            .sessions()
+            .sessions
+            .lock()
             .list()
             .into_iter()
             .flat_map(|s| [s.events_file().cloned(), s.log_file().cloned()])
@@ -1206,7 +1206,7 @@ mod tests {
         let cleared = hub.replace_plan("p", "").unwrap();
         assert_eq!((cleared.plan.revision, cleared.changed), (2, true));
         assert_eq!(
-            hub.with_session("p", |s| s.plan().clone()),
+            hub.sessions.with("p", |s| s.plan().clone()),
             Some(cleared.plan.clone())
         );
         let file = hub.session_dir("p").join("plan.json");

@@ -2,7 +2,7 @@
 //! something else (a worker's answer page): a small thread polls a clone of
 //! the connection's socket for `POLLRDHUP` (the peer closed or reset the
 //! connection) and then sends on a channel the handler selects on
-//! ([`Hub::query_worker_or_cancel`](crate::hub::Hub)). The thread polls in
+//! (`Queries::ask_or_cancel`, `worker::query`). The thread polls in
 //! short rounds and ends within one round after the [`Watch`] is dropped;
 //! it never reads from the socket.
 //!

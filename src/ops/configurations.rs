@@ -106,7 +106,8 @@ pub fn apply(hub: &Hub, id: &str, body: &Map<String, Value>) -> Result<Value, Op
             )
         })?;
     let snapshot = hub.library.prepare_snapshot(&selected)?;
-    hub.with_session(id, |s| s.begin_reconfigure())
+    hub.sessions
+        .with(id, |s| s.begin_reconfigure())
         .ok_or_else(|| OpError::unknown_session(id))?
         .map_err(|reason| {
             OpError::new(
@@ -117,7 +118,8 @@ pub fn apply(hub: &Hub, id: &str, body: &Map<String, Value>) -> Result<Value, Op
     let published = snapshot.publish(&hub.session_dir(id));
     if published.is_ok() {
         let mut spec = hub
-            .with_session(id, |s| s.spec().clone())
+            .sessions
+            .with(id, |s| s.spec().clone())
             .unwrap_or_default();
         if let Value::Object(map) = &mut spec {
             map.insert("launchConfig".into(), Value::from(selected.launch.as_str()));
@@ -125,7 +127,7 @@ pub fn apply(hub: &Hub, id: &str, body: &Map<String, Value>) -> Result<Value, Op
         }
         hub.persist_spec(id, &spec);
     }
-    hub.with_session(id, |s| s.end_reconfigure());
+    hub.sessions.with(id, |s| s.end_reconfigure());
     published?;
     hub.notify(Note::SessionChanged {
         session: id.to_string(),

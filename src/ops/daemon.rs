@@ -74,7 +74,8 @@ fn requested(hub: &Hub) -> Result<(), OpError> {
 
 /// Sessions whose worker is executing a run.
 fn active_runs(hub: &Hub) -> usize {
-    hub.sessions()
+    hub.sessions
+        .lock()
         .list()
         .into_iter()
         .filter(|s| s.active_run().is_some())

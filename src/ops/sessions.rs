@@ -80,17 +80,18 @@ pub fn events(hub: &Hub, id: &str, since: u64, limit: usize) -> Result<Entries, 
 /// A session's description with every retained entry after `since`.
 pub fn transcript(hub: &Hub, id: &str, since: u64) -> Result<(Value, Entries), OpError> {
     operable(hub, id, "status_snapshot")?;
-    hub.with_session(id, |s| {
-        let entries = s
-            .transcript()
-            .since(since, usize::MAX)
-            .into_iter()
-            .map(|e| e.json)
-            .collect();
-        let latest = s.transcript().latest();
-        (s.describe(), Entries { latest, entries })
-    })
-    .ok_or_else(|| OpError::unknown_session(id))
+    hub.sessions
+        .with(id, |s| {
+            let entries = s
+                .transcript()
+                .since(since, usize::MAX)
+                .into_iter()
+                .map(|e| e.json)
+                .collect();
+            let latest = s.transcript().latest();
+            (s.describe(), Entries { latest, entries })
+        })
+        .ok_or_else(|| OpError::unknown_session(id))
 }
 
 /// What a front-end may show of the worker's captured output.
@@ -134,22 +135,23 @@ pub struct LogTail {
 /// The newest lines of the worker's output within `bounds`.
 pub fn logs(hub: &Hub, id: &str, bounds: LogBounds) -> Result<LogTail, OpError> {
     operable(hub, id, "logs")?;
-    hub.with_session(id, |s| {
-        let tail = crate::util::log_ring::panel_tail(
-            s.logs(),
-            bounds.lines,
-            bounds.bytes,
-            bounds.line_bytes,
-        );
-        LogTail {
-            lines: tail.lines,
-            meta: tail.meta,
-            dropped: s.logs().dropped(),
-            omitted: tail.omitted,
-            log_path: s.process().and_then(|p| p.log_path.clone()),
-        }
-    })
-    .ok_or_else(|| OpError::unknown_session(id))
+    hub.sessions
+        .with(id, |s| {
+            let tail = crate::util::log_ring::panel_tail(
+                s.logs(),
+                bounds.lines,
+                bounds.bytes,
+                bounds.line_bytes,
+            );
+            LogTail {
+                lines: tail.lines,
+                meta: tail.meta,
+                dropped: s.logs().dropped(),
+                omitted: tail.omitted,
+                log_path: s.process().and_then(|p| p.log_path.clone()),
+            }
+        })
+        .ok_or_else(|| OpError::unknown_session(id))
 }
 
 /// The read-only view of the worker's persisted state.
@@ -203,7 +205,8 @@ pub struct Profile {
 pub fn models(hub: &Hub, id: &str) -> Result<(Vec<Profile>, Profile), OpError> {
     operable(hub, id, "models")?;
     let spec = hub
-        .with_session(id, |s| s.spec().clone())
+        .sessions
+        .with(id, |s| s.spec().clone())
         .ok_or_else(|| OpError::unknown_session(id))?;
     let profiles = profiles(hub);
     let provider = spec["provider"].as_str().unwrap_or_default();
@@ -242,11 +245,12 @@ pub fn read<T>(
     id: &str,
     f: impl FnOnce(&crate::session::Session) -> T,
 ) -> Result<T, OpError> {
-    hub.with_session(id, |s| f(s))
+    hub.sessions
+        .with(id, |s| f(s))
         .ok_or_else(|| OpError::unknown_session(id))
 }
 
 /// Reads every session, in creation order, through `f` (as [`read`]).
 pub fn read_all<T>(hub: &Hub, f: impl FnMut(&crate::session::Session) -> T) -> Vec<T> {
-    hub.sessions().list().into_iter().map(f).collect()
+    hub.sessions.lock().list().into_iter().map(f).collect()
 }

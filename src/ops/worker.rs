@@ -273,7 +273,9 @@ pub fn answer(
     operable(hub, id, "answer")?;
     let payload =
         query::answer_payload(args).map_err(|err| OpError::invalid_arguments(err.to_string()))?;
-    Ok(hub.query_worker_or_cancel(id, &payload, query::QUERY_DEADLINE, cancel)?)
+    Ok(hub
+        .queries
+        .ask_or_cancel(&hub.sessions, id, &payload, query::QUERY_DEADLINE, cancel)?)
 }
 
 /// The confirmation modes a client may choose (the worker protocol's
@@ -313,7 +315,8 @@ pub struct Prompt<'a> {
 pub fn prompt(hub: &Hub, id: &str, prompt: &Prompt<'_>) -> Result<String, OpError> {
     operable(hub, id, "prompt")?;
     let (busy, mode) = hub
-        .with_session(id, |s| {
+        .sessions
+        .with(id, |s| {
             (s.active_run().is_some(), s.mode().map(str::to_string))
         })
         .ok_or_else(|| OpError::unknown_session(id))?;
@@ -346,7 +349,8 @@ pub fn prompt(hub: &Hub, id: &str, prompt: &Prompt<'_>) -> Result<String, OpErro
 pub fn compact(hub: &Hub, id: &str, request_id: &str) -> Result<String, OpError> {
     operable(hub, id, "compact")?;
     let busy = hub
-        .with_session(id, |s| {
+        .sessions
+        .with(id, |s| {
             s.active_run().is_some() || s.has_unsettled_request()
         })
         .ok_or_else(|| OpError::unknown_session(id))?;
@@ -364,7 +368,8 @@ pub fn compact(hub: &Hub, id: &str, request_id: &str) -> Result<String, OpError>
 /// The modes a client may choose and the session's current one.
 pub fn modes(hub: &Hub, id: &str) -> Result<String, OpError> {
     operable(hub, id, "modes")?;
-    hub.with_session(id, |s| s.mode().unwrap_or(DEFAULT_MODE).to_string())
+    hub.sessions
+        .with(id, |s| s.mode().unwrap_or(DEFAULT_MODE).to_string())
         .ok_or_else(|| OpError::unknown_session(id))
 }
 
@@ -393,7 +398,8 @@ pub fn set_mode(hub: &Hub, id: &str, mode: &str) -> Result<ModeChange, OpError> 
         ));
     }
     let previous = hub
-        .with_session(id, |s| s.set_mode(mode))
+        .sessions
+        .with(id, |s| s.set_mode(mode))
         .ok_or_else(|| OpError::unknown_session(id))?
         .unwrap_or_else(|| DEFAULT_MODE.to_string());
     let change = ModeChange {
@@ -415,7 +421,8 @@ pub fn set_mode(hub: &Hub, id: &str, mode: &str) -> Result<ModeChange, OpError> 
 pub fn terminate(hub: &Arc<Hub>, id: &str, done: ActionDone) -> Result<bool, OpError> {
     operable(hub, id, "worker stop")?;
     let deferred = hub
-        .with_session(id, |s| s.defer_stop())
+        .sessions
+        .with(id, |s| s.defer_stop())
         .ok_or_else(|| OpError::unknown_session(id))?;
     if !deferred {
         act(hub, id, Action::Stop, None, done);
@@ -454,7 +461,7 @@ impl crate::hub::Subscriber for DeferredStops {
         if json.get(event.clone()) != Some("run_finished") {
             return;
         }
-        if hub.with_session(session, |s| s.take_due_stop()) != Some(true) {
+        if hub.sessions.with(session, |s| s.take_due_stop()) != Some(true) {
             return;
         }
         let Some(hub) = self.hub.upgrade() else {

@@ -11,13 +11,13 @@ use crate::wire::panel as protocol;
 
 /// Every session, for an aggregate frame (`welcome`, `sessions`).
 pub fn all(hub: &Hub) -> Vec<Value> {
-    let sessions = hub.sessions();
+    let sessions = hub.sessions.lock();
     under_share(&sessions.list())
 }
 
 /// One session, for a `session` frame.
 pub fn one(hub: &Hub, id: &str) -> Option<Value> {
-    let sessions = hub.sessions();
+    let sessions = hub.sessions.lock();
     let s = sessions.get(id)?;
     under_share(&[s]).pop()
 }

@@ -496,7 +496,7 @@ fn legacy_subscribe(
     // Its writes happen after the publish lock is released.
     let _batch = crate::util::wakes::batch();
     let _ordered = hub.publishing();
-    let built = hub.with_session(session, |s| {
+    let built = hub.sessions.with(session, |s| {
         let entries: Vec<Arc<str>> = s
             .transcript()
             .since(since, usize::MAX)
@@ -567,7 +567,7 @@ fn replay_step(
     // Its writes happen after the publish lock is released.
     let _batch = crate::util::wakes::batch();
     let ordered = hub.publishing();
-    let step = hub.with_session(&session, |s| {
+    let step = hub.sessions.with(&session, |s| {
         let mut subs = panel.subs();
         let sub = subs
             .get_mut(&session)
@@ -725,7 +725,8 @@ pub fn fan_out(hub: &Hub, registry: &Panels, note: &Note) {
             replaced,
         } => {
             let identity = hub
-                .with_session(session, |s| s.describe()["identity"].clone())
+                .sessions
+                .with(session, |s| s.describe()["identity"].clone())
                 .unwrap_or(Value::Null);
             let mut msg = protocol::connection(session, *connected, identity);
             // A superseding connection is a replacement, not a disconnect.

@@ -25,12 +25,14 @@ pub mod headless;
 mod link;
 mod process;
 mod prompts;
+mod sessions;
 mod spec;
 #[cfg(test)]
 mod testkit;
 
 pub use process::{NoStop, StartRefused};
 pub use prompts::{ClosedPrompt, DecideError, NewPrompt, NotOpened, PromptEnd, PromptStep};
+pub use sessions::Sessions;
 pub use spec::{
     check_new_id, is_valid_id, normalize_spec, SpecDefaults, SpecError, MODALITY_ASSIST_ENTRY,
 };

@@ -27,7 +27,8 @@ pub fn execute(
     call: Call,
 ) -> Result<Value, Refusal> {
     let lifecycle_id = hub
-        .with_session(&caller.session_id, |s| s.lifecycle_id().to_string())
+        .sessions
+        .with(&caller.session_id, |s| s.lifecycle_id().to_string())
         .ok_or_else(|| Refusal::Unauthorized("the caller session is gone".into()))?;
     let me = ParentRef {
         session_id: caller.session_id.clone(),
@@ -149,7 +150,8 @@ impl<'a> Receipts<'a> {
 /// Checks that `id` is a live direct child of `me`.
 fn owned(hub: &Hub, me: &ParentRef, id: &str) -> Result<(), Refusal> {
     let parent = hub
-        .with_session(id, |s| s.headless().map(|c| c.parent().clone()))
+        .sessions
+        .with(id, |s| s.headless().map(|c| c.parent().clone()))
         .flatten();
     match parent {
         Some(p) if &p == me => Ok(()),
@@ -240,7 +242,8 @@ fn with_status(status: Value, extra: Value) -> Value {
 /// terminal records.
 fn list(hub: &Hub, me: &ParentRef) -> Value {
     let mut children: Vec<Value> = hub
-        .sessions()
+        .sessions
+        .lock()
         .list()
         .into_iter()
         .filter(|s| s.headless().is_some_and(|c| c.parent() == me))
@@ -269,7 +272,7 @@ fn inspect(
     limit: usize,
 ) -> Result<Value, Refusal> {
     if let Some(t) = retained(hub, me, id) {
-        if hub.with_session(id, |_| ()).is_none() {
+        if hub.sessions.with(id, |_| ()).is_none() {
             let total = t.outcomes.len();
             let skip = total.saturating_sub(RECEIVE_OUTCOMES);
             return Ok(with_status(
@@ -283,22 +286,23 @@ fn inspect(
         }
     }
     owned(hub, me, id)?;
-    hub.with_session(id, |s| {
-        let c = s.headless()?;
-        let conversation = c.conversation().page(cursor, limit, PAGE_BODY_BUDGET);
-        let mut result = with_status(
-            status(s)?,
-            json!({
-                "requests": c.latest_outcomes(RECEIVE_OUTCOMES),
-                "requests_truncated": c.outcome_count() > RECEIVE_OUTCOMES,
-                "conversation": conversation,
-            }),
-        );
-        fit_requests(&mut result);
-        Some(result)
-    })
-    .flatten()
-    .ok_or_else(|| Refusal::LifecycleClosed("the child is gone".into()))
+    hub.sessions
+        .with(id, |s| {
+            let c = s.headless()?;
+            let conversation = c.conversation().page(cursor, limit, PAGE_BODY_BUDGET);
+            let mut result = with_status(
+                status(s)?,
+                json!({
+                    "requests": c.latest_outcomes(RECEIVE_OUTCOMES),
+                    "requests_truncated": c.outcome_count() > RECEIVE_OUTCOMES,
+                    "conversation": conversation,
+                }),
+            );
+            fit_requests(&mut result);
+            Some(result)
+        })
+        .flatten()
+        .ok_or_else(|| Refusal::LifecycleClosed("the child is gone".into()))
 }
 
 /// Room a receive result leaves for the tool response envelope.
@@ -334,12 +338,14 @@ fn answer(
     owned(hub, me, id)?;
     let payload = query::answer_payload(&json!({"source": source, "part": part, "offset": offset}))
         .map_err(|err| Refusal::InvalidArguments(err.to_string()))?;
-    let page = hub.query_worker(id, &payload, query::QUERY_DEADLINE);
+    let page = hub
+        .queries
+        .ask(&hub.sessions, id, &payload, query::QUERY_DEADLINE);
     owned(hub, me, id)?;
     match page {
         Ok(page) => {
             // As the Node hub: the child's status with the page beside it.
-            let current = hub.with_session(id, |s| status(s)).flatten();
+            let current = hub.sessions.with(id, |s| status(s)).flatten();
             let extra = json!({
                 "requests": [],
                 "requests_truncated": false,
@@ -394,7 +400,8 @@ fn send(
     let operation = op.name();
     // The child must be ready, connected and open for admission.
     let standing = hub
-        .with_session(id, |s| {
+        .sessions
+        .with(id, |s| {
             let c = s.headless()?;
             if c.closed_to_admission() {
                 return Some(Err(Refusal::LifecycleClosed(format!(
@@ -431,7 +438,7 @@ fn send(
         SendOp::Message { content, .. } => Some(content.clone()),
         _ => None,
     };
-    hub.with_session(id, |s| {
+    hub.sessions.with(id, |s| {
         if let Some(c) = s.headless_mut() {
             c.record_intent(&request_id, operation, content, &now);
         }
@@ -461,7 +468,7 @@ fn send(
             Some(Refusal::DeliveryUnknown(other.to_string())),
         ),
     };
-    hub.with_session(id, |s| {
+    hub.sessions.with(id, |s| {
         if let Some(c) = s.headless_mut() {
             let error = refusal.as_ref().map(Refusal::message);
             c.settle_intent(&request_id, state, error, &time::now_rfc3339());

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::hub::Hub;
+use crate::session::Sessions;
 use crate::util::bounded_writer::{self, BoundedWriter};
 use crate::util::log_ring::Stream;
 use crate::util::thread::Stack;
@@ -74,7 +74,7 @@ pub fn rotate(path: &Path, max_bytes: u64, files: usize) {
 
 /// Starts one reader thread per pipe.
 pub fn spawn_readers(
-    hub: &Arc<Hub>,
+    sessions: &Arc<Sessions>,
     session: &str,
     lifecycle_id: &str,
     stdout: Option<std::process::ChildStdout>,
@@ -95,14 +95,16 @@ pub fn spawn_readers(
     ];
     for (stream, pipe) in pipes {
         let Some(pipe) = pipe else { continue };
-        let hub = hub.clone();
+        let sessions = sessions.clone();
         let session = session.to_string();
         let lifecycle = lifecycle_id.to_string();
         let file = file.clone();
         let exited = exited.clone();
         let name = format!("worker-{}", stream.as_str());
         let spawned = crate::util::thread::spawn(&name, Stack::Medium, move || {
-            read_pipe(&hub, &session, &lifecycle, stream, pipe, &file, &exited)
+            read_pipe(
+                &sessions, &session, &lifecycle, stream, pipe, &file, &exited,
+            )
         });
         match spawned {
             Ok(handle) => handles.push(handle),
@@ -117,7 +119,7 @@ pub trait PipeRead: Read + AsRawFd + Send {}
 impl<T: Read + AsRawFd + Send> PipeRead for T {}
 
 fn read_pipe(
-    hub: &Hub,
+    sessions: &Sessions,
     session: &str,
     lifecycle: &str,
     stream: Stream,
@@ -147,16 +149,16 @@ fn read_pipe(
             Err(_) => break,
         }
         if !lines.is_empty() {
-            deliver(hub, session, lifecycle, stream, &mut lines, file);
+            deliver(sessions, session, lifecycle, stream, &mut lines, file);
         }
     }
     splitter.finish(&mut lines);
-    deliver(hub, session, lifecycle, stream, &mut lines, file);
+    deliver(sessions, session, lifecycle, stream, &mut lines, file);
 }
 
 /// Hands finished lines to the ring (one lock per batch) and the file.
 fn deliver(
-    hub: &Hub,
+    sessions: &Sessions,
     session: &str,
     lifecycle: &str,
     stream: Stream,
@@ -171,7 +173,7 @@ fn deliver(
     }
     let now = time::now_millis();
     let batch = std::mem::take(lines);
-    hub.with_session(session, |s| s.capture_output(lifecycle, stream, batch, now));
+    sessions.with(session, |s| s.capture_output(lifecycle, stream, batch, now));
 }
 
 #[cfg(test)]

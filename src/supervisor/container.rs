@@ -439,7 +439,8 @@ fn kill(id: &str, m: &Management, container_id: Option<&str>, signal: Signal) {
 /// and keeps the id it reports.
 fn inspect(hub: &Hub, id: &str, lifecycle_id: &str, m: &Management) -> Inspected {
     let known = hub
-        .with_session(id, |s| s.process().and_then(|p| p.container_id.clone()))
+        .sessions
+        .with(id, |s| s.process().and_then(|p| p.container_id.clone()))
         .flatten();
     let seen = match run(
         m,
@@ -449,7 +450,8 @@ fn inspect(hub: &Hub, id: &str, lifecycle_id: &str, m: &Management) -> Inspected
         Err(err) => Inspected::Unknown(err.to_string()),
     };
     if let (None, Some(found)) = (&known, seen.id()) {
-        hub.with_session(id, |s| s.note_container_id(lifecycle_id, found));
+        hub.sessions
+            .with(id, |s| s.note_container_id(lifecycle_id, found));
     }
     seen
 }
@@ -563,7 +565,8 @@ pub fn follow(
         }
         if !followed {
             let still = hub
-                .with_session(id, |s| s.record_container_followed(lifecycle_id))
+                .sessions
+                .with(id, |s| s.record_container_followed(lifecycle_id))
                 .unwrap_or(false);
             if !still {
                 forget(hub, id, lifecycle_id);
@@ -577,7 +580,8 @@ pub fn follow(
             );
         }
         let stopping = hub
-            .with_session(id, |s| {
+            .sessions
+            .with(id, |s| {
                 s.process()
                     .is_some_and(|p| p.state == super::process::ProcState::Stopping)
             })
@@ -617,7 +621,8 @@ impl Ladder<'_> {
     /// record is this start's and active; `None` once it has ended.
     fn lookup(&self) -> Option<(Option<Arc<Pinned>>, Option<String>)> {
         self.hub
-            .with_session(self.id, |s| {
+            .sessions
+            .with(self.id, |s| {
                 s.process()
                     .filter(|p| p.lifecycle_id == self.lifecycle && p.state.is_active())
                     .map(|p| (p.pinned.clone(), p.container_id.clone()))
@@ -691,7 +696,7 @@ pub(super) fn ladder(
     mode: StopMode,
 ) -> StopResult {
     // A library session stops with its launch file's timings.
-    let w = &super::stop::recorded_stop_settings(hub, id);
+    let w = &super::stop::recorded_stop_settings(&hub.sessions, &hub.config, id);
     let group_kill = mode == StopMode::ForceKill || hub.config.force_kill_process_group;
     let stop = Ladder {
         hub,
@@ -744,7 +749,7 @@ pub(super) fn ladder(
         Verdict::Gone => {
             if group_kill {
                 if let Some(cli) = &first_cli {
-                    hub.with_session(id, Session::note_group_killed);
+                    hub.sessions.with(id, Session::note_group_killed);
                     let _ = cli.signal_own_group(libc::SIGKILL);
                 }
             }

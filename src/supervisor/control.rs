@@ -171,7 +171,7 @@ pub fn start(hub: &Arc<Hub>, id: &str, spec: Option<&Value>) -> StartResult {
     let lifecycle_id = uuid::Uuid::new_v4().to_string();
     // Reserve the start under the lock: a second start is refused.
     let reserved_at = time::now_rfc3339();
-    let reserved = hub.with_session(id, |s| {
+    let reserved = hub.sessions.with(id, |s| {
         s.reserve_start(&lifecycle_id, &reserved_at)?;
         Ok::<_, StartRefused>((s.spec().clone(), s.token().to_string()))
     });
@@ -191,7 +191,7 @@ pub fn start(hub: &Arc<Hub>, id: &str, spec: Option<&Value>) -> StartResult {
             let error = error.to_string();
             log::warn!("session {id}: worker start failed: {error}");
             let now = time::now_rfc3339();
-            let described = hub.with_session(id, |s| {
+            let described = hub.sessions.with(id, |s| {
                 s.record_start_failed(&lifecycle_id, &error, &now)
                     .then(|| s.process_view())
             });
@@ -416,7 +416,7 @@ fn spawn(
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let writer = capture::log_writer(id, &log_path);
-    let described = hub.with_session(id, |s| {
+    let described = hub.sessions.with(id, |s| {
         let mut info = ProcessInfo::starting(
             invocation.program.clone(),
             shown_args.clone(),
@@ -444,7 +444,7 @@ fn spawn(
     log::info!("session {id}: worker started (pid {pid})");
     let exited = Arc::new(capture::ExitFlag::default());
     let readers = capture::spawn_readers(
-        hub,
+        &hub.sessions,
         id,
         lifecycle_id,
         stdout,
@@ -557,7 +557,7 @@ fn follow_daemon(
     let worker = pinned.pid();
     // Its exit status is ours to collect, not the orphan reaper's.
     waited().push(worker);
-    let described = hub.with_session(id, |s| {
+    let described = hub.sessions.with(id, |s| {
         s.record_daemonized(lifecycle_id, pinned.clone())
             .then(|| s.process_view())
     });
@@ -590,7 +590,7 @@ fn follow_daemon(
 /// Records the end of a worker process (spawned or adopted).
 fn process_ended(hub: &Hub, id: &str, lifecycle_id: &str, code: Option<i32>, signal: Option<i32>) {
     let now = time::now_rfc3339();
-    let described = hub.with_session(id, |s| {
+    let described = hub.sessions.with(id, |s| {
         let state = s.record_ended(lifecycle_id, code, signal, &now)?;
         Some((s.process_view(), state))
     });
@@ -610,7 +610,7 @@ fn process_ended(hub: &Hub, id: &str, lifecycle_id: &str, code: Option<i32>, sig
 /// Starts a stop of session `id`'s worker; `done` gets the result on the
 /// ladder thread (or at once when there is nothing to stop).
 pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopResult) + Send>) {
-    let begun = hub.with_session(id, |s| match s.begin_stop() {
+    let begun = hub.sessions.with(id, |s| match s.begin_stop() {
         Ok(begun) => {
             let lifecycle = s.process().map(|p| p.lifecycle_id.clone());
             // A Docker launch is stopped by its container (its CLI may be
@@ -674,7 +674,7 @@ pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopR
                 First::Process(first) => {
                     // A library session stops with its launch file's
                     // timings.
-                    let settings = recorded_stop_settings(&hub, &id);
+                    let settings = recorded_stop_settings(&hub.sessions, &hub.config, &id);
                     let watch = Watch {
                         hub: &hub,
                         id: &id,
@@ -697,7 +697,9 @@ pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopR
     if let Err((err, (hub, id, done))) = spawned {
         // Nothing was signalled: the worker runs on as before.
         log::error!("session {id}: cannot start a stop thread: {err}");
-        let described = hub.with_session(&id, |s| s.abandon_stop().then(|| s.process_view()));
+        let described = hub
+            .sessions
+            .with(&id, |s| s.abandon_stop().then(|| s.process_view()));
         if let Some(Some(process)) = described {
             hub.notify(Note::Process {
                 session: id.clone(),
@@ -748,7 +750,8 @@ impl Watch<'_> {
     /// active; `None` once it has ended.
     fn lookup(&self) -> Option<Target> {
         self.hub
-            .with_session(self.id, |s| {
+            .sessions
+            .with(self.id, |s| {
                 s.process()
                     .filter(|p| p.lifecycle_id == self.lifecycle && p.state.is_active())
                     .and_then(|p| p.pinned.clone())
@@ -835,7 +838,7 @@ fn ladder(watch: &Watch<'_>, connected: bool, mode: StopMode, w: &StopSettings) 
     let settled = watch.settled();
     let target = settled.as_ref().unwrap_or(&watch.first);
     let how = if group_kill {
-        hub.with_session(id, Session::note_group_killed);
+        hub.sessions.with(id, Session::note_group_killed);
         let _ = target.pinned.signal_own_group(libc::SIGKILL);
         StopHow::SigkillProcessGroup
     } else {
@@ -858,7 +861,8 @@ fn ladder(watch: &Watch<'_>, connected: bool, mode: StopMode, w: &StopSettings) 
 pub fn wait_recorded_exit(hub: &Hub, id: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
     while hub
-        .with_session(id, |s| s.process().is_some_and(|p| p.state.is_active()))
+        .sessions
+        .with(id, |s| s.process().is_some_and(|p| p.state.is_active()))
         .unwrap_or(false)
         && std::time::Instant::now() < deadline
     {
@@ -918,7 +922,7 @@ pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
             }
         };
         let stop = stop_settings(&settings, library);
-        let adopted = hub.with_session(&id, |s| {
+        let adopted = hub.sessions.with(&id, |s| {
             let mut info = ProcessInfo::starting(
                 rec.command.clone(),
                 rec.args.clone(),

@@ -4,7 +4,7 @@
 
 use super::process::StopSettings;
 use crate::config::Config;
-use crate::hub::Hub;
+use crate::session::Sessions;
 
 /// How a stop is carried out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,10 +87,15 @@ fn settings_of(config: &Config) -> StopSettings {
 
 /// The stop settings a stop of session `id`'s current worker uses: its
 /// record's, else the hub-wide ones.
-pub(super) fn recorded_stop_settings(hub: &Hub, id: &str) -> StopSettings {
-    hub.with_session(id, |s| s.process().and_then(|p| p.stop))
+pub(super) fn recorded_stop_settings(
+    sessions: &Sessions,
+    config: &Config,
+    id: &str,
+) -> StopSettings {
+    sessions
+        .with(id, |s| s.process().and_then(|p| p.stop))
         .flatten()
-        .unwrap_or_else(|| settings_of(&hub.config))
+        .unwrap_or_else(|| settings_of(config))
 }
 
 /// Whether workers may hand over to a daemon named by `launcher.pidFile`.

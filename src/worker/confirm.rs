@@ -54,7 +54,8 @@ pub fn decide(
 ) -> Result<(), DecideError> {
     let now = time::now_rfc3339();
     let outcome = hub
-        .with_session(session_id, |s| {
+        .sessions
+        .with(session_id, |s| {
             let prompt = s.settle_prompt(confirmation_id, approved, reason, &now)?;
             let response = response_text(&prompt.request, approved, reason);
             Ok((prompt.writer.clone(), response))
@@ -203,7 +204,7 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
             Err(_) => break,
         }
         let now = Instant::now();
-        let state = hub.with_session(&session_id, |s| {
+        let state = hub.sessions.with(&session_id, |s| {
             let before = s.prompt(&confirmation_id).map(|p| p.state);
             let mut polled = s.recheck_prompt(&confirmation_id, now >= hold_until);
             let verified = before == Some(PromptState::AwaitingIdentity)
@@ -319,7 +320,7 @@ fn register(
         deadline_at,
         writer: writer.clone(),
     };
-    let result = hub.with_session(session_id, |s| {
+    let result = hub.sessions.with(session_id, |s| {
         let step = match s.open_prompt(new, MAX_OPEN_PROMPTS) {
             Ok(step) => step,
             Err((NotOpened::Duplicate, _)) => return (Registered::Duplicate, false, None),
@@ -368,7 +369,7 @@ fn register(
 /// Denies a prompt on the hub's own authority (identity or capacity).
 fn deny_now(hub: &Hub, session_id: &str, confirmation_id: &str, reason: &'static str) {
     let now = time::now_rfc3339();
-    let sent = hub.with_session(session_id, |s| {
+    let sent = hub.sessions.with(session_id, |s| {
         let prompt = s.deny_prompt(confirmation_id, reason, &now)?;
         let response = response_text(&prompt.request, false, Some(reason));
         Some((prompt.writer.clone(), response))
@@ -392,7 +393,7 @@ fn deny_now(hub: &Hub, session_id: &str, confirmation_id: &str, reason: &'static
 /// becomes `retired` with why it `ended`.
 fn retire(hub: &Hub, session_id: &str, confirmation_id: &str, conn_id: u64, ended: PromptEnd) {
     let now = time::now_rfc3339();
-    let closed = hub.with_session(session_id, |s| {
+    let closed = hub.sessions.with(session_id, |s| {
         s.retire_prompt(confirmation_id, conn_id, ended, &now)
     });
     if let Some(Some(closed)) = closed {

@@ -39,7 +39,7 @@ const TRANSIENT: &[&str] = &["history", "history_error", "answer", "answer_error
 pub fn run(hub: Arc<Hub>, session_id: String, conn_id: u64, accepted: Accepted) {
     let Accepted { mut socket, writer } = accepted;
     hub.register_socket_as(conn_id, writer.clone());
-    let attached = hub.with_session(&session_id, |s| {
+    let attached = hub.sessions.with(&session_id, |s| {
         s.attach_link(WorkerLink {
             conn_id,
             writer: writer.clone(),
@@ -155,7 +155,7 @@ pub fn run(hub: Arc<Hub>, session_id: String, conn_id: u64, accepted: Accepted) 
 
 fn record_protocol_error(hub: &Hub, session_id: &str, problem: &str) {
     log::warn!("session {session_id}: worker protocol error: {problem}");
-    hub.with_session(session_id, Session::count_protocol_error);
+    hub.sessions.with(session_id, Session::count_protocol_error);
 }
 
 /// Fields the hub adds to every transcript entry.
@@ -275,7 +275,7 @@ fn ingest(
     } else {
         None
     };
-    let published = hub.with_session(session_id, |s| {
+    let published = hub.sessions.with(session_id, |s| {
         let was_live = s.identity() == IdentityState::Live;
         s.meter_event(mono);
         let request_change = s.observe_envelope(&env, now);
@@ -379,7 +379,7 @@ fn omission_record(seq: u64, env: &Envelope, bytes: usize, source: Option<&Value
 fn disconnected(hub: &Arc<Hub>, session_id: &str, conn_id: u64) {
     let now = time::now_rfc3339();
     let mut followup = crate::hub::Followup::default();
-    let changed = hub.with_session(session_id, |s| {
+    let changed = hub.sessions.with(session_id, |s| {
         let changed = s.detach_link(conn_id, &now)?;
         followup = hub.hooks().disconnected(s, &now);
         Some(changed)

@@ -1,6 +1,6 @@
 //! Read-only worker queries (`history` and `answer` payloads): a bounded
-//! registry of pending queries and [`Hub::query_worker`], the one
-//! primitive every hub-side caller uses (`POST /api/sessions/:id/answer`,
+//! registry of pending queries and [`Queries::ask`], the one primitive
+//! every hub-side caller uses (`POST /api/sessions/:id/answer`,
 //! the subagent conversation refresh and answer proxy).
 //!
 //! One query: [`Queries::begin`] reserves a slot (at most
@@ -32,8 +32,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use serde_json::{Map, Value};
 
-use crate::hub::Hub;
-use crate::session::IdentityState;
+use crate::session::{IdentityState, Sessions};
 use crate::wire::code;
 use crate::wire::worker::envelope::{Envelope, MAX_ID_BYTES};
 use crate::wire::worker::payload;
@@ -228,7 +227,7 @@ struct Table {
     total: usize,
 }
 
-/// The pending read-only queries of the hub (a field of [`Hub`]).
+/// The pending read-only queries of the hub (a field of the hub).
 pub struct Queries {
     table: Arc<Mutex<Table>>,
     max_total: usize,
@@ -270,7 +269,7 @@ impl Queries {
     /// Call it under the session lock, in the same look that read the
     /// session's link: the event socket thread fails a connection's queries
     /// after it replaced or cleared that link, so a query registered
-    /// against a stale link can never be missed. [`Hub::query_worker`]
+    /// against a stale link can never be missed. [`Queries::ask`]
     /// does this.
     pub fn begin(
         &self,
@@ -668,7 +667,9 @@ pub fn check_source(source: &Value) -> Result<(), SourceProblem> {
     Ok(())
 }
 
-impl Hub {
+/// Asking a worker: the registry of pending queries with the sessions
+/// it asks through.
+impl Queries {
     /// Sends one read-only query to the worker connected to `session` and
     /// waits for its reply; returns the reply event's `data` (the worker's
     /// `history` page or `answer` page object, unchanged).
@@ -691,20 +692,28 @@ impl Hub {
     /// [`QUERY_DEADLINE`]) is [`QueryError::TimedOut`]. Blocks the calling
     /// thread; holds no lock while waiting. Nothing is cached, recorded as
     /// a session request or forwarded to panels.
-    pub fn query_worker(
+    pub fn ask(
         &self,
+        sessions: &Sessions,
         session: &str,
         payload: &Value,
         deadline: Duration,
     ) -> Result<Value, QueryError> {
-        self.query_worker_or_cancel(session, payload, deadline, &crossbeam_channel::never())
+        self.ask_or_cancel(
+            sessions,
+            session,
+            payload,
+            deadline,
+            &crossbeam_channel::never(),
+        )
     }
 
-    /// [`Hub::query_worker`] that also gives up with
+    /// [`Queries::ask`] that also gives up with
     /// [`QueryError::Cancelled`] when `cancel` receives a message or all
     /// its senders are dropped (e.g. the caller's client went away).
-    pub fn query_worker_or_cancel(
+    pub fn ask_or_cancel(
         &self,
+        sessions: &Sessions,
         session: &str,
         payload: &Value,
         deadline: Duration,
@@ -712,8 +721,8 @@ impl Hub {
     ) -> Result<Value, QueryError> {
         let started = Instant::now();
         let (kind, request_id, frame) = build_query(payload)?;
-        let (writer, pending) = self
-            .with_session(session, |s| {
+        let (writer, pending) = sessions
+            .with(session, |s| {
                 let link = s
                     .link()
                     .ok_or_else(|| QueryError::NotConnected("no worker is connected".into()))?;
@@ -732,9 +741,7 @@ impl Hub {
                         "the connected worker does not advertise {capability}"
                     )));
                 }
-                let pending =
-                    self.queries
-                        .begin(session, link.conn_id, &worker_id, kind, &request_id)?;
+                let pending = self.begin(session, link.conn_id, &worker_id, kind, &request_id)?;
                 Ok((link.writer.clone(), pending))
             })
             .ok_or_else(|| QueryError::UnknownSession(session.to_string()))??;

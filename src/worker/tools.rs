@@ -228,7 +228,7 @@ fn authorize(
     let hold_until =
         Instant::now() + Duration::from_millis(hub.config.limits.confirm_identity_hold_ms);
     loop {
-        let judged = hub.with_session(&upgrade.session_id, |s| {
+        let judged = hub.sessions.with(&upgrade.session_id, |s| {
             if !auth::constant_time_eq(upgrade.token.as_bytes(), s.token().as_bytes()) {
                 return Judged::Refuse("the worker token is no longer valid");
             }

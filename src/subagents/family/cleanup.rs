@@ -38,7 +38,8 @@ pub fn cleanup(hub: &Arc<Hub>, id: &str) {
         return;
     }
     let claimed = hub
-        .with_session(id, |s| {
+        .sessions
+        .with(id, |s| {
             let alive = s.process().is_some_and(|p| p.state.is_active());
             s.headless_mut()?.claim_cleanup(alive)
         })
@@ -79,7 +80,8 @@ pub fn cleanup(hub: &Arc<Hub>, id: &str) {
 pub(super) fn cleanup_failed(hub: &Arc<Hub>, id: &str, err: &str, counted: bool) {
     log::warn!("subagent {id}: cleanup failed: {err}");
     let meta = hub
-        .with_session(id, |s| {
+        .sessions
+        .with(id, |s| {
             let c = s.headless_mut()?;
             c.cleanup_failed(err, counted, time::now_millis());
             Some(c.meta_json())
@@ -98,7 +100,8 @@ pub(super) fn cleanup_failed(hub: &Arc<Hub>, id: &str, err: &str, counted: bool)
 /// (force-kill), else clean up.
 fn retry_cleanup(hub: &Arc<Hub>, id: &str) {
     let alive = hub
-        .with_session(id, |s| {
+        .sessions
+        .with(id, |s| {
             if let Some(c) = s.headless_mut() {
                 c.cancel_retry();
             }
@@ -125,14 +128,14 @@ fn remove_child(hub: &Hub, id: &str) -> Result<(), CleanupError> {
             return Err(CleanupError::RootIsLink);
         }
     }
-    if let Some(file) = hub.with_session(id, |s| s.take_log_file()).flatten() {
+    if let Some(file) = hub.sessions.with(id, |s| s.take_log_file()).flatten() {
         file.close(Duration::from_secs(5));
     }
     crate::hub::remove_session_dir(&dir).map_err(|err| CleanupError::RemoveDir { dir, err })?;
     hub.store()
         .delete_session(id)
         .map_err(CleanupError::DeleteRecords)?;
-    hub.sessions().remove(id);
+    hub.sessions.lock().remove(id);
     Ok(())
 }
 
@@ -209,7 +212,7 @@ pub(super) fn start_ticker(hub: &Arc<Hub>) {
 
 /// Children due for an automatic cleanup attempt, and how many still wait.
 pub(super) fn pending_cleanups(hub: &Hub, now: u64) -> (Vec<String>, usize) {
-    let sessions = hub.sessions();
+    let sessions = hub.sessions.lock();
     let mut due = Vec::new();
     let mut pending = 0;
     for s in sessions.list() {
@@ -229,7 +232,8 @@ pub(super) fn pending_cleanups(hub: &Hub, now: u64) -> (Vec<String>, usize) {
 /// cleanups that worker waiter threads are running at the same time.
 pub fn shutdown(hub: &Arc<Hub>) {
     let mut ids: Vec<(u32, String)> = hub
-        .sessions()
+        .sessions
+        .lock()
         .list()
         .into_iter()
         .filter_map(|s| Some((s.headless()?.depth(), s.id().to_string())))
@@ -238,7 +242,7 @@ pub fn shutdown(hub: &Arc<Hub>) {
     // One attempt each, as at any stop: a failed one leaves the child
     // `cleanup-pending` with its attempt counted, for the next start.
     for (_, id) in &ids {
-        hub.with_session(id, |s| {
+        hub.sessions.with(id, |s| {
             if let Some(c) = s.headless_mut() {
                 c.stop_for_shutdown();
             }
@@ -251,11 +255,12 @@ pub fn shutdown(hub: &Arc<Hub>) {
     let busy = || {
         ids.iter()
             .filter(|(_, id)| {
-                hub.with_session(id, |s| {
-                    let alive = s.process().is_some_and(|p| p.state.is_active());
-                    alive || s.headless().is_some_and(|c| c.cleanup_in_flight())
-                })
-                .unwrap_or(false)
+                hub.sessions
+                    .with(id, |s| {
+                        let alive = s.process().is_some_and(|p| p.state.is_active());
+                        alive || s.headless().is_some_and(|c| c.cleanup_in_flight())
+                    })
+                    .unwrap_or(false)
             })
             .count()
     };

@@ -47,7 +47,7 @@ pub fn fork(
     let _serial = lock(&hub.family.fork);
     // The caller's standing and the quotas, under one look at the registry.
     let (parent, depth) = {
-        let sessions = hub.sessions();
+        let sessions = hub.sessions.lock();
         let Some(s) = sessions.get(&caller.session_id) else {
             return Err(Refusal::Unauthorized("the caller session is gone".into()));
         };
@@ -196,7 +196,7 @@ pub fn fork(
     }
     let mut session = hub.new_session(session_rec);
     session.attach_headless(child);
-    hub.sessions().insert(session);
+    hub.sessions.lock().insert(session);
     drop(_serial);
     log::info!("session {}: forked headless child {id}", caller.session_id);
     hub.notify(Note::SessionChanged {

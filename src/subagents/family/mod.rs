@@ -75,7 +75,7 @@ impl Family {
 }
 
 fn set_reason(hub: &Hub, id: &str, reason: &str) {
-    hub.with_session(id, |s| {
+    hub.sessions.with(id, |s| {
         if let Some(c) = s.headless_mut() {
             c.note_reason(reason);
         }

@@ -50,7 +50,8 @@ impl Family {
 /// change. Returns whether it changed.
 pub fn transition(hub: &Hub, id: &str, event: LifecycleEvent) -> bool {
     let changed = hub
-        .with_session(id, |s| {
+        .sessions
+        .with(id, |s| {
             let c = s.headless_mut()?;
             c.apply(event).then(|| c.meta_json())
         })
@@ -74,7 +75,7 @@ pub fn persist_meta(hub: &Hub, id: &str, meta: &Value) {
     if let Err(err) = &stored {
         log::warn!("subagent {id}: metadata not stored: {err}");
     }
-    hub.with_session(id, |s| {
+    hub.sessions.with(id, |s| {
         if let Some(c) = s.headless_mut() {
             c.meta_stored(stored.is_ok());
         }
@@ -84,14 +85,15 @@ pub fn persist_meta(hub: &Hub, id: &str, meta: &Value) {
 /// Writes the child's outcome tail if it changed.
 pub fn persist_outcomes(hub: &Hub, id: &str) {
     let outcomes = hub
-        .with_session(id, |s| s.headless()?.outcomes_to_store())
+        .sessions
+        .with(id, |s| s.headless()?.outcomes_to_store())
         .flatten();
     let Some(outcomes) = outcomes else { return };
     let stored = hub.store().put_subagent_outcomes(id, &outcomes);
     if let Err(err) = &stored {
         log::warn!("subagent {id}: outcomes not stored: {err}");
     }
-    hub.with_session(id, |s| {
+    hub.sessions.with(id, |s| {
         if let Some(c) = s.headless_mut() {
             c.outcomes_stored(stored.is_ok());
         }
@@ -109,7 +111,8 @@ pub const CONVERSATION_FILE: &str = "conversation.json";
 /// is already scheduled.
 pub fn schedule_conversation_write(hub: &Arc<Hub>, id: &str) {
     let first = hub
-        .with_session(id, |s| {
+        .sessions
+        .with(id, |s| {
             s.headless_mut()
                 .is_some_and(|c| c.schedule_conversation_write())
         })
@@ -137,7 +140,8 @@ pub fn schedule_conversation_write(hub: &Arc<Hub>, id: &str) {
 /// the projection stale and the child degraded.
 fn write_conversation(hub: &Hub, id: &str) {
     let doc = hub
-        .with_session(id, |s| s.headless_mut()?.take_conversation_write())
+        .sessions
+        .with(id, |s| s.headless_mut()?.take_conversation_write())
         .flatten();
     let Some(doc) = doc else { return };
     let path = hub.session_dir(id).join(CONVERSATION_FILE);
@@ -145,7 +149,7 @@ fn write_conversation(hub: &Hub, id: &str) {
     if let Err(err) = &written {
         log::warn!("subagent {id}: {} not written: {err}", path.display());
     }
-    hub.with_session(id, |s| {
+    hub.sessions.with(id, |s| {
         if let Some(c) = s.headless_mut() {
             c.conversation_written(written.is_ok());
         }

@@ -12,7 +12,8 @@ use crate::subagents::Refusal;
 /// `Err` with `invalid_policy` when `id` is not a headless child.
 pub fn set_policy(hub: &Hub, id: &str, policy: child::Policy) -> Result<Value, Refusal> {
     let meta = hub
-        .with_session(id, |s| {
+        .sessions
+        .with(id, |s| {
             let c = s.headless_mut()?;
             c.set_policy(policy);
             Some(c.meta_json())

@@ -24,7 +24,8 @@ const REFRESH_QUERY_DEADLINE: Duration = Duration::from_secs(3);
 /// (idle, `session-history` advertised, attempts left, none running).
 pub fn start_refresh(hub: &Arc<Hub>, id: &str) {
     let claimed = hub
-        .with_session(id, |s| {
+        .sessions
+        .with(id, |s| {
             let history = s.has_capability("session-history");
             let idle = s.active_run().is_none() && s.connected();
             s.headless_mut()?
@@ -39,7 +40,7 @@ pub fn start_refresh(hub: &Arc<Hub>, id: &str) {
     })
     .is_err()
     {
-        hub.with_session(id, |s| {
+        hub.sessions.with(id, |s| {
             if let Some(c) = s.headless_mut() {
                 c.refresh_abandoned();
             }
@@ -53,12 +54,18 @@ fn run_refresh(hub: &Arc<Hub>, id: &str, mut refresh: Refresh) {
     let mut query = refresh.query();
     let outcome = loop {
         let idle = hub
-            .with_session(id, |s| s.active_run().is_none() && s.connected())
+            .sessions
+            .with(id, |s| s.active_run().is_none() && s.connected())
             .unwrap_or(false);
         if !idle {
             break Err(RefreshFailed::NotIdle);
         }
-        let page = match hub.query_worker(id, &query.to_data(""), REFRESH_QUERY_DEADLINE) {
+        let page = match hub.queries.ask(
+            &hub.sessions,
+            id,
+            &query.to_data(""),
+            REFRESH_QUERY_DEADLINE,
+        ) {
             Ok(page) => page,
             Err(err) => break Err(RefreshFailed::Query(err)),
         };
@@ -70,7 +77,8 @@ fn run_refresh(hub: &Arc<Hub>, id: &str, mut refresh: Refresh) {
     };
     let now = time::now_rfc3339();
     let published = hub
-        .with_session(id, |s| {
+        .sessions
+        .with(id, |s| {
             let finished = s.headless_mut()?.finish_refresh(outcome, &now);
             Some(finished.unwrap_or_else(|err| {
                 log::debug!("subagent {id}: {err}");

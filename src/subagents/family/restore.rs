@@ -41,7 +41,7 @@ pub fn load(hub: &Hub) {
                 // Delivery that was not confirmed before the restart is
                 // unknown; it is never resent.
                 child.forget_in_flight(&time::now_rfc3339());
-                let attached = hub.with_session(&rec.id, |s| s.attach_headless(child));
+                let attached = hub.sessions.with(&rec.id, |s| s.attach_headless(child));
                 if attached.is_none() {
                     hub.family
                         .block(format!("subagent {} has no session record", rec.id));
@@ -56,7 +56,8 @@ pub fn load(hub: &Hub) {
     }
     // A headless session row without an ownership record is quarantined.
     let orphans: Vec<String> = hub
-        .sessions()
+        .sessions
+        .lock()
         .list()
         .into_iter()
         .filter(|s| s.kind() == KIND && !s.is_headless())
@@ -76,7 +77,8 @@ pub fn load(hub: &Hub) {
 /// of: it is kept `cleanup-pending` for the operator (`uncertain_start`).
 pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
     let children: Vec<(String, ParentRef, Lifecycle, bool)> = hub
-        .sessions()
+        .sessions
+        .lock()
         .list()
         .into_iter()
         .filter_map(|s| {
@@ -88,7 +90,8 @@ pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
     for (id, parent, lifecycle, alive) in children {
         if lifecycle == Lifecycle::Starting && !alive && !launched.contains(&id) {
             let meta = hub
-                .with_session(&id, |s| {
+                .sessions
+                .with(&id, |s| {
                     let c = s.headless_mut()?;
                     c.mark_uncertain_start();
                     Some(c.meta_json())
@@ -101,7 +104,8 @@ pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
             continue;
         }
         let parent_live = hub
-            .with_session(&parent.session_id, |p| {
+            .sessions
+            .with(&parent.session_id, |p| {
                 p.lifecycle_id() == parent.lifecycle_id
                     && p.process().is_some_and(|x| x.state.is_active())
             })
@@ -110,7 +114,7 @@ pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
         if lifecycle == Lifecycle::CleanupPending {
             // Retained: its stored attempt count and backoff stand; a
             // restart neither resets nor skips them (the ticker retries).
-            hub.with_session(&id, |s| {
+            hub.sessions.with(&id, |s| {
                 if let Some(c) = s.headless_mut() {
                     c.freeze();
                 }
@@ -163,23 +167,24 @@ pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
 /// without tokens, launch arguments or environment. `None` if `id` is not
 /// a headless child.
 pub fn recovery_info(hub: &Hub, id: &str) -> Option<Value> {
-    hub.with_session(id, |s| {
-        let c = s.headless()?;
-        let alive = s.process().is_some_and(|p| p.state.is_active());
-        let mut out = json!({
-            "session_id": s.id(),
-            "lifecycle_id": s.lifecycle_id(),
-            "process_alive": alive,
-            "connected": s.connected(),
-            "max_cleanup_attempts": MAX_CLEANUP_ATTEMPTS,
-            "retry_at": c.retry_at_ms().map(time::rfc3339_from_millis),
-        });
-        for (key, value) in c.recovery_fields(s.process().is_some() && !alive) {
-            out[key] = value;
-        }
-        Some(out)
-    })
-    .flatten()
+    hub.sessions
+        .with(id, |s| {
+            let c = s.headless()?;
+            let alive = s.process().is_some_and(|p| p.state.is_active());
+            let mut out = json!({
+                "session_id": s.id(),
+                "lifecycle_id": s.lifecycle_id(),
+                "process_alive": alive,
+                "connected": s.connected(),
+                "max_cleanup_attempts": MAX_CLEANUP_ATTEMPTS,
+                "retry_at": c.retry_at_ms().map(time::rfc3339_from_millis),
+            });
+            for (key, value) in c.recovery_fields(s.process().is_some() && !alive) {
+                out[key] = value;
+            }
+            Some(out)
+        })
+        .flatten()
 }
 
 /// What an operator asks of a retained child.
@@ -212,7 +217,8 @@ pub fn recover(
     lifecycle_id: &str,
 ) -> Result<Value, Refusal> {
     let checked = hub
-        .with_session(id, |s| {
+        .sessions
+        .with(id, |s| {
             let alive = s.process().is_some_and(|p| p.state.is_active());
             let connected = s.connected();
             let current = s.lifecycle_id().to_string();
@@ -239,7 +245,7 @@ pub fn recover(
         })
         .flatten();
     let (meta, alive) = match checked {
-        None if hub.with_session(id, |_| ()).is_some() => {
+        None if hub.sessions.with(id, |_| ()).is_some() => {
             return Err(Refusal::InvalidPolicy(
                 "recovery applies to headless sessions only".into(),
             ))
@@ -253,7 +259,7 @@ pub fn recover(
     if alive {
         // Retry of a child whose worker still runs: stop it again; the
         // waiter cleans up once it is gone.
-        hub.with_session(id, |s| {
+        hub.sessions.with(id, |s| {
             if let Some(c) = s.headless_mut() {
                 c.apply(LifecycleEvent::RetryStop);
             }

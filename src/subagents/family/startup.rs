@@ -39,7 +39,8 @@ pub(super) fn startup_deadline(hub: &Hub) -> Instant {
 pub(super) fn watch_startup(hub: &Arc<Hub>, id: &str, deadline: Instant) {
     loop {
         let state = hub
-            .with_session(id, |s| s.headless().map(|c| c.lifecycle()))
+            .sessions
+            .with(id, |s| s.headless().map(|c| c.lifecycle()))
             .flatten();
         match state {
             Some(Lifecycle::Preparing | Lifecycle::Starting) => {}

@@ -13,7 +13,8 @@ use crate::supervisor::control::{self, StopMode};
 
 /// Direct children of `parent`, by id.
 pub fn children_of(hub: &Hub, parent: &str) -> Vec<String> {
-    hub.sessions()
+    hub.sessions
+        .lock()
         .list()
         .into_iter()
         .filter(|s| {
@@ -48,7 +49,8 @@ pub fn freeze_descendants(hub: &Hub, parent: &str) {
 /// Closes admission of every family (hub shutdown).
 pub fn freeze_all(hub: &Hub) {
     let ids = hub
-        .sessions()
+        .sessions
+        .lock()
         .list()
         .into_iter()
         .filter(|s| s.is_headless())
@@ -59,7 +61,7 @@ pub fn freeze_all(hub: &Hub) {
 
 fn freeze(hub: &Hub, ids: Vec<String>) {
     for id in ids {
-        hub.with_session(&id, |s| {
+        hub.sessions.with(&id, |s| {
             if let Some(c) = s.headless_mut() {
                 c.freeze();
             }
@@ -83,7 +85,8 @@ pub fn stop_children(hub: &Arc<Hub>, parent: &str, reason: &str) {
 /// state is durable (the stop receipt is written by the caller first).
 pub fn begin_stop(hub: &Arc<Hub>, id: &str, on_stopping: Option<Box<dyn FnOnce() + Send>>) {
     let entered = hub
-        .with_session(id, |s| {
+        .sessions
+        .with(id, |s| {
             let c = s.headless_mut()?;
             Some(c.begin_stop().then(|| c.meta_json()))
         })
@@ -132,7 +135,8 @@ pub(super) fn stop_worker(hub: &Arc<Hub>, id: &str, mode: StopMode) {
 pub fn process_gone(hub: &Arc<Hub>, id: &str) {
     stop_children(hub, id, "the parent worker exited");
     let closing = hub
-        .with_session(id, |s| s.headless().map(|c| c.lifecycle().is_closing()))
+        .sessions
+        .with(id, |s| s.headless().map(|c| c.lifecycle().is_closing()))
         .flatten();
     match closing {
         None => {}

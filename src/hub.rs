@@ -19,11 +19,11 @@ use serde_json::{json, Value};
 
 use crate::capabilities;
 use crate::config::Config;
+
 use crate::session::{
-    self, ClosedPrompt, RequestRecord, RequestState, Session, Sessions, SpecDefaults,
+    self, Note, Publisher, RequestRecord, RequestState, Session, Sessions, SpecDefaults,
 };
 use crate::store::{ProcessRecord, SessionRecord, Store, StoreError};
-use crate::supervisor::process::ProcessView;
 use crate::transcript::Transcript;
 use crate::util::bounded_writer::{self, BoundedWriter};
 use crate::util::{fsutil, time};
@@ -31,67 +31,6 @@ use crate::wire::worker::envelope::Envelope;
 use crate::wire::worker::payload;
 use crate::wire::worker::plan::PlanRecord;
 use crate::ws::FrameWriter;
-
-/// Something panels may need to hear about. Produced after the session lock
-/// is released; the panel socket layer turns these into frames.
-#[derive(Debug, Clone)]
-pub enum Note {
-    /// A worker envelope. `hub_seq` is its `hub_sequence`; a transient
-    /// reply (`retained: false`, such as history) carries the session's
-    /// current sequence without consuming one.
-    Event {
-        session: String,
-        hub_seq: u64,
-        retained: bool,
-        json: Arc<str>,
-        /// Where the worker's event name is in `json` (between its quotes;
-        /// empty when it has an escape, which no name the hub acts on has).
-        event: std::ops::Range<usize>,
-    },
-    Connection {
-        session: String,
-        connected: bool,
-        replaced: bool,
-    },
-    /// A payload the hub sent was admitted, rejected or orphaned (or has
-    /// just been sent).
-    Request {
-        session: String,
-        request: RequestRecord,
-    },
-    /// The worker process record changed.
-    Process {
-        session: String,
-        process: Option<ProcessView>,
-    },
-    /// A session was created or its description changed.
-    SessionChanged { session: String },
-    /// A session is gone.
-    SessionRemoved { session: String },
-    /// A confirmation prompt can be decided now (it opened with a worker
-    /// identity that was judged, or its identity was confirmed later);
-    /// subscribers describe it as it is when they hear of it.
-    ConfirmationOpened {
-        session: String,
-        confirmation_id: String,
-    },
-    /// A confirmation's exchange ended; `closed` is the prompt as it was
-    /// then.
-    ConfirmationClosed { closed: ClosedPrompt },
-    /// An open confirmation was decided (the decision is written to the
-    /// worker; the prompt closes when the worker closes the exchange).
-    /// `source` says who decided: `panel`, `api`, `shard`, `policy` (a
-    /// headless child's operator policy) or `hub` (the hub's own denial:
-    /// a foreign worker, an identity never verified).
-    Decided {
-        session: String,
-        confirmation_id: String,
-        approved: bool,
-        source: &'static str,
-    },
-    /// The session plan was replaced; `plan` as committed to the store.
-    Plan { session: String, plan: PlanRecord },
-}
 
 /// A front-end that pushes changes to its clients (the panel socket, and
 /// the Shard transports after it). `publish` runs under the hub's publish
@@ -320,14 +259,8 @@ pub struct Hub {
     /// Serializes plan replacements so revisions, `plan.json` and panel
     /// notes follow commit order. Never held with another hub lock.
     plan_lock: Mutex<()>,
-    /// Serializes publishing: every notification is turned into frames and
-    /// queued to subscribers under this lock, reading the state it
-    /// describes at that moment, so they see changes in the order they
-    /// happened.
-    publish: Mutex<()>,
-    /// Who hears of changes (the panel front-end, later Shard), set by the
-    /// start-up wiring.
-    subscribers: Mutex<Arc<[Arc<dyn Subscriber>]>>,
+    /// The publisher (the one way changes are announced).
+    pub publisher: Arc<Publisher>,
     /// Every accepted WebSocket, so shutdown can close them all.
     sockets: Mutex<HashMap<u64, Arc<FrameWriter>>>,
     next_conn: AtomicU64,
@@ -394,8 +327,7 @@ impl Hub {
             mock_base_url: OnceLock::new(),
             tool_sockets: Arc::new(AtomicUsize::new(0)),
             plan_lock: Mutex::new(()),
-            publish: Mutex::new(()),
-            subscribers: Mutex::new(Arc::from(Vec::new())),
+            publisher: Arc::new(Publisher::default()),
             sockets: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             shutting_down: AtomicBool::new(false),
@@ -706,37 +638,16 @@ impl Hub {
         self.shutting_down.load(Ordering::Acquire)
     }
 
-    /// Announces a change to every subscriber, in the order changes are
-    /// announced. Never called with a registry or store lock held. The
-    /// frames queued are written once the publish lock is released (a
-    /// batch, `util::wakes`), or at the end of the caller's own batch.
-    pub fn notify(&self, note: Note) {
-        let subscribers = self
-            .subscribers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        // Declared before the lock, so it ends (and writes) after it.
-        let _batch = crate::util::wakes::batch();
-        let _ordered = self.publishing();
-        for subscriber in subscribers.iter() {
-            subscriber.publish(self, &note);
-        }
-    }
-
-    /// Adds a subscriber to every later notification.
-    pub fn subscribe(&self, subscriber: Arc<dyn Subscriber>) {
-        let mut list = self.subscribers.lock().unwrap_or_else(|p| p.into_inner());
-        let mut next = list.to_vec();
-        next.push(subscriber);
-        *list = next.into();
-    }
-
-    /// The publish lock: held while notifications are queued to
-    /// subscribers, so whoever holds it queues in the order the hub's state
-    /// changed (taken before any session lock, never the other way round).
-    pub fn publishing(&self) -> MutexGuard<'_, ()> {
-        self.publish.lock().unwrap_or_else(|p| p.into_inner())
+    /// Adds a front-end subscriber to the publisher: it hears every later
+    /// note with the hub at hand (held weakly: a subscriber does not keep
+    /// the hub alive).
+    pub fn subscribe(self: &Arc<Self>, subscriber: Arc<dyn Subscriber>) {
+        let hub = Arc::downgrade(self);
+        self.publisher.subscribe(Box::new(move |note| {
+            if let Some(hub) = hub.upgrade() {
+                subscriber.publish(&hub, note);
+            }
+        }));
     }
 
     /// The `hub` object of the panel's `welcome`.
@@ -791,7 +702,7 @@ impl Hub {
         // subscriptions take: a subscriber sees this revision either in its
         // `subscribed` frame or in the `plan` message after it.
         self.sessions.with(id, |s| s.publish_plan(next.clone()));
-        self.notify(Note::Plan {
+        self.publisher.notify(Note::Plan {
             session: id.to_string(),
             plan: next.clone(),
         });
@@ -858,7 +769,7 @@ impl Hub {
                 .sessions
                 .with(session_id, |s| s.request(&request_id).cloned());
             if let Some(Some(request)) = described {
-                self.notify(Note::Request {
+                self.publisher.notify(Note::Request {
                     session: session_id.to_string(),
                     request,
                 });

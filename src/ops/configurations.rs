@@ -6,9 +6,10 @@
 use serde_json::{json, Map, Value};
 
 use super::{operable, ErrorKind, OpError};
-use crate::hub::{Hub, Note};
+use crate::hub::Hub;
 use crate::library::store::{ConfigFile, Library};
 use crate::library::{launch, template, Kind, LibraryError, Selection, TemplateSource};
+use crate::session::Note;
 use crate::supervisor::render;
 
 /// `{launch: [id…], worker: [id…]}`: names only, never text.
@@ -129,7 +130,7 @@ pub fn apply(hub: &Hub, id: &str, body: &Map<String, Value>) -> Result<Value, Op
     }
     hub.sessions.with(id, |s| s.end_reconfigure());
     published?;
-    hub.notify(Note::SessionChanged {
+    hub.publisher.notify(Note::SessionChanged {
         session: id.to_string(),
     });
     hub.describe_session(id)

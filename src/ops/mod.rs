@@ -28,7 +28,7 @@
 //! start) offer an `_off_reader` form that a socket reader calls: the one
 //! rule for running them on a thread of their own is [`off_reader`].
 //!
-//! Commands announce what they changed through `Hub::notify` (the
+//! Commands announce what they changed through `Publisher::notify` (the
 //! publisher), so every front-end's subscribers hear of a change whichever
 //! front-end asked for it.
 

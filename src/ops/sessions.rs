@@ -6,7 +6,8 @@ use std::sync::Arc;
 use serde_json::Value;
 
 use super::{operable, ErrorKind, OpError};
-use crate::hub::{Hub, Note};
+use crate::hub::Hub;
+use crate::session::Note;
 
 /// Every session's description.
 pub fn list(hub: &Hub) -> Vec<Value> {
@@ -43,7 +44,7 @@ pub fn create(hub: &Hub, id: &str, spec: Option<&Value>) -> Result<Value, OpErro
         Some(snapshot) => snapshot.publish(dir).map_err(OpError::from),
         None => Ok(()),
     })?;
-    hub.notify(Note::SessionChanged {
+    hub.publisher.notify(Note::SessionChanged {
         session: id.to_string(),
     });
     Ok(described)
@@ -53,7 +54,7 @@ pub fn create(hub: &Hub, id: &str, spec: Option<&Value>) -> Result<Value, OpErro
 pub fn delete(hub: &Hub, id: &str) -> Result<(), OpError> {
     operable(hub, id, "deletion")?;
     hub.delete_session(id)?;
-    hub.notify(Note::SessionRemoved {
+    hub.publisher.notify(Note::SessionRemoved {
         session: id.to_string(),
     });
     Ok(())

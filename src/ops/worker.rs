@@ -407,7 +407,7 @@ pub fn set_mode(hub: &Hub, id: &str, mode: &str) -> Result<ModeChange, OpError> 
         mode: mode.to_string(),
     };
     if change.changed() {
-        hub.notify(crate::hub::Note::SessionChanged {
+        hub.publisher.notify(crate::session::Note::SessionChanged {
             session: id.to_string(),
         });
     }
@@ -447,8 +447,8 @@ impl DeferredStops {
 }
 
 impl crate::hub::Subscriber for DeferredStops {
-    fn publish(&self, hub: &Hub, note: &crate::hub::Note) {
-        let crate::hub::Note::Event {
+    fn publish(&self, hub: &Hub, note: &crate::session::Note) {
+        let crate::session::Note::Event {
             session,
             json,
             event,

@@ -10,7 +10,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::hub::{Hub, Note, Subscriber};
+use crate::hub::{Hub, Subscriber};
+use crate::session::Note;
 
 pub mod conn;
 pub mod describe;

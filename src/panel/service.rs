@@ -17,11 +17,12 @@ use tungstenite::{Error as WsError, Message};
 use super::conn::{self, Encoded, PanelConn, Subscription};
 use super::poller::{Drained, Parked, Poller};
 use super::Panels;
-use crate::hub::{Hub, Note};
+use crate::hub::Hub;
 use crate::ops::sessions::LogBounds;
 use crate::ops::worker::{Action, ActionDone};
 use crate::ops::{self, OpError};
 use crate::reply::{self, ApiError};
+use crate::session::Note;
 use crate::wire::code;
 use crate::wire::http::{auth, url};
 use crate::wire::panel::{self as protocol, ClientMsg, Paging};
@@ -495,7 +496,7 @@ fn legacy_subscribe(
     // so a later event's fan-out comes after it.
     // Its writes happen after the publish lock is released.
     let _batch = crate::util::wakes::batch();
-    let _ordered = hub.publishing();
+    let _ordered = hub.publisher.ordered();
     let built = hub.sessions.with(session, |s| {
         let entries: Vec<Arc<str>> = s
             .transcript()
@@ -566,7 +567,7 @@ fn replay_step(
     }
     // Its writes happen after the publish lock is released.
     let _batch = crate::util::wakes::batch();
-    let ordered = hub.publishing();
+    let ordered = hub.publisher.ordered();
     let step = hub.sessions.with(&session, |s| {
         let mut subs = panel.subs();
         let sub = subs

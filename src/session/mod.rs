@@ -25,6 +25,7 @@ pub mod headless;
 mod link;
 mod process;
 mod prompts;
+mod publisher;
 mod sessions;
 mod spec;
 #[cfg(test)]
@@ -32,6 +33,7 @@ mod testkit;
 
 pub use process::{NoStop, StartRefused};
 pub use prompts::{ClosedPrompt, DecideError, NewPrompt, NotOpened, PromptEnd, PromptStep};
+pub use publisher::{Note, Publisher};
 pub use sessions::Sessions;
 pub use spec::{
     check_new_id, is_valid_id, normalize_spec, SpecDefaults, SpecError, MODALITY_ASSIST_ENTRY,

@@ -519,7 +519,7 @@ fn attach(
     let profiles = &hub.config.provider_profiles;
     // Its writes happen after the publish lock is released.
     let _batch = crate::util::wakes::batch();
-    let _ordered = hub.publishing();
+    let _ordered = hub.publisher.ordered();
     let read = ops::sessions::read(hub, agent, |s| {
         let snap = Snapshot::of(s, profiles);
         let entries = match watch {

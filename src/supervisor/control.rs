@@ -40,8 +40,9 @@ use super::sys::{self, Identity, Pinned};
 use super::tracked::waited;
 use super::{capture, container, launch, refresh, render};
 use crate::config::Config;
-use crate::hub::{Hub, Note};
+use crate::hub::Hub;
 use crate::library::store::BadLaunchSnapshot;
+use crate::session::Note;
 use crate::session::{NoStop, Session, SpecError, StartRefused};
 use crate::store::ProcessRecord;
 use crate::util::thread::{self, Stack};
@@ -196,7 +197,7 @@ pub fn start(hub: &Arc<Hub>, id: &str, spec: Option<&Value>) -> StartResult {
                     .then(|| s.process_view())
             });
             if let Some(Some(process)) = described {
-                hub.notify(Note::Process {
+                hub.publisher.notify(Note::Process {
                     session: id.to_string(),
                     process,
                 });
@@ -436,7 +437,7 @@ fn spawn(
     });
     let described = described.map(|(process, _previous)| process);
     if let Some(process) = described {
-        hub.notify(Note::Process {
+        hub.publisher.notify(Note::Process {
             session: id.to_string(),
             process,
         });
@@ -577,7 +578,7 @@ fn follow_daemon(
         launcher.pid,
         launcher.pid_file.display()
     );
-    hub.notify(Note::Process {
+    hub.publisher.notify(Note::Process {
         session: id.to_string(),
         process,
     });
@@ -600,7 +601,7 @@ fn process_ended(hub: &Hub, id: &str, lifecycle_id: &str, code: Option<i32>, sig
             state.as_str()
         );
         let _ = hub.store_set_process_state(id, state.as_str());
-        hub.notify(Note::Process {
+        hub.publisher.notify(Note::Process {
             session: id.to_string(),
             process,
         });
@@ -655,7 +656,7 @@ pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopR
         Some(Ok(v)) => v,
     };
     hub.hooks().stopping(hub, id);
-    hub.notify(Note::Process {
+    hub.publisher.notify(Note::Process {
         session: id.to_string(),
         process: described,
     });
@@ -701,7 +702,7 @@ pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopR
             .sessions
             .with(&id, |s| s.abandon_stop().then(|| s.process_view()));
         if let Some(Some(process)) = described {
-            hub.notify(Note::Process {
+            hub.publisher.notify(Note::Process {
                 session: id.clone(),
                 process,
             });

@@ -21,8 +21,9 @@ use std::time::{Duration, Instant};
 
 use tungstenite::{Error as WsError, Message};
 
-use crate::hub::{Hub, Note};
+use crate::hub::Hub;
 use crate::session::headless::Policy;
+use crate::session::Note;
 use crate::session::{NewPrompt, NotOpened, PromptEnd, PromptState, PromptStep, Session};
 use crate::util::time;
 use crate::wire::worker::confirm_frames::{self, ConfirmationRequest};
@@ -69,7 +70,7 @@ pub fn decide(
     if let Err(err) = writer.send_text(&response) {
         log::warn!("session {session_id}: decision for {confirmation_id} not delivered: {err}");
     }
-    hub.notify(Note::Decided {
+    hub.publisher.notify(Note::Decided {
         session: session_id.to_string(),
         confirmation_id: confirmation_id.to_string(),
         approved,
@@ -230,14 +231,14 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
             if verified && auto.is_none() {
                 // The event socket named the worker: the prompt can now be
                 // decided, and every panel must hear that.
-                hub.notify(Note::ConfirmationOpened {
+                hub.publisher.notify(Note::ConfirmationOpened {
                     session: session_id.clone(),
                     confirmation_id: confirmation_id.clone(),
                 });
             } else if let (true, Some(auto)) = (verified, &auto) {
                 // Answered by the child's policy at once: only the
                 // description changes until the exchange closes.
-                hub.notify(Note::Decided {
+                hub.publisher.notify(Note::Decided {
                     session: session_id.clone(),
                     confirmation_id: confirmation_id.clone(),
                     approved: auto.approved,
@@ -348,14 +349,14 @@ fn register(
                 // the description changes, the closing frame follows.
                 (Some(auto), _) => {
                     deliver_auto(session_id, &confirmation_id, auto);
-                    hub.notify(Note::Decided {
+                    hub.publisher.notify(Note::Decided {
                         session: session_id.to_string(),
                         confirmation_id: confirmation_id.clone(),
                         approved: auto.approved,
                         source: "policy",
                     });
                 }
-                (None, true) => hub.notify(Note::ConfirmationOpened {
+                (None, true) => hub.publisher.notify(Note::ConfirmationOpened {
                     session: session_id.to_string(),
                     confirmation_id: confirmation_id.clone(),
                 }),
@@ -378,7 +379,7 @@ fn deny_now(hub: &Hub, session_id: &str, confirmation_id: &str, reason: &'static
         log::info!("session {session_id}: confirmation {confirmation_id} denied: {reason}");
         let _ = writer.send_text(&response);
         // The description shows it decided; the closing frame follows.
-        hub.notify(Note::Decided {
+        hub.publisher.notify(Note::Decided {
             session: session_id.to_string(),
             confirmation_id: confirmation_id.to_string(),
             approved: false,
@@ -397,6 +398,6 @@ fn retire(hub: &Hub, session_id: &str, confirmation_id: &str, conn_id: u64, ende
         s.retire_prompt(confirmation_id, conn_id, ended, &now)
     });
     if let Some(Some(closed)) = closed {
-        hub.notify(Note::ConfirmationClosed { closed });
+        hub.publisher.notify(Note::ConfirmationClosed { closed });
     }
 }

@@ -16,7 +16,8 @@ use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::protocol::CloseFrame;
 use tungstenite::{Error as WsError, Message};
 
-use crate::hub::{Hub, Note};
+use crate::hub::Hub;
+use crate::session::Note;
 use crate::session::{IdentityState, Session, WorkerLink};
 use crate::util::time;
 use crate::wire::jsonw;
@@ -68,7 +69,7 @@ pub fn run(hub: Arc<Hub>, session_id: String, conn_id: u64, accepted: Accepted) 
         // Queries sent on the old connection can never be answered.
         hub.queries.fail_connection(&session_id, old.conn_id);
     }
-    hub.notify(Note::Connection {
+    hub.publisher.notify(Note::Connection {
         session: session_id.clone(),
         connected: true,
         replaced,
@@ -315,7 +316,7 @@ fn ingest(
         file.write_record(&json);
     }
     if let Some(request) = request_change {
-        hub.notify(Note::Request {
+        hub.publisher.notify(Note::Request {
             session: session_id.to_string(),
             request,
         });
@@ -323,7 +324,7 @@ fn ingest(
     // A reply to one of the hub's own queries goes to its waiter only.
     let consumed = transient && hub.queries.resolve_envelope(session_id, conn_id, &env);
     if !consumed {
-        hub.notify(Note::Event {
+        hub.publisher.notify(Note::Event {
             session: session_id.to_string(),
             hub_seq: seq,
             retained,
@@ -332,7 +333,7 @@ fn ingest(
         });
     }
     if describe {
-        hub.notify(Note::SessionChanged {
+        hub.publisher.notify(Note::SessionChanged {
             session: session_id.to_string(),
         });
     }
@@ -388,12 +389,12 @@ fn disconnected(hub: &Arc<Hub>, session_id: &str, conn_id: u64) {
     if let Some(Some(changed)) = changed {
         log::info!("session {session_id}: worker disconnected");
         for request in changed {
-            hub.notify(Note::Request {
+            hub.publisher.notify(Note::Request {
                 session: session_id.to_string(),
                 request,
             });
         }
-        hub.notify(Note::Connection {
+        hub.publisher.notify(Note::Connection {
             session: session_id.to_string(),
             connected: false,
             replaced: false,

@@ -19,7 +19,7 @@
 //!
 //! A thread in the middle of a batch of input (see `util::wakes`: a
 //! worker-events thread that ingests the envelopes of one socket read, or
-//! `Hub::notify` under the publish lock) does not flush at once: each
+//! `Publisher::notify` under the publish lock) does not flush at once: each
 //! connection it queued for is flushed once, when the batch ends (its next
 //! socket read, or the notification's end after the publish lock is
 //! released). A burst of 32 envelopes is then one `sendmsg` per

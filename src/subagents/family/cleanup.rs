@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 use super::persist::{persist_meta, Terminal};
 use super::stop::{children_of, stop_worker};
 use super::{lock, spawn_thread};
-use crate::hub::{Hub, Note};
+use crate::hub::Hub;
 use crate::session::headless::{self as child, CleanupClaim};
+use crate::session::Note;
 use crate::store::StoreError;
 use crate::supervisor::control::StopMode;
 use crate::util::time;
@@ -61,7 +62,7 @@ pub fn cleanup(hub: &Arc<Hub>, id: &str) {
                 outcomes,
                 removed_ms: time::now_millis(),
             });
-            hub.notify(Note::SessionRemoved {
+            hub.publisher.notify(Note::SessionRemoved {
                 session: id.to_string(),
             });
             log::info!("subagent {id}: stopped and removed");
@@ -89,7 +90,7 @@ pub(super) fn cleanup_failed(hub: &Arc<Hub>, id: &str, err: &str, counted: bool)
         .flatten();
     if let Some(meta) = meta {
         persist_meta(hub, id, &meta);
-        hub.notify(Note::SessionChanged {
+        hub.publisher.notify(Note::SessionChanged {
             session: id.to_string(),
         });
         start_ticker(hub);

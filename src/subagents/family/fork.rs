@@ -12,8 +12,9 @@ use serde_json::{json, Value};
 use super::startup::launch;
 use super::stop::begin_stop;
 use super::{lock, set_reason, spawn_thread};
-use crate::hub::{Hub, Note};
+use crate::hub::Hub;
 use crate::session::headless::{self as child, Child, Lifecycle, ParentRef};
+use crate::session::Note;
 use crate::store::{ReceiptRecord, SessionRecord, SubagentRecord};
 use crate::subagents::{Refusal, KIND};
 use crate::supervisor::refresh;
@@ -199,7 +200,7 @@ pub fn fork(
     hub.sessions.lock().insert(session);
     drop(_serial);
     log::info!("session {}: forked headless child {id}", caller.session_id);
-    hub.notify(Note::SessionChanged {
+    hub.publisher.notify(Note::SessionChanged {
         session: id.clone(),
     });
     let hub2 = hub.clone();

@@ -9,9 +9,10 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::{lock, spawn_thread, Family};
-use crate::hub::{Hub, Note};
+use crate::hub::Hub;
 use crate::session::headless::conversation::Conversation;
 use crate::session::headless::{LifecycleEvent, ParentRef};
+use crate::session::Note;
 use crate::util::fsutil;
 
 /// Terminal records kept for parents, at most.
@@ -59,7 +60,7 @@ pub fn transition(hub: &Hub, id: &str, event: LifecycleEvent) -> bool {
     match changed {
         Some(meta) => {
             persist_meta(hub, id, &meta);
-            hub.notify(Note::SessionChanged {
+            hub.publisher.notify(Note::SessionChanged {
                 session: id.to_string(),
             });
             true

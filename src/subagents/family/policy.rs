@@ -4,8 +4,9 @@
 use serde_json::{json, Value};
 
 use super::persist::persist_meta;
-use crate::hub::{Hub, Note};
+use crate::hub::Hub;
 use crate::session::headless as child;
+use crate::session::Note;
 use crate::subagents::Refusal;
 
 /// Sets a child's operator policy (new requests only); persisted at once.
@@ -23,7 +24,7 @@ pub fn set_policy(hub: &Hub, id: &str, policy: child::Policy) -> Result<Value, R
             Refusal::InvalidPolicy("the safety policy applies to headless sessions only".into())
         })?;
     persist_meta(hub, id, &meta);
-    hub.notify(Note::SessionChanged {
+    hub.publisher.notify(Note::SessionChanged {
         session: id.to_string(),
     });
     Ok(json!({"session_id": id, "policy": policy.as_str()}))

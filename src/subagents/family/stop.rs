@@ -8,7 +8,8 @@ use std::sync::Arc;
 use super::cleanup::{cleanup, cleanup_failed};
 use super::persist::persist_meta;
 use super::set_reason;
-use crate::hub::{Hub, Note};
+use crate::hub::Hub;
+use crate::session::Note;
 use crate::supervisor::control::{self, StopMode};
 
 /// Direct children of `parent`, by id.
@@ -96,7 +97,7 @@ pub fn begin_stop(hub: &Arc<Hub>, id: &str, on_stopping: Option<Box<dyn FnOnce()
         Some(None) => {}
         Some(Some(meta)) => {
             persist_meta(hub, id, &meta);
-            hub.notify(Note::SessionChanged {
+            hub.publisher.notify(Note::SessionChanged {
                 session: id.to_string(),
             });
             log::info!("subagent {id}: stopping");

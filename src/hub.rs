@@ -8,11 +8,10 @@
 //! serializes plan publication (store commit, `plan.json`, panel note) and
 //! is never taken while another hub lock is held.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use serde_json::{json, Value};
@@ -30,7 +29,7 @@ use crate::util::{fsutil, time};
 use crate::wire::worker::envelope::Envelope;
 use crate::wire::worker::payload;
 use crate::wire::worker::plan::PlanRecord;
-use crate::ws::FrameWriter;
+use crate::wsconn::sockets::Sockets;
 
 /// A front-end that pushes changes to its clients (the panel socket, and
 /// the Shard transports after it). `publish` runs under the hub's publish
@@ -261,9 +260,8 @@ pub struct Hub {
     plan_lock: Mutex<()>,
     /// The publisher (the one way changes are announced).
     pub publisher: Arc<Publisher>,
-    /// Every accepted WebSocket, so shutdown can close them all.
-    sockets: Mutex<HashMap<u64, Arc<FrameWriter>>>,
-    next_conn: AtomicU64,
+    /// Every accepted socket, so shutdown can close them all.
+    pub sockets: Arc<Sockets>,
     shutting_down: AtomicBool,
     /// Headless subagent families: fork serialization, terminal records,
     /// the recovery block.
@@ -328,8 +326,7 @@ impl Hub {
             tool_sockets: Arc::new(AtomicUsize::new(0)),
             plan_lock: Mutex::new(()),
             publisher: Arc::new(Publisher::default()),
-            sockets: Mutex::new(HashMap::new()),
-            next_conn: AtomicU64::new(1),
+            sockets: Arc::new(Sockets::default()),
             shutting_down: AtomicBool::new(false),
             family: crate::subagents::family::Family::default(),
             queries: crate::worker::query::Queries::new(),
@@ -563,53 +560,6 @@ impl Hub {
     /// outside the lock).
     pub fn session_token(&self, id: &str) -> Option<String> {
         self.sessions.lock().get(id).map(|s| s.token().to_string())
-    }
-
-    /// Remembers an accepted socket until it ends; returns its id.
-    pub fn register_socket(&self, writer: Arc<FrameWriter>) -> u64 {
-        let id = self.reserve_conn_id();
-        self.register_socket_as(id, writer);
-        id
-    }
-
-    /// A connection id, taken before an upgrade is answered where the
-    /// order of connections matters (ids only grow).
-    pub fn reserve_conn_id(&self) -> u64 {
-        self.next_conn.fetch_add(1, Ordering::Relaxed)
-    }
-
-    /// Remembers an accepted socket under an id from
-    /// [`Hub::reserve_conn_id`] until it ends.
-    pub fn register_socket_as(&self, id: u64, writer: Arc<FrameWriter>) {
-        self.sockets
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, writer);
-        if self.shutting_down.load(Ordering::Acquire) {
-            self.close_sockets();
-        }
-    }
-
-    pub fn unregister_socket(&self, id: u64) {
-        self.sockets
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&id);
-    }
-
-    /// Closes every accepted WebSocket (their threads then retire prompts
-    /// and mark workers disconnected).
-    fn close_sockets(&self) {
-        let writers: Vec<Arc<FrameWriter>> = self
-            .sockets
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        for writer in writers {
-            writer.close_and_shutdown(crate::ws::close::GOING_AWAY, "hub shutting down");
-        }
     }
 
     /// Sets how a client's shutdown request reaches the main thread.
@@ -982,7 +932,7 @@ impl Hub {
     /// store.
     pub fn shutdown(&self) {
         self.shutting_down.store(true, Ordering::Release);
-        self.close_sockets();
+        self.sockets.close_all();
         let files: Vec<Arc<BoundedWriter>> = self
             .sessions
             .lock()

@@ -121,7 +121,7 @@ fn upgrade(
             .min(confirm::MAX_FRAME_BYTES),
     };
     // Taken before the 101 goes out: a later connection has a larger id.
-    let conn_id = hub.reserve_conn_id();
+    let conn_id = hub.sockets.reserve_id();
     let accepted = match ws::accept(rq, &accept_key, max) {
         Ok(accepted) => accepted,
         Err(err) => {

@@ -55,7 +55,7 @@ pub fn handle(hub: &Arc<Hub>, panels: &Arc<Panels>, rq: Request, query: &str) {
     };
     let ws::Accepted { mut socket, writer } = accepted;
     socket.get_mut().set_nonblocking_reads(true);
-    let id = hub.register_socket(writer.clone());
+    let id = hub.sockets.register(writer.clone());
     let (panel, rx) = PanelConn::new(id, writer);
     panels.add(panel.clone());
     panel.start_writer(rx);
@@ -155,7 +155,7 @@ pub fn drain(hub: &Arc<Hub>, panels: &Panels, mut parked: Parked) -> Drained {
 pub fn release(hub: &Hub, panels: &Panels, panel: &PanelConn) {
     panel.terminate();
     panels.remove(panel.id);
-    hub.unregister_socket(panel.id);
+    hub.sockets.unregister(panel.id);
 }
 
 fn send(panel: &PanelConn, value: &Value) -> bool {

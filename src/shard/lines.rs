@@ -139,7 +139,7 @@ fn input_ended(hub: &Arc<Hub>, shard: &Shard, conn: &Arc<ShardConn>) {
             if let Some(conn) = self.conn.upgrade() {
                 conn.terminate();
             }
-            self.hub.unregister_socket(self.id);
+            self.hub.sockets.unregister(self.id);
         }
     }
     let close = Close {

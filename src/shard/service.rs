@@ -65,7 +65,7 @@ pub const CAPABILITIES: &[&str] = &["websocket"];
 pub fn serve(hub: &Arc<Hub>, shard: &Arc<Shard>, accepted: ws::Accepted) {
     let ws::Accepted { mut socket, writer } = accepted;
     socket.get_mut().set_nonblocking_reads(true);
-    let id = hub.register_socket(writer.clone());
+    let id = hub.sockets.register(writer.clone());
     let (conn, inbox) = ShardConn::new(id, writer, Transport::WebSocket);
     start(
         hub,
@@ -157,7 +157,7 @@ fn drain_websocket(
 pub fn release(hub: &Hub, shard: &Shard, conn: &ShardConn) {
     conn.terminate();
     shard.detach(conn);
-    hub.unregister_socket(conn.id);
+    hub.sockets.unregister(conn.id);
 }
 
 /// Pings every client once per interval; a client whose previous ping is

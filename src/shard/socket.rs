@@ -299,7 +299,7 @@ fn serve(
 ) -> io::Result<()> {
     let read = stream.try_clone()?;
     let writer = Arc::new(FrameWriter::lines(stream)?);
-    let id = hub.register_socket(writer.clone());
+    let id = hub.sockets.register(writer.clone());
     let (conn, inbox) = ShardConn::new(id, writer, Transport::Socket);
     let socket = Socket::Lines(LineSocket::new(read, max_line));
     service::start(hub, shard, conn, inbox, CAPABILITIES, socket);

@@ -142,7 +142,7 @@ fn response_text(request: &ConfirmationRequest, approved: bool, reason: Option<&
 /// Runs one accepted confirmation socket until the prompt is retired.
 pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
     let Accepted { mut socket, writer } = accepted;
-    let conn_id = hub.register_socket(writer.clone());
+    let conn_id = hub.sockets.register(writer.clone());
     let confirmation_timeout = Duration::from_millis(hub.config.worker.confirmation_timeout_ms);
     let _ = socket
         .get_ref()
@@ -152,7 +152,7 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
         Err(reason) => {
             log::warn!("session {session_id}: confirmation refused: {reason}");
             writer.close_and_shutdown(close::POLICY, reason);
-            hub.unregister_socket(conn_id);
+            hub.sockets.unregister(conn_id);
             return;
         }
     };
@@ -165,19 +165,19 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
         Registered::Duplicate => {
             log::warn!("session {session_id}: duplicate confirmation id {confirmation_id}");
             writer.close_and_shutdown(close::POLICY, "duplicate confirmation_id");
-            hub.unregister_socket(conn_id);
+            hub.sockets.unregister(conn_id);
             return;
         }
         Registered::Gone => {
             writer.close_and_shutdown(close::POLICY, "unknown session");
-            hub.unregister_socket(conn_id);
+            hub.sockets.unregister(conn_id);
             return;
         }
         Registered::Full(response) => {
             log::warn!("session {session_id}: {MAX_OPEN_PROMPTS} confirmations open; denying {confirmation_id}");
             let _ = writer.send_text(&response);
             writer.close_and_shutdown(close::NORMAL, "denied");
-            hub.unregister_socket(conn_id);
+            hub.sockets.unregister(conn_id);
             return;
         }
         Registered::Open(step) => step,
@@ -268,7 +268,7 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
         }
     }
     writer.terminate();
-    hub.unregister_socket(conn_id);
+    hub.sockets.unregister(conn_id);
     if hub.is_shutting_down() {
         ended = PromptEnd::Shutdown;
     }

@@ -34,12 +34,12 @@ const TRANSIENT: &[&str] = &["history", "history_error", "answer", "answer_error
 /// Runs one accepted event socket until it ends. Called on a thread of its
 /// own.
 ///
-/// `conn_id` was taken with [`Hub::reserve_conn_id`] before the upgrade
+/// `conn_id` was taken with `Sockets::reserve_id` before the upgrade
 /// was answered, so a later connection of the same session always has a
 /// larger id and wins the link, whichever thread gets here first.
 pub fn run(hub: Arc<Hub>, session_id: String, conn_id: u64, accepted: Accepted) {
     let Accepted { mut socket, writer } = accepted;
-    hub.register_socket_as(conn_id, writer.clone());
+    hub.sockets.register_as(conn_id, writer.clone());
     let attached = hub.sessions.with(&session_id, |s| {
         s.attach_link(WorkerLink {
             conn_id,
@@ -50,13 +50,13 @@ pub fn run(hub: Arc<Hub>, session_id: String, conn_id: u64, accepted: Accepted) 
         None => {
             // The session was deleted between the route check and here.
             writer.close_and_shutdown(close::POLICY, "unknown session");
-            hub.unregister_socket(conn_id);
+            hub.sockets.unregister(conn_id);
             return;
         }
         Some(Err(_late)) => {
             log::warn!("session {session_id}: a newer worker event connection is already attached");
             writer.close_and_shutdown(close::SUPERSEDED, "superseded by a new connection");
-            hub.unregister_socket(conn_id);
+            hub.sockets.unregister(conn_id);
             return;
         }
         Some(Ok(old)) => old,
@@ -149,7 +149,7 @@ pub fn run(hub: Arc<Hub>, session_id: String, conn_id: u64, accepted: Accepted) 
         }
     }
     writer.terminate();
-    hub.unregister_socket(conn_id);
+    hub.sockets.unregister(conn_id);
     disconnected(&hub, &session_id, conn_id);
     hub.queries.fail_connection(&session_id, conn_id);
 }

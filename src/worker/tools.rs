@@ -68,7 +68,7 @@ enum Polled {
 pub fn run(hub: Arc<Hub>, upgrade: Upgrade, accepted: Accepted, slot: ToolSlot) {
     let _slot = slot;
     let Accepted { mut socket, writer } = accepted;
-    let conn_id = hub.register_socket(writer.clone());
+    let conn_id = hub.sockets.register(writer.clone());
     let deadline = Instant::now() + Duration::from_millis(hub.config.tool_requests.timeout_ms);
     let session_id = upgrade.session_id.clone();
     match exchange(&hub, &upgrade, &mut socket, &writer, deadline) {
@@ -82,7 +82,7 @@ pub fn run(hub: Arc<Hub>, upgrade: Upgrade, accepted: Accepted, slot: ToolSlot) 
         }
     }
     writer.terminate();
-    hub.unregister_socket(conn_id);
+    hub.sockets.unregister(conn_id);
 }
 
 /// Reads the request, dispatches it, writes the response.

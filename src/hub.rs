@@ -588,6 +588,17 @@ impl Hub {
         self.shutting_down.load(Ordering::Acquire)
     }
 
+    /// The handles and timings the confirmation sockets work with.
+    pub fn confirmations(&self) -> crate::worker::confirm::Confirmations {
+        crate::worker::confirm::Confirmations {
+            sessions: self.sessions.clone(),
+            publisher: self.publisher.clone(),
+            sockets: self.sockets.clone(),
+            timeout: std::time::Duration::from_millis(self.config.worker.confirmation_timeout_ms),
+            hold: std::time::Duration::from_millis(self.config.limits.confirm_identity_hold_ms),
+        }
+    }
+
     /// Adds a front-end subscriber to the publisher: it hears every later
     /// note with the hub at hand (held weakly: a subscriber does not keep
     /// the hub alive).

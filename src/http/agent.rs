@@ -136,7 +136,7 @@ fn upgrade(
     };
     let spawned = crate::util::thread::spawn(name, Stack::Large, move || match kind {
         Kind::Events => events::run(hub, id, conn_id, accepted),
-        Kind::Confirm => confirm::run(hub, id, accepted),
+        Kind::Confirm => confirm::run(hub.confirmations(), id, accepted),
     });
     if let Err(err) = spawned {
         log::error!("cannot start a worker socket thread: {err}");

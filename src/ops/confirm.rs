@@ -33,6 +33,14 @@ pub fn decide(
     source: Source,
 ) -> Result<(), OpError> {
     exists(hub, id)?;
-    crate::worker::confirm::decide(hub, id, confirmation_id, approved, reason, source.as_str())?;
+    crate::worker::confirm::decide(
+        &hub.sessions,
+        &hub.publisher,
+        id,
+        confirmation_id,
+        approved,
+        reason,
+        source.as_str(),
+    )?;
     Ok(())
 }

@@ -21,13 +21,14 @@ use std::time::{Duration, Instant};
 
 use tungstenite::{Error as WsError, Message};
 
-use crate::hub::Hub;
 use crate::session::headless::Policy;
-use crate::session::Note;
-use crate::session::{NewPrompt, NotOpened, PromptEnd, PromptState, PromptStep, Session};
+use crate::session::{
+    NewPrompt, NotOpened, Note, PromptEnd, PromptState, PromptStep, Publisher, Session, Sessions,
+};
 use crate::util::time;
 use crate::wire::worker::confirm_frames::{self, ConfirmationRequest};
 use crate::ws::{close, Accepted, FrameWriter};
+use crate::wsconn::sockets::Sockets;
 
 /// Open prompts one session may hold; further requests are denied.
 pub const MAX_OPEN_PROMPTS: usize = 64;
@@ -43,10 +44,25 @@ const POLL: Duration = Duration::from_millis(250);
 
 pub use crate::session::DecideError;
 
+/// What the confirmation side works with: the registry, the publisher,
+/// the open sockets, and its two timings.
+#[derive(Clone)]
+pub struct Confirmations {
+    pub sessions: Arc<Sessions>,
+    pub publisher: Arc<Publisher>,
+    pub sockets: Arc<Sockets>,
+    /// How long a prompt waits for a decision (`worker.confirmationTimeoutMs`).
+    pub timeout: Duration,
+    /// How long a prompt waits for its worker's identity
+    /// (`limits.confirmIdentityHoldMs`).
+    pub hold: Duration,
+}
+
 /// Records an operator's decision and sends it to the worker. The first
 /// decision wins; nothing is ever resent.
 pub fn decide(
-    hub: &Hub,
+    sessions: &Sessions,
+    publisher: &Publisher,
     session_id: &str,
     confirmation_id: &str,
     approved: bool,
@@ -54,8 +70,7 @@ pub fn decide(
     source: &'static str,
 ) -> Result<(), DecideError> {
     let now = time::now_rfc3339();
-    let outcome = hub
-        .sessions
+    let outcome = sessions
         .with(session_id, |s| {
             let prompt = s.settle_prompt(confirmation_id, approved, reason, &now)?;
             let response = response_text(&prompt.request, approved, reason);
@@ -70,7 +85,7 @@ pub fn decide(
     if let Err(err) = writer.send_text(&response) {
         log::warn!("session {session_id}: decision for {confirmation_id} not delivered: {err}");
     }
-    hub.publisher.notify(Note::Decided {
+    publisher.notify(Note::Decided {
         session: session_id.to_string(),
         confirmation_id: confirmation_id.to_string(),
         approved,
@@ -140,10 +155,10 @@ fn response_text(request: &ConfirmationRequest, approved: bool, reason: Option<&
 }
 
 /// Runs one accepted confirmation socket until the prompt is retired.
-pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
+pub fn run(side: Confirmations, session_id: String, accepted: Accepted) {
     let Accepted { mut socket, writer } = accepted;
-    let conn_id = hub.sockets.register(writer.clone());
-    let confirmation_timeout = Duration::from_millis(hub.config.worker.confirmation_timeout_ms);
+    let conn_id = side.sockets.register(writer.clone());
+    let confirmation_timeout = side.timeout;
     let _ = socket
         .get_ref()
         .set_read_timeout(Some(confirmation_timeout));
@@ -152,32 +167,32 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
         Err(reason) => {
             log::warn!("session {session_id}: confirmation refused: {reason}");
             writer.close_and_shutdown(close::POLICY, reason);
-            hub.sockets.unregister(conn_id);
+            side.sockets.unregister(conn_id);
             return;
         }
     };
     let confirmation_id = request.confirmation_id.clone();
-    let hold = Duration::from_millis(hub.config.limits.confirm_identity_hold_ms);
+    let hold = side.hold;
     let hold_until = Instant::now() + hold;
     let deadline = Instant::now() + confirmation_timeout;
-    let registered = register(&hub, &session_id, conn_id, request, &writer);
+    let registered = register(&side, &session_id, conn_id, request, &writer);
     let mut step = match registered {
         Registered::Duplicate => {
             log::warn!("session {session_id}: duplicate confirmation id {confirmation_id}");
             writer.close_and_shutdown(close::POLICY, "duplicate confirmation_id");
-            hub.sockets.unregister(conn_id);
+            side.sockets.unregister(conn_id);
             return;
         }
         Registered::Gone => {
             writer.close_and_shutdown(close::POLICY, "unknown session");
-            hub.sockets.unregister(conn_id);
+            side.sockets.unregister(conn_id);
             return;
         }
         Registered::Full(response) => {
             log::warn!("session {session_id}: {MAX_OPEN_PROMPTS} confirmations open; denying {confirmation_id}");
             let _ = writer.send_text(&response);
             writer.close_and_shutdown(close::NORMAL, "denied");
-            hub.sockets.unregister(conn_id);
+            side.sockets.unregister(conn_id);
             return;
         }
         Registered::Open(step) => step,
@@ -187,7 +202,7 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
     let mut ended = PromptEnd::Disconnected;
     loop {
         if let PromptStep::Deny(reason) = std::mem::replace(&mut step, PromptStep::Wait) {
-            deny_now(&hub, &session_id, &confirmation_id, reason);
+            deny_now(&side, &session_id, &confirmation_id, reason);
         }
         match socket.read() {
             Ok(Message::Text(_)) | Ok(Message::Binary(_)) => {
@@ -205,7 +220,7 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
             Err(_) => break,
         }
         let now = Instant::now();
-        let state = hub.sessions.with(&session_id, |s| {
+        let state = side.sessions.with(&session_id, |s| {
             let before = s.prompt(&confirmation_id).map(|p| p.state);
             let mut polled = s.recheck_prompt(&confirmation_id, now >= hold_until);
             let verified = before == Some(PromptState::AwaitingIdentity)
@@ -231,14 +246,14 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
             if verified && auto.is_none() {
                 // The event socket named the worker: the prompt can now be
                 // decided, and every panel must hear that.
-                hub.publisher.notify(Note::ConfirmationOpened {
+                side.publisher.notify(Note::ConfirmationOpened {
                     session: session_id.clone(),
                     confirmation_id: confirmation_id.clone(),
                 });
             } else if let (true, Some(auto)) = (verified, &auto) {
                 // Answered by the child's policy at once: only the
                 // description changes until the exchange closes.
-                hub.publisher.notify(Note::Decided {
+                side.publisher.notify(Note::Decided {
                     session: session_id.clone(),
                     confirmation_id: confirmation_id.clone(),
                     approved: auto.approved,
@@ -268,11 +283,11 @@ pub fn run(hub: Arc<Hub>, session_id: String, accepted: Accepted) {
         }
     }
     writer.terminate();
-    hub.sockets.unregister(conn_id);
-    if hub.is_shutting_down() {
+    side.sockets.unregister(conn_id);
+    if side.sockets.is_closing() {
         ended = PromptEnd::Shutdown;
     }
-    retire(&hub, &session_id, &confirmation_id, conn_id, ended);
+    retire(&side, &session_id, &confirmation_id, conn_id, ended);
 }
 
 fn read_request(
@@ -304,7 +319,7 @@ enum Registered {
 
 /// Adds the prompt to its session and judges the worker identity.
 fn register(
-    hub: &Hub,
+    side: &Confirmations,
     session_id: &str,
     conn_id: u64,
     request: ConfirmationRequest,
@@ -312,7 +327,7 @@ fn register(
 ) -> Registered {
     let now = time::now_rfc3339();
     let deadline_at =
-        time::rfc3339_from_millis(time::now_millis() + hub.config.worker.confirmation_timeout_ms);
+        time::rfc3339_from_millis(time::now_millis() + side.timeout.as_millis() as u64);
     let confirmation_id = request.confirmation_id.clone();
     let new = NewPrompt {
         conn_id,
@@ -321,7 +336,7 @@ fn register(
         deadline_at,
         writer: writer.clone(),
     };
-    let result = hub.sessions.with(session_id, |s| {
+    let result = side.sessions.with(session_id, |s| {
         let step = match s.open_prompt(new, MAX_OPEN_PROMPTS) {
             Ok(step) => step,
             Err((NotOpened::Duplicate, _)) => return (Registered::Duplicate, false, None),
@@ -349,14 +364,14 @@ fn register(
                 // the description changes, the closing frame follows.
                 (Some(auto), _) => {
                     deliver_auto(session_id, &confirmation_id, auto);
-                    hub.publisher.notify(Note::Decided {
+                    side.publisher.notify(Note::Decided {
                         session: session_id.to_string(),
                         confirmation_id: confirmation_id.clone(),
                         approved: auto.approved,
                         source: "policy",
                     });
                 }
-                (None, true) => hub.publisher.notify(Note::ConfirmationOpened {
+                (None, true) => side.publisher.notify(Note::ConfirmationOpened {
                     session: session_id.to_string(),
                     confirmation_id: confirmation_id.clone(),
                 }),
@@ -368,9 +383,9 @@ fn register(
 }
 
 /// Denies a prompt on the hub's own authority (identity or capacity).
-fn deny_now(hub: &Hub, session_id: &str, confirmation_id: &str, reason: &'static str) {
+fn deny_now(side: &Confirmations, session_id: &str, confirmation_id: &str, reason: &'static str) {
     let now = time::now_rfc3339();
-    let sent = hub.sessions.with(session_id, |s| {
+    let sent = side.sessions.with(session_id, |s| {
         let prompt = s.deny_prompt(confirmation_id, reason, &now)?;
         let response = response_text(&prompt.request, false, Some(reason));
         Some((prompt.writer.clone(), response))
@@ -379,7 +394,7 @@ fn deny_now(hub: &Hub, session_id: &str, confirmation_id: &str, reason: &'static
         log::info!("session {session_id}: confirmation {confirmation_id} denied: {reason}");
         let _ = writer.send_text(&response);
         // The description shows it decided; the closing frame follows.
-        hub.publisher.notify(Note::Decided {
+        side.publisher.notify(Note::Decided {
             session: session_id.to_string(),
             confirmation_id: confirmation_id.to_string(),
             approved: false,
@@ -392,12 +407,18 @@ fn deny_now(hub: &Hub, session_id: &str, confirmation_id: &str, reason: &'static
 /// closing `confirmation` keeps the state `decided` for a prompt that was
 /// answered (outcome `{phase: "decided", detail: <decision>}`); any other
 /// becomes `retired` with why it `ended`.
-fn retire(hub: &Hub, session_id: &str, confirmation_id: &str, conn_id: u64, ended: PromptEnd) {
+fn retire(
+    side: &Confirmations,
+    session_id: &str,
+    confirmation_id: &str,
+    conn_id: u64,
+    ended: PromptEnd,
+) {
     let now = time::now_rfc3339();
-    let closed = hub.sessions.with(session_id, |s| {
+    let closed = side.sessions.with(session_id, |s| {
         s.retire_prompt(confirmation_id, conn_id, ended, &now)
     });
     if let Some(Some(closed)) = closed {
-        hub.publisher.notify(Note::ConfirmationClosed { closed });
+        side.publisher.notify(Note::ConfirmationClosed { closed });
     }
 }

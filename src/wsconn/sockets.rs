@@ -56,6 +56,12 @@ impl Sockets {
         }
     }
 
+    /// Whether [`Sockets::close_all`] was called (the hub is shutting
+    /// down).
+    pub fn is_closing(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
     /// Forgets a socket that ended.
     pub fn unregister(&self, id: u64) {
         self.open

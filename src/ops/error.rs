@@ -8,7 +8,8 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
-use crate::hub::{HubError, SendError};
+use crate::hub::HubError;
+use crate::session::SendError;
 use crate::subagents::Refusal;
 use crate::worker::confirm::DecideError;
 use crate::worker::query::QueryError;

@@ -210,7 +210,8 @@ pub fn act_off_reader(
 /// ever resent.
 pub fn input(hub: &Hub, id: &str, input: &Value) -> Result<String, OpError> {
     operable(hub, id, "input")?;
-    hub.send_input(id, input)
+    hub.sessions
+        .send_input(&hub.publisher, id, input)
         .map_err(|err| not_sent(err, ErrorKind::InputNotSent))
 }
 
@@ -240,14 +241,16 @@ pub fn history(hub: &Hub, id: &str, page: HistoryPage) -> Result<String, OpError
     if let Some(request_id) = page.request_id {
         query["request_id"] = json!(request_id);
     }
-    hub.send_input(id, &query)
+    hub.sessions
+        .send_input(&hub.publisher, id, &query)
         .map_err(|err| not_sent(err, ErrorKind::InputNotSent))
 }
 
 /// Sends a signal (`cancel` defaults to the most recently observed run).
 pub fn signal(hub: &Hub, id: &str, operation: &str, run_id: Option<&str>) -> Result<(), OpError> {
     operable(hub, id, "signal")?;
-    hub.send_signal(id, operation, run_id)
+    hub.sessions
+        .send_signal(id, operation, run_id)
         .map_err(|err| not_sent(err, ErrorKind::SignalNotSent))
 }
 
@@ -338,7 +341,8 @@ pub fn prompt(hub: &Hub, id: &str, prompt: &Prompt<'_>) -> Result<String, OpErro
     if let Some(mode) = mode {
         input["options"] = json!({"confirmation": {"mode": mode}});
     }
-    hub.send_input(id, &input)
+    hub.sessions
+        .send_input(&hub.publisher, id, &input)
         .map_err(|err| not_sent(err, ErrorKind::InputNotSent))
 }
 
@@ -361,7 +365,8 @@ pub fn compact(hub: &Hub, id: &str, request_id: &str) -> Result<String, OpError>
         ));
     }
     let input = json!({"operation": "compact", "request_id": request_id});
-    hub.send_input(id, &input)
+    hub.sessions
+        .send_input(&hub.publisher, id, &input)
         .map_err(|err| not_sent(err, ErrorKind::InputNotSent))
 }
 

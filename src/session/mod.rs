@@ -26,6 +26,7 @@ mod link;
 mod process;
 mod prompts;
 mod publisher;
+mod send;
 mod sessions;
 mod spec;
 #[cfg(test)]
@@ -34,6 +35,7 @@ mod testkit;
 pub use process::{NoStop, StartRefused};
 pub use prompts::{ClosedPrompt, DecideError, NewPrompt, NotOpened, PromptEnd, PromptStep};
 pub use publisher::{Note, Publisher};
+pub use send::SendError;
 pub use sessions::Sessions;
 pub use spec::{
     check_new_id, is_valid_id, normalize_spec, SpecDefaults, SpecError, MODALITY_ASSIST_ENTRY,

@@ -10,10 +10,11 @@ use serde_json::{json, Map, Value};
 use super::args::{self, Call, SendOp};
 use super::family::{self, Caller};
 use super::Refusal;
-use crate::hub::{Hub, SendError};
+use crate::hub::Hub;
 use crate::session::headless::conversation::PAGE_BODY_BUDGET;
 use crate::session::headless::{Lifecycle, OutcomeState, ParentRef, RECEIVE_OUTCOMES};
 use crate::session::IdentityState;
+use crate::session::SendError;
 use crate::store::ReceiptRecord;
 use crate::util::time;
 use crate::worker::query::{self, QueryError};
@@ -452,7 +453,7 @@ fn send(
     });
     receipt.commit(&recorded)?;
     let input = payload_input(&request_id, op);
-    let sent = hub.send_input(id, &input);
+    let sent = hub.sessions.send_input(&hub.publisher, id, &input);
     let (state, refusal) = match &sent {
         Ok(_) => (OutcomeState::Sent, None),
         Err(SendError::NotConnected(msg)) | Err(SendError::UnknownSession(msg)) => (

@@ -25,8 +25,8 @@ use super::launch::Invocation;
 use super::stop::{StopFailed, StopHow, StopMode, StopResult, Stopped};
 use super::sys::Pinned;
 use super::tracked;
-use crate::hub::Hub;
-use crate::session::Session;
+use crate::config::Config;
+use crate::session::{Session, Sessions};
 use crate::store::ProcessRecord;
 
 /// How long one `docker kill` or `docker inspect` may take.
@@ -55,13 +55,21 @@ const STOPPING_POLL: Duration = Duration::from_millis(100);
 const LADDER_POLL: Duration = Duration::from_millis(100);
 const CLI_SLICE: Duration = Duration::from_millis(250);
 
-fn dir(hub: &Hub) -> PathBuf {
-    context::dir_in(&hub.config.data_dir)
+/// What the Docker side works with: the session registry and the hub's
+/// settings (its data directory, the stop rules).
+#[derive(Clone, Copy)]
+pub struct Handles<'a> {
+    pub sessions: &'a Sessions,
+    pub config: &'a Config,
+}
+
+fn dir(at: Handles<'_>) -> PathBuf {
+    context::dir_in(&at.config.data_dir)
 }
 
 /// The context file of session `id`.
-fn file(hub: &Hub, id: &str) -> PathBuf {
-    dir(hub).join(format!("{id}.json"))
+fn file(at: Handles<'_>, id: &str) -> PathBuf {
+    dir(at).join(format!("{id}.json"))
 }
 
 /// The hub's environment, as text (a variable that is not UTF-8 is left
@@ -83,7 +91,7 @@ fn is_executable(path: &Path) -> bool {
 /// `management.executable`. `Ok(None)` for any other launch. An error
 /// fails the start.
 pub fn prepare(
-    hub: &Hub,
+    at: Handles<'_>,
     id: &str,
     lifecycle_id: &str,
     invocation: &Invocation,
@@ -136,7 +144,7 @@ pub fn prepare(
         lifecycle_id: lifecycle_id.to_string(),
         management,
     };
-    context::write(&hub.config.data_dir, &stored).map_err(PrepareError::Context)?;
+    context::write(&at.config.data_dir, &stored).map_err(PrepareError::Context)?;
     let m = stored.management;
     log::info!(
         "session {id}: container {} is the worker: stopped with docker kill and judged by docker \
@@ -176,8 +184,8 @@ impl fmt::Display for PrepareError {
 impl std::error::Error for PrepareError {}
 
 /// Removes session `id`'s kept context, if it is `lifecycle_id`'s.
-pub fn forget(hub: &Hub, id: &str, lifecycle_id: &str) {
-    let path = file(hub, id);
+pub fn forget(at: Handles<'_>, id: &str, lifecycle_id: &str) {
+    let path = file(at, id);
     let ours = context::read(&path).is_ok_and(|s| s.lifecycle_id == lifecycle_id);
     if ours {
         if let Err(err) = std::fs::remove_file(&path) {
@@ -188,8 +196,8 @@ pub fn forget(hub: &Hub, id: &str, lifecycle_id: &str) {
 
 /// After a hub restart: the context kept for the recorded process `rec`,
 /// when there is a valid one of its start.
-pub fn load(hub: &Hub, rec: &ProcessRecord) -> Option<Arc<Management>> {
-    let path = file(hub, &rec.session_id);
+pub fn load(at: Handles<'_>, rec: &ProcessRecord) -> Option<Arc<Management>> {
+    let path = file(at, &rec.session_id);
     match context::read(&path) {
         Ok(stored)
             if stored.session == rec.session_id && stored.lifecycle_id == rec.lifecycle_id =>
@@ -212,8 +220,8 @@ pub fn load(hub: &Hub, rec: &ProcessRecord) -> Option<Arc<Management>> {
 }
 
 /// After adoption: removes every kept context but those of `keep`.
-pub fn sweep(hub: &Hub, keep: &[String]) {
-    let Ok(entries) = std::fs::read_dir(dir(hub)) else {
+pub fn sweep(at: Handles<'_>, keep: &[String]) {
+    let Ok(entries) = std::fs::read_dir(dir(at)) else {
         return;
     };
     for entry in entries.flatten() {
@@ -437,8 +445,8 @@ fn kill(id: &str, m: &Management, container_id: Option<&str>, signal: Signal) {
 
 /// Runs `docker inspect` on the container of `id`'s start `lifecycle_id`
 /// and keeps the id it reports.
-fn inspect(hub: &Hub, id: &str, lifecycle_id: &str, m: &Management) -> Inspected {
-    let known = hub
+fn inspect(at: Handles<'_>, id: &str, lifecycle_id: &str, m: &Management) -> Inspected {
+    let known = at
         .sessions
         .with(id, |s| s.process().and_then(|p| p.container_id.clone()))
         .flatten();
@@ -450,7 +458,7 @@ fn inspect(hub: &Hub, id: &str, lifecycle_id: &str, m: &Management) -> Inspected
         Err(err) => Inspected::Unknown(err.to_string()),
     };
     if let (None, Some(found)) = (&known, seen.id()) {
-        hub.sessions
+        at.sessions
             .with(id, |s| s.note_container_id(lifecycle_id, found));
     }
     seen
@@ -500,7 +508,7 @@ pub fn may_still_run(rec: &ProcessRecord, m: &Management) -> bool {
 /// stopped but is still not removed after [`REMOVAL_WAIT`] is taken as
 /// over (with a warning): it runs nothing.
 pub fn follow(
-    hub: &Hub,
+    at: Handles<'_>,
     id: &str,
     lifecycle_id: &str,
     m: &Management,
@@ -508,7 +516,7 @@ pub fn follow(
     signal: Option<i32>,
 ) -> (Option<i32>, Option<i32>) {
     if code == Some(DOCKER_RUN_FAILED) {
-        forget(hub, id, lifecycle_id);
+        forget(at, id, lifecycle_id);
         return (code, signal);
     }
     let auto_remove = m.target.auto_remove;
@@ -517,7 +525,7 @@ pub fn follow(
     let mut container_code = None;
     let mut stopped_at: Option<Instant> = None;
     loop {
-        let seen = inspect(hub, id, lifecycle_id, m);
+        let seen = inspect(at, id, lifecycle_id, m);
         match &seen {
             Inspected::Stopped { code, .. } => {
                 container_code = code.or(container_code);
@@ -535,7 +543,7 @@ pub fn follow(
                     REMOVAL_WAIT.as_secs()
                 );
             }
-            forget(hub, id, lifecycle_id);
+            forget(at, id, lifecycle_id);
             return match (followed, code) {
                 (false, Some(_)) => (code, signal),
                 (false, None) if container_code.is_none() => (None, signal),
@@ -564,12 +572,12 @@ pub fn follow(
             continue;
         }
         if !followed {
-            let still = hub
+            let still = at
                 .sessions
                 .with(id, |s| s.record_container_followed(lifecycle_id))
                 .unwrap_or(false);
             if !still {
-                forget(hub, id, lifecycle_id);
+                forget(at, id, lifecycle_id);
                 return (code, signal);
             }
             followed = true;
@@ -579,7 +587,7 @@ pub fn follow(
                 m.target.name
             );
         }
-        let stopping = hub
+        let stopping = at
             .sessions
             .with(id, |s| {
                 s.process()
@@ -610,7 +618,7 @@ enum Verdict {
 
 /// A stop by container of session `id`'s start `lifecycle`.
 struct Ladder<'a> {
-    hub: &'a Hub,
+    at: Handles<'a>,
     id: &'a str,
     lifecycle: &'a str,
     m: &'a Management,
@@ -620,7 +628,7 @@ impl Ladder<'_> {
     /// The CLI's pin (while it is pinned) and the container id, while the
     /// record is this start's and active; `None` once it has ended.
     fn lookup(&self) -> Option<(Option<Arc<Pinned>>, Option<String>)> {
-        self.hub
+        self.at
             .sessions
             .with(self.id, |s| {
                 s.process()
@@ -637,7 +645,7 @@ impl Ladder<'_> {
     }
 
     fn inspect(&self) -> Inspected {
-        inspect(self.hub, self.id, self.lifecycle, self.m)
+        inspect(self.at, self.id, self.lifecycle, self.m)
     }
 
     /// Waits up to `timeout` for the container's end: while the CLI runs,
@@ -687,7 +695,7 @@ impl Ladder<'_> {
 /// group kill), and a group kill also reaches what is left of the CLI's
 /// process group once the container has ended.
 pub(super) fn ladder(
-    hub: &Hub,
+    at: Handles<'_>,
     id: &str,
     lifecycle: &str,
     m: &Management,
@@ -696,10 +704,10 @@ pub(super) fn ladder(
     mode: StopMode,
 ) -> StopResult {
     // A library session stops with its launch file's timings.
-    let w = &super::stop::recorded_stop_settings(&hub.sessions, &hub.config, id);
-    let group_kill = mode == StopMode::ForceKill || hub.config.force_kill_process_group;
+    let w = &super::stop::recorded_stop_settings(at.sessions, at.config, id);
+    let group_kill = mode == StopMode::ForceKill || at.config.force_kill_process_group;
     let stop = Ladder {
-        hub,
+        at,
         id,
         lifecycle,
         m,
@@ -707,7 +715,7 @@ pub(super) fn ladder(
     let done = |how, forced| Ok(Stopped { how, forced });
     if mode == StopMode::Graceful {
         if connected
-            && hub.send_signal(id, "shutdown", None).is_ok()
+            && at.sessions.send_signal(id, "shutdown", None).is_ok()
             && stop.gone_within(Duration::from_millis(w.stop_timeout_ms)) == Verdict::Gone
         {
             return done(StopHow::ShutdownSignal, false);
@@ -749,7 +757,7 @@ pub(super) fn ladder(
         Verdict::Gone => {
             if group_kill {
                 if let Some(cli) = &first_cli {
-                    hub.sessions.with(id, Session::note_group_killed);
+                    at.sessions.with(id, Session::note_group_killed);
                     let _ = cli.signal_own_group(libc::SIGKILL);
                 }
             }

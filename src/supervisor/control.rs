@@ -346,7 +346,7 @@ fn spawn(
     // A foreground `docker run` of a named container: its context is kept
     // before the spawn, and the CLI runs as the executable resolved for it.
     let docker = container::prepare(
-        hub,
+        docker_handles(hub),
         id,
         lifecycle_id,
         &invocation,
@@ -372,7 +372,7 @@ fn spawn(
             Ok(child) => child,
             Err(e) => {
                 drop(waited);
-                container::forget(hub, id, lifecycle_id);
+                container::forget(docker_handles(hub), id, lifecycle_id);
                 return Err(SpawnError::Spawn {
                     program: invocation.program.clone(),
                     err: e,
@@ -489,7 +489,7 @@ fn spawn(
         let (code, signal) = followed.unwrap_or((code, signal));
         // A Docker launch ends with its container, not its CLI.
         let (code, signal) = match &docker {
-            Some(m) => container::follow(&hub2, &sid, &lid, m, code, signal),
+            Some(m) => container::follow(docker_handles(&hub2), &sid, &lid, m, code, signal),
             None => (code, signal),
         };
         process_ended(&hub2, &sid, &lid, code, signal);
@@ -506,7 +506,7 @@ fn spawn(
         let _ = child.wait();
         waited().retain(|&p| p != pid);
         let _ = hub.store_clear_process(id);
-        container::forget(hub, id, lifecycle_id);
+        container::forget(docker_handles(hub), id, lifecycle_id);
         return Err(SpawnError::Waiter(err));
     }
     Ok(Started {
@@ -669,9 +669,15 @@ pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopR
         input,
         move |(hub, id, done)| {
             let result = match first {
-                First::Container(m, cli) => {
-                    container::ladder(&hub, &id, &lifecycle, &m, cli, connected, mode)
-                }
+                First::Container(m, cli) => container::ladder(
+                    docker_handles(&hub),
+                    &id,
+                    &lifecycle,
+                    &m,
+                    cli,
+                    connected,
+                    mode,
+                ),
                 First::Process(first) => {
                     // A library session stops with its launch file's
                     // timings.
@@ -823,7 +829,7 @@ fn ladder(watch: &Watch<'_>, connected: bool, mode: StopMode, w: &StopSettings) 
     let group_kill = mode == StopMode::ForceKill || hub.config.force_kill_process_group;
     if mode == StopMode::Graceful {
         if connected
-            && hub.send_signal(id, "shutdown", None).is_ok()
+            && hub.sessions.send_signal(id, "shutdown", None).is_ok()
             && watch.gone_within(Duration::from_millis(w.stop_timeout_ms))
         {
             return stopped(StopHow::ShutdownSignal, false);
@@ -892,7 +898,7 @@ pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
             None => None,
         }
         .map(Arc::new);
-        let docker = container::load(hub, &rec);
+        let docker = container::load(docker_handles(hub), &rec);
         // A Docker CLI that already exited (a zombie nobody reaped yet) is
         // no part of it: only its container may be left.
         let pinned = pinned.filter(|p| docker.is_none() || p.is_alive());
@@ -989,7 +995,9 @@ pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
             // Not our child: no exit status is available.
             let (code, signal) = followed.unwrap_or((None, None));
             let (code, signal) = match &docker {
-                Some(m) => container::follow(&hub2, &id, &lifecycle_id, m, code, signal),
+                Some(m) => {
+                    container::follow(docker_handles(&hub2), &id, &lifecycle_id, m, code, signal)
+                }
                 None => (code, signal),
             };
             process_ended(&hub2, &id, &lifecycle_id, code, signal);
@@ -1002,7 +1010,7 @@ pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
         }
     }
     // Contexts of launches that were not adopted are of no use any more.
-    container::sweep(hub, &containers);
+    container::sweep(docker_handles(hub), &containers);
 }
 
 /// Stops every running worker (protocol first) and waits for all ladders.
@@ -1044,5 +1052,13 @@ pub fn reap_orphans() {
     };
     if !reaped.is_empty() {
         log::debug!("reaped orphaned processes {reaped:?}");
+    }
+}
+
+/// The handles a Docker launch's management takes.
+fn docker_handles(hub: &Hub) -> container::Handles<'_> {
+    container::Handles {
+        sessions: &hub.sessions,
+        config: &hub.config,
     }
 }

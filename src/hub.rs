@@ -12,7 +12,7 @@ use std::fmt;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use serde_json::{json, Value};
 
@@ -20,7 +20,7 @@ use crate::capabilities;
 use crate::config::Config;
 
 use crate::session::{self, Note, Publisher, Session, Sessions, SpecDefaults};
-use crate::store::{ProcessRecord, SessionRecord, Store, StoreError};
+use crate::store::{Db, ProcessRecord, SessionRecord, Store, StoreError};
 use crate::transcript::Transcript;
 use crate::util::bounded_writer::{self, BoundedWriter};
 use crate::util::{fsutil, time};
@@ -216,7 +216,8 @@ pub struct Hub {
     pub static_dir: Option<PathBuf>,
     /// Fresh per hub process; tells clients their replay cursor is stale.
     pub epoch: String,
-    store: Mutex<Store>,
+    /// The store handle (`hub.db`).
+    pub store: Arc<Db>,
     /// The session registry (the one way to a session record).
     pub sessions: Arc<Sessions>,
     local_addr: OnceLock<SocketAddr>,
@@ -289,7 +290,7 @@ impl Hub {
             config,
             static_dir: options.static_dir,
             epoch: uuid::Uuid::new_v4().to_string(),
-            store: Mutex::new(store),
+            store: Arc::new(Db::new(store)),
             sessions: Arc::new(Sessions::default()),
             local_addr: OnceLock::new(),
             tools_addr: OnceLock::new(),
@@ -355,7 +356,7 @@ impl Hub {
                  it now names the snapshot's",
                 rec.id
             );
-            if let Err(err) = self.store().update_session_spec(&rec.id, &spec) {
+            if let Err(err) = self.store.lock().update_session_spec(&rec.id, &spec) {
                 log::warn!("session {}: spec not stored: {err}", rec.id);
             }
             rec.spec = spec;
@@ -446,7 +447,7 @@ impl Hub {
                 format!("session {} events.jsonl", s.id()),
             ))
         });
-        let plan = match self.store().get_plan(s.id()) {
+        let plan = match self.store.lock().get_plan(s.id()) {
             Ok(plan) => plan,
             Err(err) => {
                 log::warn!("session {}: plan not readable: {err}", s.id());
@@ -472,7 +473,7 @@ impl Hub {
             .with(id, |s| s.replace_spec(spec))
             .unwrap_or(false);
         if changed {
-            if let Err(err) = self.store().update_session_spec(id, spec) {
+            if let Err(err) = self.store.lock().update_session_spec(id, spec) {
                 log::warn!("session {id}: spec not stored: {err}");
             }
         }
@@ -496,18 +497,6 @@ impl Hub {
             .map_or(self.config.tool_requests.port, SocketAddr::port)
     }
 
-    pub fn store_put_process(&self, rec: &ProcessRecord) -> Result<(), StoreError> {
-        self.store().put_process(rec)
-    }
-
-    pub fn store_set_process_state(&self, id: &str, state: &str) -> Result<(), StoreError> {
-        self.store().set_process_state(id, state)
-    }
-
-    pub fn store_clear_process(&self, id: &str) -> Result<(), StoreError> {
-        self.store().clear_process(id)
-    }
-
     /// Sessions whose worker process is starting, running or stopping.
     pub fn active_worker_sessions(&self) -> Vec<String> {
         self.sessions
@@ -521,7 +510,7 @@ impl Hub {
 
     /// Recorded worker processes from the store (for adoption at start).
     pub fn stored_processes(&self) -> Vec<ProcessRecord> {
-        self.store().load_processes().unwrap_or_else(|err| {
+        self.store.lock().load_processes().unwrap_or_else(|err| {
             log::warn!("cannot read process records: {err}");
             Vec::new()
         })
@@ -595,7 +584,7 @@ impl Hub {
     /// The stored plan of session `id` (revision 0, empty, no timestamp
     /// when none was ever written).
     pub fn read_plan(&self, id: &str) -> Result<PlanRecord, HubError> {
-        self.store().get_plan(id).map_err(HubError::Store)
+        self.store.lock().get_plan(id).map_err(HubError::Store)
     }
 
     /// Replaces the plan of session `id` with `markdown` (already
@@ -618,7 +607,10 @@ impl Hub {
             revision: current.revision + 1,
             updated_at: Some(time::now_rfc3339()),
         };
-        self.store().put_plan(id, &next).map_err(HubError::Store)?;
+        self.store
+            .lock()
+            .put_plan(id, &next)
+            .map_err(HubError::Store)?;
         let value = plan_json(&next);
         let path = self.session_dir(id).join("plan.json");
         let text = serde_json::to_vec_pretty(&value).unwrap_or_default();
@@ -654,10 +646,6 @@ impl Hub {
                 entries.into_iter().map(|e| e.json).collect(),
             )
         })
-    }
-
-    pub(crate) fn store(&self) -> MutexGuard<'_, Store> {
-        self.store.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// `<dataDir>/sessions/<id>`, or `<dataDir>/subagents/<id>` for a
@@ -752,7 +740,7 @@ impl Hub {
             lifecycle_id: uuid::Uuid::new_v4().to_string(),
             kind: "ordinary".into(),
         };
-        match self.store().insert_session(&record) {
+        match self.store.lock().insert_session(&record) {
             Ok(()) => {}
             Err(StoreError::SessionExists { .. }) => {
                 return Err(HubError::SessionExists(id.into()).into())
@@ -762,11 +750,11 @@ impl Hub {
         let dir = self.session_dir(id);
         let existed = std::fs::symlink_metadata(&dir).is_ok();
         if let Err(err) = fsutil::create_private_dir(&dir) {
-            let _ = self.store().delete_session(id);
+            let _ = self.store.lock().delete_session(id);
             return Err(HubError::Files { path: dir, err }.into());
         }
         if let Err(err) = prepare(&dir) {
-            let _ = self.store().delete_session(id);
+            let _ = self.store.lock().delete_session(id);
             if !existed {
                 let _ = remove_session_dir(&dir);
             }
@@ -794,7 +782,11 @@ impl Hub {
                     reason,
                 })?;
         }
-        let result = self.store().delete_session(id).map_err(HubError::Store);
+        let result = self
+            .store
+            .lock()
+            .delete_session(id)
+            .map_err(HubError::Store);
         if let Err(err) = result {
             if let Some(s) = self.sessions.lock().get_mut(id) {
                 s.cancel_removal();
@@ -841,7 +833,7 @@ impl Hub {
         }
         // Connection threads may still hold the hub; the store is closed
         // here, not when the last of them lets go.
-        if let Err(err) = self.store().close() {
+        if let Err(err) = self.store.lock().close() {
             log::warn!("the store did not close cleanly: {err}");
         }
         log::info!("hub stopped");

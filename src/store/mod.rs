@@ -81,6 +81,26 @@ pub struct ReceiptRecord {
     pub created_ms: u64,
 }
 
+/// The store handle: the database behind its mutex, which guards only the
+/// SQLite connection (never held across other I/O or another lock).
+/// Whoever records something durable takes this handle, not the hub.
+pub struct Db {
+    store: std::sync::Mutex<Store>,
+}
+
+impl Db {
+    pub fn new(store: Store) -> Db {
+        Db {
+            store: std::sync::Mutex::new(store),
+        }
+    }
+
+    /// The database, locked for one query or transaction.
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, Store> {
+        self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// The hub database. See the module documentation.
 pub struct Store {
     conn: Connection,

@@ -101,7 +101,8 @@ impl<'a> Receipts<'a> {
     fn replay(&self) -> Result<Option<Value>, Refusal> {
         let stored = self
             .hub
-            .store()
+            .store
+            .lock()
             .get_receipt(&self.key)
             .map_err(|err| Refusal::Storage(err.to_string()))?;
         let Some(stored) = stored else {
@@ -135,7 +136,7 @@ impl<'a> Receipts<'a> {
 
     /// Stores the receipt for `result` and prunes old ones.
     fn commit(&self, result: &Value) -> Result<(), Refusal> {
-        let store = self.hub.store();
+        let store = self.hub.store.lock();
         store
             .put_receipt(&self.record(result))
             .map_err(|err| Refusal::Storage(err.to_string()))?;

@@ -183,7 +183,7 @@ pub fn start(hub: &Arc<Hub>, id: &str, spec: Option<&Value>) -> StartResult {
     };
     // The lifecycle id is durable, so it means the same after a restart
     // (recovery requests name it).
-    if let Err(err) = hub.store().set_lifecycle_id(id, &lifecycle_id) {
+    if let Err(err) = hub.store.lock().set_lifecycle_id(id, &lifecycle_id) {
         log::warn!("session {id}: lifecycle id not stored: {err}");
     }
     match spawn(hub, id, &lifecycle_id, current_spec, spec, &token) {
@@ -404,7 +404,7 @@ fn spawn(
         state: "running".into(),
         lifecycle_id: lifecycle_id.to_string(),
     };
-    if let Err(err) = hub.store_put_process(&record) {
+    if let Err(err) = hub.store.lock().put_process(&record) {
         log::warn!("session {id}: process record not stored: {err}");
     }
     // The process record is shown to panels: never show the worker token a
@@ -505,7 +505,7 @@ fn spawn(
         let _ = child.kill();
         let _ = child.wait();
         waited().retain(|&p| p != pid);
-        let _ = hub.store_clear_process(id);
+        let _ = hub.store.lock().clear_process(id);
         container::forget(docker_handles(hub), id, lifecycle_id);
         return Err(SpawnError::Waiter(err));
     }
@@ -569,7 +569,7 @@ fn follow_daemon(
     let mut daemonized = record.clone();
     daemonized.pid = worker;
     daemonized.start_time = Some(pinned.start_time());
-    if let Err(err) = hub.store_put_process(&daemonized) {
+    if let Err(err) = hub.store.lock().put_process(&daemonized) {
         log::warn!("session {id}: process record not stored: {err}");
     }
     log::info!(
@@ -600,7 +600,7 @@ fn process_ended(hub: &Hub, id: &str, lifecycle_id: &str, code: Option<i32>, sig
             "session {id}: worker {} (code {code:?}, signal {signal:?})",
             state.as_str()
         );
-        let _ = hub.store_set_process_state(id, state.as_str());
+        let _ = hub.store.lock().set_process_state(id, state.as_str());
         hub.publisher.notify(Note::Process {
             session: id.to_string(),
             process,
@@ -912,7 +912,7 @@ pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
                 "session {id}: recorded worker pid {} is gone; not adopted",
                 rec.pid
             );
-            let _ = hub.store_clear_process(&id);
+            let _ = hub.store.lock().clear_process(&id);
             continue;
         }
         let lifecycle_id = rec.lifecycle_id.clone();

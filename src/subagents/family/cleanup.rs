@@ -133,7 +133,8 @@ fn remove_child(hub: &Hub, id: &str) -> Result<(), CleanupError> {
         file.close(Duration::from_secs(5));
     }
     crate::hub::remove_session_dir(&dir).map_err(|err| CleanupError::RemoveDir { dir, err })?;
-    hub.store()
+    hub.store
+        .lock()
         .delete_session(id)
         .map_err(CleanupError::DeleteRecords)?;
     hub.sessions.lock().remove(id);

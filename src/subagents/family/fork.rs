@@ -189,7 +189,8 @@ pub fn fork(
     };
     let receipt = receipt(&result);
     if let Err(err) = hub
-        .store()
+        .store
+        .lock()
         .insert_subagent(&session_rec, &child_rec, Some(&receipt))
     {
         cleanup_dir();

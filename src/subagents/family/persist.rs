@@ -72,7 +72,7 @@ pub fn transition(hub: &Hub, id: &str, event: LifecycleEvent) -> bool {
 /// Writes the child's metadata; a failure marks the child degraded until
 /// a later write succeeds.
 pub fn persist_meta(hub: &Hub, id: &str, meta: &Value) {
-    let stored = hub.store().put_subagent_meta(id, meta);
+    let stored = hub.store.lock().put_subagent_meta(id, meta);
     if let Err(err) = &stored {
         log::warn!("subagent {id}: metadata not stored: {err}");
     }
@@ -90,7 +90,7 @@ pub fn persist_outcomes(hub: &Hub, id: &str) {
         .with(id, |s| s.headless()?.outcomes_to_store())
         .flatten();
     let Some(outcomes) = outcomes else { return };
-    let stored = hub.store().put_subagent_outcomes(id, &outcomes);
+    let stored = hub.store.lock().put_subagent_outcomes(id, &outcomes);
     if let Err(err) = &stored {
         log::warn!("subagent {id}: outcomes not stored: {err}");
     }

@@ -23,7 +23,7 @@ use crate::util::time;
 /// Restores children from the store into their (already loaded) sessions.
 /// Unreadable ownership records block new forks; their data stays.
 pub fn load(hub: &Hub) {
-    let records = match hub.store().load_subagents() {
+    let records = match hub.store.lock().load_subagents() {
         Ok(records) => records,
         Err(err) => {
             hub.family

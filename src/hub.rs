@@ -19,12 +19,11 @@ use serde_json::{json, Value};
 use crate::capabilities;
 use crate::config::Config;
 
-use crate::session::{self, Note, Publisher, Session, Sessions, SpecDefaults};
+use crate::session::{self, Note, Publisher, Session, Sessions, SpecDefaults, WorkerHooks};
 use crate::store::{Db, ProcessRecord, SessionRecord, Store, StoreError};
 use crate::transcript::Transcript;
 use crate::util::bounded_writer::{self, BoundedWriter};
 use crate::util::{fsutil, time};
-use crate::wire::worker::envelope::Envelope;
 use crate::wire::worker::plan::PlanRecord;
 use crate::wsconn::sockets::Sockets;
 
@@ -34,44 +33,6 @@ use crate::wsconn::sockets::Sockets;
 /// through the hub, queues frames without blocking, and returns.
 pub trait Subscriber: Send + Sync {
     fn publish(&self, hub: &Hub, note: &Note);
-}
-
-/// What a service layered on sessions (the headless subagents) adds to a
-/// worker's lifecycle. The worker side and the supervisor call these
-/// hooks instead of that service, so they do not import it; `Hub::open`
-/// wires the implementation in.
-pub trait WorkerHooks: Send + Sync {
-    /// Under the registry lock, after the session took in `env`: the
-    /// service's own changes to `s`, and work to run after the lock.
-    fn event(&self, s: &mut Session, env: &Envelope, now: &str) -> Followup;
-    /// Under the registry lock, when the worker's connection ended.
-    fn disconnected(&self, s: &mut Session, now: &str) -> Followup;
-    /// A stop of session `id`'s worker begins (no lock held).
-    fn stopping(&self, hub: &Arc<Hub>, id: &str);
-    /// Session `id`'s worker process is confirmed gone and its output
-    /// pipes are closed (no lock held).
-    fn process_gone(&self, hub: &Arc<Hub>, id: &str);
-}
-
-/// Work a hook leaves for after the registry lock.
-pub type AfterLock = Box<dyn FnOnce(&Arc<Hub>) + Send>;
-
-/// What a [`WorkerHooks`] call leaves for its caller.
-#[derive(Default)]
-pub struct Followup {
-    /// The session's description changed (announce it).
-    pub changed: bool,
-    /// To run once the registry lock is released.
-    pub work: Option<AfterLock>,
-}
-
-impl Followup {
-    /// Runs the deferred work, if any (no lock may be held).
-    pub fn run(self, hub: &Arc<Hub>) {
-        if let Some(work) = self.work {
-            work(hub);
-        }
-    }
 }
 
 /// Failures of hub operations, mapped to stable codes by the API layer.
@@ -239,9 +200,11 @@ pub struct Hub {
     /// the recovery block.
     pub family: crate::subagents::family::Family,
     /// Pending read-only worker queries (`worker::query`).
-    pub queries: crate::worker::query::Queries,
-    /// The headless subagent service's worker hooks.
-    hooks: Arc<dyn WorkerHooks>,
+    pub queries: Arc<crate::worker::query::Queries>,
+    /// The headless subagent service's worker hooks, wired in by `run.rs`
+    /// once the hub exists (none until then: a hub that serves no worker
+    /// needs none).
+    hooks: OnceLock<Arc<dyn WorkerHooks>>,
     /// Asks the process's main thread to run the ordinary shutdown (set by
     /// `entry.rs`; absent when the hub runs inside another program).
     shutdown_request: OnceLock<Box<dyn Fn() + Send + Sync>>,
@@ -301,8 +264,8 @@ impl Hub {
             sockets: Arc::new(Sockets::default()),
             shutting_down: AtomicBool::new(false),
             family: crate::subagents::family::Family::default(),
-            queries: crate::worker::query::Queries::new(),
-            hooks: Arc::new(crate::subagents::hooks::Subagents),
+            queries: Arc::new(crate::worker::query::Queries::new()),
+            hooks: OnceLock::new(),
             shutdown_request: OnceLock::new(),
         };
         for rec in records {
@@ -548,6 +511,19 @@ impl Hub {
         self.shutting_down.load(Ordering::Acquire)
     }
 
+    /// The handles and limits a worker's event socket works with.
+    pub fn worker_events(&self) -> crate::worker::events::Events {
+        crate::worker::events::Events {
+            sessions: self.sessions.clone(),
+            publisher: self.publisher.clone(),
+            sockets: self.sockets.clone(),
+            queries: self.queries.clone(),
+            hooks: self.hooks(),
+            ping_interval_ms: self.config.limits.ping_interval_ms,
+            transcript_bytes: self.config.limits.transcript_bytes,
+        }
+    }
+
     /// The handles and timings the confirmation sockets work with.
     pub fn confirmations(&self) -> crate::worker::confirm::Confirmations {
         crate::worker::confirm::Confirmations {
@@ -577,8 +553,17 @@ impl Hub {
     }
 
     /// The worker hooks (see [`WorkerHooks`]).
-    pub fn hooks(&self) -> &dyn WorkerHooks {
-        self.hooks.as_ref()
+    pub fn hooks(&self) -> Arc<dyn WorkerHooks> {
+        match self.hooks.get() {
+            Some(hooks) => hooks.clone(),
+            None => Arc::new(session::NoHooks),
+        }
+    }
+
+    /// Wires in the service layered on sessions (once; later calls are
+    /// ignored).
+    pub fn set_hooks(&self, hooks: Arc<dyn WorkerHooks>) {
+        let _ = self.hooks.set(hooks);
     }
 
     /// The stored plan of session `id` (revision 0, empty, no timestamp

@@ -36,6 +36,7 @@ impl Running {
     pub fn start(config: Config, options: RunOptions) -> Result<Running, StartError> {
         crate::util::time::start_monotonic();
         let hub = Arc::new(Hub::open(config, options)?);
+        hub.set_hooks(Arc::new(crate::subagents::hooks::Subagents::new(&hub)));
         report_fd_limit(&hub);
         let panels = Panels::new();
         hub.subscribe(panels.clone());

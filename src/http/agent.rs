@@ -135,7 +135,7 @@ fn upgrade(
         Kind::Confirm => "worker-confirm",
     };
     let spawned = crate::util::thread::spawn(name, Stack::Large, move || match kind {
-        Kind::Events => events::run(hub, id, conn_id, accepted),
+        Kind::Events => events::run(hub.worker_events(), id, conn_id, accepted),
         Kind::Confirm => confirm::run(hub.confirmations(), id, accepted),
     });
     if let Err(err) = spawned {

@@ -22,6 +22,7 @@ use crate::wire::worker::plan::PlanRecord;
 use crate::ws::FrameWriter;
 
 pub mod headless;
+mod hooks;
 mod link;
 mod process;
 mod prompts;
@@ -32,6 +33,7 @@ mod spec;
 #[cfg(test)]
 mod testkit;
 
+pub use hooks::{Followup, NoHooks, WorkerHooks};
 pub use process::{NoStop, StartRefused};
 pub use prompts::{ClosedPrompt, DecideError, NewPrompt, NotOpened, PromptEnd, PromptStep};
 pub use publisher::{Note, Publisher};

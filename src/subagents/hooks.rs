@@ -2,17 +2,29 @@
 //! see it: a [`WorkerHooks`] implementation, so neither calls into the
 //! family code directly. Ordinary sessions cost one branch per event.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
-use crate::hub::{Followup, Hub, WorkerHooks};
-use crate::session::Session;
+use crate::hub::Hub;
+use crate::session::{Followup, Session, WorkerHooks};
 use crate::wire::worker::envelope::Envelope;
 
 use super::family;
 use crate::session::headless::observe;
 
 /// Headless children's reactions to their workers.
-pub struct Subagents;
+pub struct Subagents {
+    /// The hub whose families these are (held weakly: the hub holds the
+    /// hooks).
+    hub: Weak<Hub>,
+}
+
+impl Subagents {
+    pub fn new(hub: &Arc<Hub>) -> Subagents {
+        Subagents {
+            hub: Arc::downgrade(hub),
+        }
+    }
+}
 
 impl WorkerHooks for Subagents {
     fn event(&self, s: &mut Session, env: &Envelope, now: &str) -> Followup {
@@ -22,7 +34,12 @@ impl WorkerHooks for Subagents {
         let seen = observe::observe(s, env, now);
         let id = s.id().to_string();
         let changed = seen.changed;
-        let work = move |hub: &Arc<Hub>| {
+        let hub = self.hub.clone();
+        let work = move || {
+            let Some(hub) = hub.upgrade() else {
+                return;
+            };
+            let hub = &hub;
             if let Some(meta) = &seen.meta {
                 family::persist_meta(hub, &id, meta);
             }
@@ -46,20 +63,26 @@ impl WorkerHooks for Subagents {
         if !observe::disconnected(s, now) {
             return Followup::default();
         }
-        let id = s.id().to_string();
+        let (hub, id) = (self.hub.clone(), s.id().to_string());
         Followup {
             changed: false,
-            work: Some(Box::new(move |hub: &Arc<Hub>| {
-                family::persist_outcomes(hub, &id)
+            work: Some(Box::new(move || {
+                if let Some(hub) = hub.upgrade() {
+                    family::persist_outcomes(&hub, &id)
+                }
             })),
         }
     }
 
-    fn stopping(&self, hub: &Arc<Hub>, id: &str) {
-        family::freeze_descendants(hub, id);
+    fn stopping(&self, id: &str) {
+        if let Some(hub) = self.hub.upgrade() {
+            family::freeze_descendants(&hub, id);
+        }
     }
 
-    fn process_gone(&self, hub: &Arc<Hub>, id: &str) {
-        family::process_gone(hub, id);
+    fn process_gone(&self, id: &str) {
+        if let Some(hub) = self.hub.upgrade() {
+            family::process_gone(&hub, id);
+        }
     }
 }

@@ -497,7 +497,7 @@ fn spawn(
             let _ = reader.join();
         }
         reap_orphans();
-        hub2.hooks().process_gone(&hub2, &sid);
+        hub2.hooks().process_gone(&sid);
     });
     if let Err((err, mut child)) = waiter {
         // Without a waiter nobody would notice its end: the worker this
@@ -655,7 +655,7 @@ pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopR
         Some(Err(result)) => return done(result),
         Some(Ok(v)) => v,
     };
-    hub.hooks().stopping(hub, id);
+    hub.hooks().stopping(id);
     hub.publisher.notify(Note::Process {
         session: id.to_string(),
         process: described,
@@ -1001,7 +1001,7 @@ pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
                 None => (code, signal),
             };
             process_ended(&hub2, &id, &lifecycle_id, code, signal);
-            hub2.hooks().process_gone(&hub2, &id);
+            hub2.hooks().process_gone(&id);
         });
         if let Err(err) = watched {
             // The worker runs on and stays stoppable through its pidfd (or

@@ -16,14 +16,16 @@ use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::protocol::CloseFrame;
 use tungstenite::{Error as WsError, Message};
 
-use crate::hub::Hub;
-use crate::session::Note;
-use crate::session::{IdentityState, Session, WorkerLink};
+use super::query::Queries;
+use crate::session::{
+    Followup, IdentityState, Note, Publisher, Session, Sessions, WorkerHooks, WorkerLink,
+};
 use crate::util::time;
 use crate::wire::jsonw;
 use crate::wire::worker::canonical;
 use crate::wire::worker::envelope::{self, Envelope};
 use crate::ws::{close, Accepted};
+use crate::wsconn::sockets::Sockets;
 
 /// Protocol errors one connection may record before it is closed (1008).
 pub const MAX_PROTOCOL_ERRORS: u32 = 20;
@@ -31,16 +33,32 @@ pub const MAX_PROTOCOL_ERRORS: u32 = 20;
 /// Events whose replies are forwarded live but never retained.
 const TRANSIENT: &[&str] = &["history", "history_error", "answer", "answer_error"];
 
+/// What a worker's event socket works with: the registry, the
+/// publisher, the socket table, the query registry, the worker hooks, and
+/// two limits.
+#[derive(Clone)]
+pub struct Events {
+    pub sessions: Arc<Sessions>,
+    pub publisher: Arc<Publisher>,
+    pub sockets: Arc<Sockets>,
+    pub queries: Arc<Queries>,
+    pub hooks: Arc<dyn WorkerHooks>,
+    /// `limits.pingIntervalMs`.
+    pub ping_interval_ms: u64,
+    /// `limits.transcriptBytes`.
+    pub transcript_bytes: usize,
+}
+
 /// Runs one accepted event socket until it ends. Called on a thread of its
 /// own.
 ///
 /// `conn_id` was taken with `Sockets::reserve_id` before the upgrade
 /// was answered, so a later connection of the same session always has a
 /// larger id and wins the link, whichever thread gets here first.
-pub fn run(hub: Arc<Hub>, session_id: String, conn_id: u64, accepted: Accepted) {
+pub fn run(ev: Events, session_id: String, conn_id: u64, accepted: Accepted) {
     let Accepted { mut socket, writer } = accepted;
-    hub.sockets.register_as(conn_id, writer.clone());
-    let attached = hub.sessions.with(&session_id, |s| {
+    ev.sockets.register_as(conn_id, writer.clone());
+    let attached = ev.sessions.with(&session_id, |s| {
         s.attach_link(WorkerLink {
             conn_id,
             writer: writer.clone(),
@@ -50,13 +68,13 @@ pub fn run(hub: Arc<Hub>, session_id: String, conn_id: u64, accepted: Accepted) 
         None => {
             // The session was deleted between the route check and here.
             writer.close_and_shutdown(close::POLICY, "unknown session");
-            hub.sockets.unregister(conn_id);
+            ev.sockets.unregister(conn_id);
             return;
         }
         Some(Err(_late)) => {
             log::warn!("session {session_id}: a newer worker event connection is already attached");
             writer.close_and_shutdown(close::SUPERSEDED, "superseded by a new connection");
-            hub.sockets.unregister(conn_id);
+            ev.sockets.unregister(conn_id);
             return;
         }
         Some(Ok(old)) => old,
@@ -67,9 +85,9 @@ pub fn run(hub: Arc<Hub>, session_id: String, conn_id: u64, accepted: Accepted) 
         old.writer
             .close_and_shutdown(close::SUPERSEDED, "superseded by a new connection");
         // Queries sent on the old connection can never be answered.
-        hub.queries.fail_connection(&session_id, old.conn_id);
+        ev.queries.fail_connection(&session_id, old.conn_id);
     }
-    hub.publisher.notify(Note::Connection {
+    ev.publisher.notify(Note::Connection {
         session: session_id.clone(),
         connected: true,
         replaced,
@@ -78,7 +96,7 @@ pub fn run(hub: Arc<Hub>, session_id: String, conn_id: u64, accepted: Accepted) 
     // `ready` comes once per worker process, so a reconnect asks for status.
     let _ = writer.send_text(r#"{"type":"signal","data":{"operation":"status"}}"#);
 
-    let ping_every = hub.config.limits.ping_interval_ms;
+    let ping_every = ev.ping_interval_ms;
     let timeout = (ping_every > 0).then(|| Duration::from_millis(ping_every));
     let _ = socket.get_ref().set_read_timeout(timeout);
     let mut awaiting_pong = false;
@@ -102,12 +120,12 @@ pub fn run(hub: Arc<Hub>, session_id: String, conn_id: u64, accepted: Accepted) 
                 continue;
             }
             Err(WsError::Capacity(err)) => {
-                record_protocol_error(&hub, &session_id, &format!("frame too large: {err}"));
+                record_protocol_error(&ev, &session_id, &format!("frame too large: {err}"));
                 writer.close_and_shutdown(close::TOO_BIG, "message too large");
                 break;
             }
             Err(WsError::Utf8(_)) => {
-                record_protocol_error(&hub, &session_id, "text frame is not UTF-8");
+                record_protocol_error(&ev, &session_id, "text frame is not UTF-8");
                 writer.close_and_shutdown(close::INVALID_PAYLOAD, "invalid UTF-8");
                 break;
             }
@@ -121,7 +139,7 @@ pub fn run(hub: Arc<Hub>, session_id: String, conn_id: u64, accepted: Accepted) 
                 let text = text.as_str();
                 match envelope::parse_event(text, &session_id) {
                     Ok(env) => {
-                        ingest(&hub, &session_id, conn_id, env, text.len(), &mut stamp);
+                        ingest(&ev, &session_id, conn_id, env, text.len(), &mut stamp);
                         None
                     }
                     Err(err) => Some(err.to_string()),
@@ -135,7 +153,7 @@ pub fn run(hub: Arc<Hub>, session_id: String, conn_id: u64, accepted: Accepted) 
             Message::Ping(_) | Message::Frame(_) | Message::Close(_) => None,
         };
         if let Some(problem) = problem {
-            record_protocol_error(&hub, &session_id, &problem);
+            record_protocol_error(&ev, &session_id, &problem);
             protocol_errors += 1;
             if protocol_errors >= MAX_PROTOCOL_ERRORS {
                 log::warn!("session {session_id}: {protocol_errors} protocol errors; closing 1008");
@@ -149,14 +167,14 @@ pub fn run(hub: Arc<Hub>, session_id: String, conn_id: u64, accepted: Accepted) 
         }
     }
     writer.terminate();
-    hub.sockets.unregister(conn_id);
-    disconnected(&hub, &session_id, conn_id);
-    hub.queries.fail_connection(&session_id, conn_id);
+    ev.sockets.unregister(conn_id);
+    disconnected(&ev, &session_id, conn_id);
+    ev.queries.fail_connection(&session_id, conn_id);
 }
 
-fn record_protocol_error(hub: &Hub, session_id: &str, problem: &str) {
+fn record_protocol_error(ev: &Events, session_id: &str, problem: &str) {
     log::warn!("session {session_id}: worker protocol error: {problem}");
-    hub.sessions.with(session_id, Session::count_protocol_error);
+    ev.sessions.with(session_id, Session::count_protocol_error);
 }
 
 /// Fields the hub adds to every transcript entry.
@@ -249,7 +267,7 @@ fn finish_entry(mut prefix: String, seq: u64) -> Arc<str> {
 /// Applies one parsed envelope to its session and publishes it. The entry
 /// is serialized before the lock; under it only `hub_sequence` is spliced.
 fn ingest(
-    hub: &Arc<Hub>,
+    ev: &Events,
     session_id: &str,
     conn_id: u64,
     env: Envelope,
@@ -269,14 +287,13 @@ fn ingest(
     // An entry too large for the ring is kept as an omission record; a
     // model response's answer source goes into it, so the complete answer
     // stays reachable (seed 002). Read before the lock, only then.
-    let source = if env.event() == "model_response"
-        && prefix.len() + SEQUENCE_ROOM > hub.config.limits.transcript_bytes
-    {
-        kept_answer_source(&env)
-    } else {
-        None
-    };
-    let published = hub.sessions.with(session_id, |s| {
+    let source =
+        if env.event() == "model_response" && prefix.len() + SEQUENCE_ROOM > ev.transcript_bytes {
+            kept_answer_source(&env)
+        } else {
+            None
+        };
+    let published = ev.sessions.with(session_id, |s| {
         let was_live = s.identity() == IdentityState::Live;
         s.meter_event(mono);
         let request_change = s.observe_envelope(&env, now);
@@ -284,7 +301,7 @@ fn ingest(
         // every panel lists.
         let describe = !was_live || matches!(env.event(), "ready" | "status");
         // A headless child's events are consumed transiently (seed 003).
-        let followup = hub.hooks().event(s, &env, now);
+        let followup = ev.hooks.event(s, &env, now);
         // A transient reply is stamped with the current sequence, which it
         // does not consume: retained entries stay contiguous.
         let retained = !transient && !s.is_headless();
@@ -311,20 +328,20 @@ fn ingest(
         return;
     };
     let describe = describe || followup.changed;
-    followup.run(hub);
+    followup.run();
     if let (true, Some(file)) = (retained, file) {
         file.write_record(&json);
     }
     if let Some(request) = request_change {
-        hub.publisher.notify(Note::Request {
+        ev.publisher.notify(Note::Request {
             session: session_id.to_string(),
             request,
         });
     }
     // A reply to one of the hub's own queries goes to its waiter only.
-    let consumed = transient && hub.queries.resolve_envelope(session_id, conn_id, &env);
+    let consumed = transient && ev.queries.resolve_envelope(session_id, conn_id, &env);
     if !consumed {
-        hub.publisher.notify(Note::Event {
+        ev.publisher.notify(Note::Event {
             session: session_id.to_string(),
             hub_seq: seq,
             retained,
@@ -333,7 +350,7 @@ fn ingest(
         });
     }
     if describe {
-        hub.publisher.notify(Note::SessionChanged {
+        ev.publisher.notify(Note::SessionChanged {
             session: session_id.to_string(),
         });
     }
@@ -377,24 +394,24 @@ fn omission_record(seq: u64, env: &Envelope, bytes: usize, source: Option<&Value
 
 /// Clears the link if this connection is still the current one: identity
 /// becomes stale, capabilities unknown, unsettled requests `unknown`.
-fn disconnected(hub: &Arc<Hub>, session_id: &str, conn_id: u64) {
+fn disconnected(ev: &Events, session_id: &str, conn_id: u64) {
     let now = time::now_rfc3339();
-    let mut followup = crate::hub::Followup::default();
-    let changed = hub.sessions.with(session_id, |s| {
+    let mut followup = Followup::default();
+    let changed = ev.sessions.with(session_id, |s| {
         let changed = s.detach_link(conn_id, &now)?;
-        followup = hub.hooks().disconnected(s, &now);
+        followup = ev.hooks.disconnected(s, &now);
         Some(changed)
     });
-    followup.run(hub);
+    followup.run();
     if let Some(Some(changed)) = changed {
         log::info!("session {session_id}: worker disconnected");
         for request in changed {
-            hub.publisher.notify(Note::Request {
+            ev.publisher.notify(Note::Request {
                 session: session_id.to_string(),
                 request,
             });
         }
-        hub.publisher.notify(Note::Connection {
+        ev.publisher.notify(Note::Connection {
             session: session_id.to_string(),
             connected: false,
             replaced: false,

@@ -1,8 +1,8 @@
 //! Inputs the fuzz targets in `fuzz/` failed on, kept as plain unit tests so
 //! `cargo test` guards them without cargo-fuzz or a nightly toolchain. Each
 //! test is named `r_<issue>_<target>_<bug>` (issue 7: fuzzing the parsers;
-//! issue 15: the worker configuration's YAML editor) and says what went
-//! wrong and where it was fixed.
+//! issue 15: the worker configuration's YAML editor; issue 28: the wire
+//! layer) and says what went wrong and where it was fixed.
 
 use serde_json::Value;
 
@@ -97,4 +97,17 @@ fn r_19_a_duplicate_keys_message_is_bounded() {
     assert!(message.contains('…'), "{message}");
     let short = crate::wire::yaml_edit::read::read_json("a: 1\na: 2\n").unwrap_err();
     assert_eq!(short.to_string(), "has the key a twice (again on line 2)");
+}
+
+/// `shard_message`: `{"id":3,"type":""}` was refused for its `id` with the
+/// empty `type` echoed as the message's type, which names no command (the
+/// same message with a string id is refused for its `type`, echoing none).
+/// Fixed in `wire::shard::message::parse`: only a non-empty `type` is
+/// echoed.
+#[test]
+fn r_28_shard_message_an_empty_type_is_not_echoed() {
+    let bad = crate::wire::shard::message::parse(r#"{"id":3,"type":""}"#).unwrap_err();
+    assert_eq!((bad.id, bad.kind), (None, None));
+    let bad = crate::wire::shard::message::parse(r#"{"id":3,"type":"x"}"#).unwrap_err();
+    assert_eq!(bad.kind.as_deref(), Some("x"));
 }

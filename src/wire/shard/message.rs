@@ -150,7 +150,11 @@ pub fn parse(text: &str) -> Result<Incoming, Box<BadEnvelope>> {
         None | Some(Value::Null) => None,
         Some(Value::String(id)) => Some(id.clone()),
         Some(_) => {
-            let kind = body.get("type").and_then(Value::as_str).map(str::to_string);
+            let kind = body
+                .get("type")
+                .and_then(Value::as_str)
+                .filter(|kind| !kind.is_empty())
+                .map(str::to_string);
             return Err(bad(None, kind, "id must be a string"));
         }
     };

@@ -157,43 +157,47 @@ impl LineSplitter {
     }
 
     /// Decodes `bytes` (starting on a sequence boundary) with the
-    /// standard decoder. An incomplete sequence at the end is kept as
-    /// pending when `may_continue`, replaced otherwise.
-    fn decode<F: FnMut(LineRef<'_>)>(
-        &mut self,
-        mut bytes: &[u8],
-        may_continue: bool,
-        emit: &mut F,
-    ) {
-        while !bytes.is_empty() {
-            match std::str::from_utf8(bytes) {
-                Ok(text) => {
+    /// standard decoder: valid text in one `from_utf8` (its fast path);
+    /// from the first error on, in one pass of `Utf8Chunks` (each valid
+    /// run, then the invalid sequence after it, which becomes one U+FFFD
+    /// as `from_utf8_lossy` makes it). An incomplete sequence at the end
+    /// is kept as pending when `may_continue`, replaced otherwise.
+    fn decode<F: FnMut(LineRef<'_>)>(&mut self, bytes: &[u8], may_continue: bool, emit: &mut F) {
+        let rest = match std::str::from_utf8(bytes) {
+            Ok(text) => {
+                if !text.is_empty() {
                     self.feed(text, emit);
-                    return;
                 }
-                Err(err) => {
-                    let valid = err.valid_up_to();
-                    if valid > 0 {
-                        self.feed(std::str::from_utf8(&bytes[..valid]).unwrap_or(""), emit);
-                    }
-                    match err.error_len() {
-                        Some(n) => {
-                            self.feed(REPLACEMENT, emit);
-                            bytes = bytes.get(valid + n..).unwrap_or(&[]);
-                        }
-                        None if may_continue && bytes.len() - valid < 4 => {
-                            let partial = &bytes[valid..];
-                            self.pending[..partial.len()].copy_from_slice(partial);
-                            self.pending_len = partial.len();
-                            return;
-                        }
-                        None => {
-                            self.feed(REPLACEMENT, emit);
-                            return;
-                        }
-                    }
-                }
+                return;
             }
+            Err(err) => {
+                let (valid, rest) = bytes.split_at(err.valid_up_to());
+                if let Ok(text) = std::str::from_utf8(valid) {
+                    if !text.is_empty() {
+                        self.feed(text, emit);
+                    }
+                }
+                rest
+            }
+        };
+        let mut chunks = rest.utf8_chunks().peekable();
+        while let Some(chunk) = chunks.next() {
+            if !chunk.valid().is_empty() {
+                self.feed(chunk.valid(), emit);
+            }
+            let invalid = chunk.invalid();
+            if invalid.is_empty() {
+                continue;
+            }
+            let cut_short = chunks.peek().is_none()
+                && invalid.len() < 4
+                && std::str::from_utf8(invalid).is_err_and(|err| err.error_len().is_none());
+            if may_continue && cut_short {
+                self.pending[..invalid.len()].copy_from_slice(invalid);
+                self.pending_len = invalid.len();
+                return;
+            }
+            self.feed(REPLACEMENT, emit);
         }
     }
 

@@ -596,7 +596,7 @@ impl Hub {
             .lock()
             .put_plan(id, &next)
             .map_err(HubError::Store)?;
-        let value = plan_json(&next);
+        let value = crate::wire::worker::plan::read_result(&next);
         let path = self.session_dir(id).join("plan.json");
         let text = serde_json::to_vec_pretty(&value).unwrap_or_default();
         if let Err(err) = fsutil::write_private_atomic(&path, &text) {
@@ -825,11 +825,6 @@ impl Hub {
     }
 }
 
-/// A plan as panels and `plan.json` carry it.
-pub fn plan_json(plan: &PlanRecord) -> Value {
-    crate::wire::worker::plan::read_result(plan)
-}
-
 /// The outcome of [`Hub::replace_plan`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlanChange {
@@ -943,7 +938,10 @@ mod tests {
         );
         let file = hub.session_dir("p").join("plan.json");
         let mirrored: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
-        assert_eq!(mirrored, plan_json(&cleared.plan));
+        assert_eq!(
+            mirrored,
+            crate::wire::worker::plan::read_result(&cleared.plan)
+        );
         // A session that does not exist cannot get a plan.
         assert!(matches!(
             hub.replace_plan("nope", "x"),

@@ -10,23 +10,7 @@ use serde_json::{json, Value};
 use super::worker::{self, Action, MODES};
 use super::{sessions, ErrorKind, OpError};
 use crate::hub::Hub;
-
-/// What a new agent is made from.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct NewAgent {
-    /// The workspace (the session spec's `workspace`).
-    pub cwd: String,
-    /// An existing session named as the agent: refused (attach to it).
-    pub session_id: Option<String>,
-    /// The session id; `agent-<12 hex>` when none is given.
-    pub name: Option<String>,
-    /// A model, or a provider profile's name.
-    pub model: Option<String>,
-    /// A provider profile's name.
-    pub provider: Option<String>,
-    /// The confirmation mode (`ask`, `approve`, `deny`).
-    pub mode: Option<String>,
-}
+use crate::wire::shard::catalog::Create;
 
 /// What [`create_off_reader`] hands its outcome to: the new agent's id.
 pub type CreateDone = Box<dyn FnOnce(Result<String, OpError>) + Send>;
@@ -37,7 +21,7 @@ pub type CreateDone = Box<dyn FnOnce(Result<String, OpError>) + Send>;
 /// A start that fails keeps the session (it can be started again) and is
 /// `start_failed` with the agent's id in the details. Blocks while the
 /// worker starts: a socket reader calls [`create_off_reader`].
-pub fn create(hub: &Arc<Hub>, agent: &NewAgent) -> Result<String, OpError> {
+pub fn create(hub: &Arc<Hub>, agent: &Create) -> Result<String, OpError> {
     if let Some(existing) = &agent.session_id {
         super::exists(hub, existing)?;
         return Err(OpError::new(
@@ -93,7 +77,7 @@ pub fn create(hub: &Arc<Hub>, agent: &NewAgent) -> Result<String, OpError> {
 /// [`create`] off the caller's socket reader ([`super::off_reader`]):
 /// `done` gets the outcome on the command's own thread, or an
 /// `internal_error` on this one when no thread can be started.
-pub fn create_off_reader(hub: &Arc<Hub>, agent: NewAgent, done: CreateDone) {
+pub fn create_off_reader(hub: &Arc<Hub>, agent: Create, done: CreateDone) {
     let input = (hub.clone(), agent, done);
     let started = super::off_reader::run("agent-create", "command", input, |(hub, agent, done)| {
         done(create(&hub, &agent))
@@ -104,7 +88,7 @@ pub fn create_off_reader(hub: &Arc<Hub>, agent: NewAgent, done: CreateDone) {
 }
 
 /// The new session's spec: its workspace and provider profile.
-fn spec_of(hub: &Hub, agent: &NewAgent) -> Result<Value, OpError> {
+fn spec_of(hub: &Hub, agent: &Create) -> Result<Value, OpError> {
     let profiles = &hub.config.provider_profiles;
     let mut spec = json!({"workspace": agent.cwd});
     let model_is_profile = agent

@@ -237,6 +237,20 @@ impl Prompt {
         out["call"] = Value::Object(call);
         out
     }
+
+    /// [`Prompt::describe`] in session `session_id`, with the `subagent`
+    /// member a headless child's prompt carries (`parent`: its parent
+    /// session).
+    pub fn describe_in(&self, session_id: &str, parent: Option<&str>, budget: usize) -> Value {
+        let mut out = self.describe(session_id, budget);
+        if let Some(parent) = parent {
+            out["subagent"] = json!({
+                "session_id": session_id,
+                "parent_session_id": parent,
+            });
+        }
+        out
+    }
 }
 
 /// One session as the hub holds it in memory.
@@ -710,14 +724,11 @@ impl Session {
     /// labelled with the child and its parent (`subagent {session_id,
     /// parent_session_id}`), so an operator sees whose request it is.
     pub fn describe_prompt(&self, prompt: &Prompt, budget: usize) -> Value {
-        let mut out = prompt.describe(&self.id, budget);
-        if let Some(child) = &self.subagent {
-            out["subagent"] = json!({
-                "session_id": self.id,
-                "parent_session_id": child.parent().session_id,
-            });
-        }
-        out
+        let parent = self
+            .subagent
+            .as_ref()
+            .map(|c| c.parent().session_id.as_str());
+        prompt.describe_in(&self.id, parent, budget)
     }
 
     fn describe_common(&self, budget: &mut dyn FnMut(usize) -> usize) -> Value {

@@ -80,13 +80,11 @@ impl ClosedPrompt {
 
     /// Its final description: an unanswered one is `retired`, with why.
     pub fn describe(&self) -> Value {
-        let mut out = self.prompt.describe(&self.session_id, PROMPT_PREVIEW_BYTES);
-        if let Some(parent) = &self.parent_session_id {
-            out["subagent"] = json!({
-                "session_id": self.session_id,
-                "parent_session_id": parent,
-            });
-        }
+        let mut out = self.prompt.describe_in(
+            &self.session_id,
+            self.parent_session_id.as_deref(),
+            PROMPT_PREVIEW_BYTES,
+        );
         if self.prompt.decision.is_none() {
             out["state"] = json!("retired");
         }

@@ -26,11 +26,11 @@ use super::track::Runtime;
 use super::{render, window, Shard};
 use crate::hub::Hub;
 use crate::ops;
-use crate::ops::agents::{self, CreateDone, NewAgent};
+use crate::ops::agents::{self, CreateDone};
 use crate::ops::sessions::Watch;
 use crate::ops::worker::{Action, ActionDone, MODES};
 use crate::session::{PromptState, PROMPT_PREVIEW_BYTES};
-use crate::wire::shard::catalog::{self, Bind, Command, Create, Decision, Role, Scope};
+use crate::wire::shard::catalog::{self, Bind, Command, Decision, Role, Scope};
 use crate::wire::shard::direct;
 use crate::wire::shard::message::{self, Code, Incoming, Refusal};
 
@@ -300,7 +300,7 @@ fn orchestrator(
                     .map_err(Refusal::from);
                 conn.respond(id.as_deref(), &command, outcome);
             });
-            agents::create_off_reader(hub, new_agent(create), done);
+            agents::create_off_reader(hub, create, done);
         }
         Command::AgentAttach { agent_id, role } => {
             attach(hub, shard, conn, msg, &agent_id, role, false)
@@ -388,18 +388,6 @@ fn infos(hub: &Hub, shard: &Shard, only: Option<&str>) -> Vec<Value> {
         .collect()
 }
 
-/// `agent.create`'s (and `direct.bind`'s) request as the command takes it.
-fn new_agent(create: Create) -> NewAgent {
-    NewAgent {
-        cwd: create.cwd,
-        session_id: create.session_id,
-        name: create.name,
-        model: create.model,
-        provider: create.provider,
-        mode: create.mode,
-    }
-}
-
 /// `direct.bind`: on the unix socket, before any attach or waiting
 /// command; the agent named, or one made as `agent.create` makes it (here,
 /// on the reader: nothing else of this connection is served meanwhile),
@@ -425,7 +413,7 @@ fn direct_bind(
     }
     let agent = match bind {
         Bind::Agent(agent) => agent,
-        Bind::Create(create) => match agents::create(hub, &new_agent(create)) {
+        Bind::Create(create) => match agents::create(hub, &create) {
             Ok(agent) => agent,
             Err(err) => return reply(Err(err.into())),
         },

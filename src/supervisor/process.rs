@@ -141,24 +141,12 @@ impl ProcessInfo {
     }
 
     /// What clients are shown of the record, with the log counters the
-    /// capture side keeps (no pid pin, no Docker context).
+    /// capture side keeps.
     pub fn view(&self, logs: LogCounters) -> ProcessView {
         ProcessView {
-            state: self.state,
-            pid: self.pid,
-            started_at: self.started_at.clone(),
-            exited_at: self.exited_at.clone(),
-            exit_code: self.exit_code,
-            signal: self.signal,
-            error: self.error.clone(),
-            stop_requested: self.stop_requested,
-            command: self.command.clone(),
-            args: self.args.clone(),
-            cwd: self.cwd.clone(),
-            process_group_killed: self.process_group_killed,
-            log_path: self.log_path.clone(),
-            adopted: self.adopted,
+            record: self.clone(),
             logs,
+            redacted: false,
         }
     }
 }
@@ -166,59 +154,47 @@ impl ProcessInfo {
 /// A worker process as clients are shown it: a snapshot of its record
 /// and log counters, taken under the registry lock and rendered by
 /// whoever publishes it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct ProcessView {
-    pub state: ProcState,
-    pub pid: Option<u32>,
-    pub started_at: Option<String>,
-    pub exited_at: Option<String>,
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub error: Option<String>,
-    pub stop_requested: bool,
-    pub command: String,
-    pub args: Vec<String>,
-    pub cwd: String,
-    pub process_group_killed: bool,
-    pub log_path: Option<String>,
-    pub adopted: bool,
-    pub logs: LogCounters,
+    record: ProcessInfo,
+    logs: LogCounters,
+    /// A headless child's launch details are private to the hub.
+    redacted: bool,
 }
 
 impl ProcessView {
     /// A headless child's launch details (its command, arguments,
-    /// directory and log path) are private to the hub: shown empty.
+    /// directory and log path) are shown empty.
     pub fn redacted(mut self) -> ProcessView {
-        self.command.clear();
-        self.args.clear();
-        self.cwd.clear();
-        self.log_path = None;
+        self.redacted = true;
         self
     }
 
     /// The Node hub's `process` object.
     pub fn describe(&self) -> Value {
+        let p = &self.record;
+        let hidden = self.redacted;
         json!({
-            "state": self.state.as_str(),
-            "pid": self.pid,
-            "started_at": self.started_at,
-            "exited_at": self.exited_at,
-            "exit_code": self.exit_code,
-            "signal": self.signal.map(signal_name),
-            "signal_number": self.signal,
-            "error": self.error,
-            "stop_requested": self.stop_requested,
-            "command": self.command,
-            "args": self.args,
-            "cwd": self.cwd,
-            "process_group_killed": self.process_group_killed,
-            "log_path": self.log_path,
+            "state": p.state.as_str(),
+            "pid": p.pid,
+            "started_at": p.started_at,
+            "exited_at": p.exited_at,
+            "exit_code": p.exit_code,
+            "signal": p.signal.map(signal_name),
+            "signal_number": p.signal,
+            "error": p.error,
+            "stop_requested": p.stop_requested,
+            "command": if hidden { "" } else { p.command.as_str() },
+            "args": if hidden { &[][..] } else { p.args.as_slice() },
+            "cwd": if hidden { "" } else { p.cwd.as_str() },
+            "process_group_killed": p.process_group_killed,
+            "log_path": if hidden { None } else { p.log_path.as_deref() },
             "log_lines": self.logs.lines,
             "log_dropped": self.logs.dropped,
             "log_truncated_bytes": self.logs.truncated_bytes,
             "file_log_dropped": self.logs.file_dropped,
             "file_log_failed": self.logs.file_failed,
-            "adopted": self.adopted,
+            "adopted": p.adopted,
         })
     }
 }
@@ -268,7 +244,7 @@ pub fn signal_name(number: i32) -> String {
 }
 
 /// Log statistics shown with the process.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct LogCounters {
     pub lines: usize,
     pub dropped: u64,

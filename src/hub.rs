@@ -10,22 +10,17 @@
 
 use std::fmt;
 use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::{json, Value};
 
 use crate::capabilities;
 use crate::config::Config;
-
-use crate::session::{self, Note, Publisher, Session, Sessions, SpecDefaults, WorkerHooks};
-use crate::store::{Db, ProcessRecord, SessionRecord, Store, StoreError};
-use crate::transcript::Transcript;
-use crate::util::bounded_writer::{self, BoundedWriter};
-use crate::util::{fsutil, time};
-use crate::wire::worker::plan::PlanRecord;
-use crate::wsconn::sockets::Sockets;
+use crate::services::Services;
+use crate::session::{self, Note};
+use crate::store::{SessionRecord, Store, StoreError};
+use crate::util::fsutil;
 
 /// A front-end that pushes changes to its clients (the panel socket, and
 /// the Shard transports after it). `publish` runs under the hub's publish
@@ -33,78 +28,6 @@ use crate::wsconn::sockets::Sockets;
 /// through the hub, queues frames without blocking, and returns.
 pub trait Subscriber: Send + Sync {
     fn publish(&self, hub: &Hub, note: &Note);
-}
-
-/// Failures of hub operations, mapped to stable codes by the API layer.
-#[derive(Debug)]
-pub enum HubError {
-    /// The id or spec is not acceptable.
-    InvalidSession(String),
-    SessionExists(String),
-    UnknownSession(String),
-    SessionBusy {
-        id: String,
-        reason: &'static str,
-    },
-    /// The store refused or failed a read or write.
-    Store(StoreError),
-    /// A session directory could not be created.
-    Files {
-        path: PathBuf,
-        err: std::io::Error,
-    },
-}
-
-impl fmt::Display for HubError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            HubError::InvalidSession(msg) => f.write_str(msg),
-            HubError::SessionExists(id) => {
-                write!(
-                    f,
-                    "session {} already exists",
-                    crate::wire::worker::display::quote(id)
-                )
-            }
-            HubError::UnknownSession(id) => {
-                write!(f, "no session {}", crate::wire::worker::display::quote(id))
-            }
-            HubError::SessionBusy { id, reason } => write!(
-                f,
-                "session {} is busy: {reason}",
-                crate::wire::worker::display::quote(id)
-            ),
-            HubError::Store(err) => write!(f, "storage failure: {err}"),
-            HubError::Files { path, err } => {
-                write!(
-                    f,
-                    "storage failure: cannot create {}: {err}",
-                    path.display()
-                )
-            }
-        }
-    }
-}
-
-impl HubError {
-    /// Whether the write failed because the data directory's disk is full.
-    pub fn is_disk_full(&self) -> bool {
-        match self {
-            HubError::Store(err) => err.is_disk_full(),
-            HubError::Files { err, .. } => crate::store::io_is_disk_full(err),
-            _ => false,
-        }
-    }
-}
-
-impl std::error::Error for HubError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            HubError::Store(err) => Some(err),
-            HubError::Files { err, .. } => Some(err),
-            _ => None,
-        }
-    }
 }
 
 /// Failures that stop the hub from starting.
@@ -171,40 +94,19 @@ pub struct RunOptions {
     pub static_dir: Option<PathBuf>,
 }
 
-/// The running hub's shared state.
+/// The running hub: the shared handles ([`Services`], reached through
+/// `Deref`), the services layered on them, and what only the front-ends
+/// need.
 pub struct Hub {
-    pub config: Config,
+    /// The shared handles (see `services`).
+    pub services: Arc<Services>,
     pub static_dir: Option<PathBuf>,
     /// Fresh per hub process; tells clients their replay cursor is stale.
     pub epoch: String,
-    /// The store handle (`hub.db`).
-    pub store: Arc<Db>,
-    /// The session registry (the one way to a session record).
-    pub sessions: Arc<Sessions>,
-    local_addr: OnceLock<SocketAddr>,
-    /// The bound remote-tools listener address.
-    tools_addr: OnceLock<SocketAddr>,
-    /// The offline model provider's base URL, once it listens.
-    mock_base_url: OnceLock<String>,
-    /// Open tool sockets, bounded by `toolRequests.maxConnections`.
-    tool_sockets: Arc<AtomicUsize>,
-    /// Serializes plan replacements so revisions, `plan.json` and panel
-    /// notes follow commit order. Never held with another hub lock.
-    plan_lock: Mutex<()>,
-    /// The publisher (the one way changes are announced).
-    pub publisher: Arc<Publisher>,
-    /// Every accepted socket, so shutdown can close them all.
-    pub sockets: Arc<Sockets>,
-    shutting_down: AtomicBool,
-    /// Headless subagent families: fork serialization, terminal records,
-    /// the recovery block.
-    pub family: crate::subagents::family::Family,
+    /// The headless subagent service (families, their recovery).
+    pub subagents: Arc<crate::subagents::Service>,
     /// Pending read-only worker queries (`worker::query`).
     pub queries: Arc<crate::worker::query::Queries>,
-    /// The headless subagent service's worker hooks, wired in by `run.rs`
-    /// once the hub exists (none until then: a hub that serves no worker
-    /// needs none).
-    hooks: OnceLock<Arc<dyn WorkerHooks>>,
     /// Asks the process's main thread to run the ordinary shutdown (set by
     /// `entry.rs`; absent when the hub runs inside another program).
     shutdown_request: OnceLock<Box<dyn Fn() + Send + Sync>>,
@@ -212,6 +114,14 @@ pub struct Hub {
     pub library: crate::library::store::Library,
     /// The predefined skills (`<dataDir>/skills`).
     pub skills: crate::skills::store::Skills,
+}
+
+impl std::ops::Deref for Hub {
+    type Target = Services;
+
+    fn deref(&self) -> &Services {
+        &self.services
+    }
 }
 
 impl Hub {
@@ -247,25 +157,19 @@ impl Hub {
         .map_err(StartError::Store)?;
         let records = store.load_sessions().map_err(StartError::Store)?;
         crate::supervisor::context::sweep(&data_dir);
+        let services = Arc::new(Services::new(config, store));
+        let queries = Arc::new(crate::worker::query::Queries::new());
         let hub = Hub {
             library,
             skills,
-            config,
+            subagents: Arc::new(crate::subagents::Service::new(
+                services.clone(),
+                queries.clone(),
+            )),
+            services,
             static_dir: options.static_dir,
             epoch: uuid::Uuid::new_v4().to_string(),
-            store: Arc::new(Db::new(store)),
-            sessions: Arc::new(Sessions::default()),
-            local_addr: OnceLock::new(),
-            tools_addr: OnceLock::new(),
-            mock_base_url: OnceLock::new(),
-            tool_sockets: Arc::new(AtomicUsize::new(0)),
-            plan_lock: Mutex::new(()),
-            publisher: Arc::new(Publisher::default()),
-            sockets: Arc::new(Sockets::default()),
-            shutting_down: AtomicBool::new(false),
-            family: crate::subagents::family::Family::default(),
-            queries: Arc::new(crate::worker::query::Queries::new()),
-            hooks: OnceLock::new(),
+            queries,
             shutdown_request: OnceLock::new(),
         };
         for rec in records {
@@ -277,7 +181,7 @@ impl Hub {
             let s = hub.new_session(rec);
             hub.sessions.lock().insert(s);
         }
-        crate::subagents::family::load(&hub);
+        crate::subagents::family::load(&hub.subagents);
         Ok(hub)
     }
 
@@ -334,7 +238,7 @@ impl Hub {
             self.config.listen.port,
             MAIN_LISTENER,
         )?;
-        let _ = self.local_addr.set(local);
+        self.services.set_local_addr(local);
         Ok(listener)
     }
 
@@ -346,143 +250,8 @@ impl Hub {
             self.config.tool_requests.port,
             TOOLS_LISTENER,
         )?;
-        let _ = self.tools_addr.set(local);
+        self.services.set_tools_addr(local);
         Ok(listener)
-    }
-
-    /// The bound remote-tools listener address (after [`Hub::bind_tools`]).
-    pub fn tools_addr(&self) -> Option<SocketAddr> {
-        self.tools_addr.get().copied()
-    }
-
-    /// Records the offline model provider's base URL (`run.rs`, once it
-    /// listens); worker configurations written after this point at it.
-    pub fn set_mock_base_url(&self, url: String) {
-        let _ = self.mock_base_url.set(url);
-    }
-
-    /// The offline model provider's base URL, while it runs.
-    pub fn mock_base_url(&self) -> Option<&str> {
-        self.mock_base_url.get().map(String::as_str)
-    }
-
-    /// Reserves one of the `toolRequests.maxConnections` tool socket
-    /// slots; `None` when all are taken. The slot is freed when dropped.
-    pub fn try_tool_slot(&self) -> Option<ToolSlot> {
-        let max = self.config.tool_requests.max_connections;
-        self.tool_sockets
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |open| {
-                (open < max).then_some(open + 1)
-            })
-            .ok()
-            .map(|_| ToolSlot(self.tool_sockets.clone()))
-    }
-
-    /// The bound main listener address (after [`Hub::bind`]).
-    pub fn local_addr(&self) -> SocketAddr {
-        *self
-            .local_addr
-            .get()
-            .expect("local_addr read before the listener was bound")
-    }
-
-    /// A session object with its transcript and events file, from a record.
-    pub(crate) fn new_session(&self, rec: SessionRecord) -> Session {
-        let limits = &self.config.limits;
-        let transcript = Transcript::new(limits.transcript_events, limits.transcript_bytes);
-        let events_path = self.session_dir(&rec.id).join("events.jsonl");
-        let mut s = Session::new(
-            rec.id,
-            rec.created_at,
-            rec.spec,
-            rec.token,
-            rec.lifecycle_id,
-            transcript,
-        );
-        let headless = rec.kind == crate::subagents::KIND;
-        s.set_log_caps(limits.log_lines, limits.log_ring_bytes);
-        // Headless events are consumed transiently: no events file.
-        let events_file = (!headless).then(|| {
-            Arc::new(BoundedWriter::new(
-                events_path,
-                bounded_writer::DEFAULT_BUDGET,
-                bounded_writer::jsonl_omission_marker,
-                format!("session {} events.jsonl", s.id()),
-            ))
-        });
-        let plan = match self.store.lock().get_plan(s.id()) {
-            Ok(plan) => plan,
-            Err(err) => {
-                log::warn!("session {}: plan not readable: {err}", s.id());
-                PlanRecord::default()
-            }
-        };
-        s = s
-            .with_kind(rec.kind)
-            .with_events_file(events_file)
-            .with_plan(plan);
-        s
-    }
-
-    /// Normalizes a spec against this hub's defaults.
-    pub fn normalize_spec(&self, spec: &Value) -> Result<Value, session::SpecError> {
-        session::normalize_spec(Some(spec), &self.spec_defaults())
-    }
-
-    /// Replaces a session's spec in memory and in the store.
-    pub fn persist_spec(&self, id: &str, spec: &Value) {
-        let changed = self
-            .sessions
-            .with(id, |s| s.replace_spec(spec))
-            .unwrap_or(false);
-        if changed {
-            if let Err(err) = self.store.lock().update_session_spec(id, spec) {
-                log::warn!("session {id}: spec not stored: {err}");
-            }
-        }
-    }
-
-    /// The port workers are told for remote tools: the port the tools
-    /// listener is actually bound to (the configured one before binding).
-    /// The addresses workers dial: the main listener, and the tools
-    /// listener (bound elsewhere when `toolRequests.host` says so).
-    pub fn worker_addrs(&self) -> (SocketAddr, SocketAddr) {
-        let main = self.local_addr();
-        let tools = self
-            .tools_addr()
-            .unwrap_or_else(|| SocketAddr::new(main.ip(), self.tools_port()));
-        (main, tools)
-    }
-
-    pub fn tools_port(&self) -> u16 {
-        self.tools_addr
-            .get()
-            .map_or(self.config.tool_requests.port, SocketAddr::port)
-    }
-
-    /// Sessions whose worker process is starting, running or stopping.
-    pub fn active_worker_sessions(&self) -> Vec<String> {
-        self.sessions
-            .lock()
-            .list()
-            .into_iter()
-            .filter(|s| s.process().is_some_and(|p| p.state.is_active()))
-            .map(|s| s.id().to_string())
-            .collect()
-    }
-
-    /// Recorded worker processes from the store (for adoption at start).
-    pub fn stored_processes(&self) -> Vec<ProcessRecord> {
-        self.store.lock().load_processes().unwrap_or_else(|err| {
-            log::warn!("cannot read process records: {err}");
-            Vec::new()
-        })
-    }
-
-    /// The worker token of session `id` (copied out for a comparison done
-    /// outside the lock).
-    pub fn session_token(&self, id: &str) -> Option<String> {
-        self.sessions.lock().get(id).map(|s| s.token().to_string())
     }
 
     /// Sets how a client's shutdown request reaches the main thread.
@@ -505,10 +274,6 @@ impl Hub {
             }
             None => false,
         }
-    }
-
-    pub fn is_shutting_down(&self) -> bool {
-        self.shutting_down.load(Ordering::Acquire)
     }
 
     /// The handles and limits a worker's event socket works with.
@@ -552,98 +317,6 @@ impl Hub {
         self.meta()
     }
 
-    /// The worker hooks (see [`WorkerHooks`]).
-    pub fn hooks(&self) -> Arc<dyn WorkerHooks> {
-        match self.hooks.get() {
-            Some(hooks) => hooks.clone(),
-            None => Arc::new(session::NoHooks),
-        }
-    }
-
-    /// Wires in the service layered on sessions (once; later calls are
-    /// ignored).
-    pub fn set_hooks(&self, hooks: Arc<dyn WorkerHooks>) {
-        let _ = self.hooks.set(hooks);
-    }
-
-    /// The stored plan of session `id` (revision 0, empty, no timestamp
-    /// when none was ever written).
-    pub fn read_plan(&self, id: &str) -> Result<PlanRecord, HubError> {
-        self.store.lock().get_plan(id).map_err(HubError::Store)
-    }
-
-    /// Replaces the plan of session `id` with `markdown` (already
-    /// validated and normalized by the caller). Identical text changes
-    /// nothing. Otherwise the revision is bumped and committed to the store
-    /// first; then `plan.json` is mirrored (best effort: the store is the
-    /// authority) and panels are notified. The caller answers the worker
-    /// after this returns, so the commit precedes the reply.
-    pub fn replace_plan(&self, id: &str, markdown: &str) -> Result<PlanChange, HubError> {
-        let _publishing = self.plan_lock.lock().unwrap_or_else(|p| p.into_inner());
-        let current = self.read_plan(id)?;
-        if current.markdown == markdown {
-            return Ok(PlanChange {
-                plan: current,
-                changed: false,
-            });
-        }
-        let next = PlanRecord {
-            markdown: markdown.to_string(),
-            revision: current.revision + 1,
-            updated_at: Some(time::now_rfc3339()),
-        };
-        self.store
-            .lock()
-            .put_plan(id, &next)
-            .map_err(HubError::Store)?;
-        let value = crate::wire::worker::plan::read_result(&next);
-        let path = self.session_dir(id).join("plan.json");
-        let text = serde_json::to_vec_pretty(&value).unwrap_or_default();
-        if let Err(err) = fsutil::write_private_atomic(&path, &text) {
-            log::warn!(
-                "session {id}: plan revision {} stored, but {} not written: {err}",
-                next.revision,
-                path.display()
-            );
-        }
-        log::info!("session {id}: plan revision {}", next.revision);
-        // Published to the cache before the broadcast, under the lock that
-        // subscriptions take: a subscriber sees this revision either in its
-        // `subscribed` frame or in the `plan` message after it.
-        self.sessions.with(id, |s| s.publish_plan(next.clone()));
-        self.publisher.notify(Note::Plan {
-            session: id.to_string(),
-            plan: next.clone(),
-        });
-        Ok(PlanChange {
-            plan: next,
-            changed: true,
-        })
-    }
-
-    /// Transcript entries after `since`, at most `limit`, plus the latest
-    /// sequence. `None` for an unknown session.
-    pub fn events_since(&self, id: &str, since: u64, limit: usize) -> Option<(u64, Vec<Arc<str>>)> {
-        self.sessions.with(id, |s| {
-            let entries = s.transcript().since(since, limit);
-            (
-                s.transcript().latest(),
-                entries.into_iter().map(|e| e.json).collect(),
-            )
-        })
-    }
-
-    /// `<dataDir>/sessions/<id>`, or `<dataDir>/subagents/<id>` for a
-    /// headless child (the generated namespace).
-    pub fn session_dir(&self, id: &str) -> PathBuf {
-        let root = if crate::session::headless::is_child_id(id) {
-            "subagents"
-        } else {
-            "sessions"
-        };
-        self.config.data_dir.join(root).join(id)
-    }
-
     /// `/api/meta`: what a client needs before it authenticates. No paths,
     /// no credentials.
     pub fn meta(&self) -> Value {
@@ -666,180 +339,20 @@ impl Hub {
         })
     }
 
-    fn spec_defaults(&self) -> SpecDefaults {
-        SpecDefaults::from_config(&self.config)
-    }
-
-    pub fn describe_sessions(&self) -> Vec<Value> {
-        self.sessions
-            .lock()
-            .list()
-            .into_iter()
-            .map(Session::describe)
-            .collect()
-    }
-
-    /// The current description of one open prompt (64 KiB preview).
-    pub fn describe_prompt(&self, session: &str, confirmation_id: &str) -> Option<Value> {
-        self.sessions
-            .with(session, |s| {
-                s.prompt(confirmation_id)
-                    .map(|p| s.describe_prompt(p, crate::session::PROMPT_PREVIEW_BYTES))
-            })
-            .flatten()
-    }
-
-    pub fn describe_session(&self, id: &str) -> Option<Value> {
-        self.sessions.lock().get(id).map(Session::describe)
-    }
-
-    /// `None` for an unknown session, else whether it is headless (one
-    /// registry look for the command layer's checks).
-    pub fn session_kind(&self, id: &str) -> Option<bool> {
-        self.sessions
-            .lock()
-            .get(id)
-            .map(|s| s.is_headless() || s.kind() == crate::subagents::KIND)
-    }
-
-    /// Creates a session: validates, records it durably, creates its
-    /// directory, runs `prepare` on it (a configuration snapshot), then
-    /// makes it visible. A failed `prepare` undoes the creation.
-    pub fn create_session_with<E: From<HubError>>(
-        &self,
-        id: &str,
-        spec: Option<&Value>,
-        prepare: impl FnOnce(&Path) -> Result<(), E>,
-    ) -> Result<Value, E> {
-        session::check_new_id(id).map_err(|e| HubError::InvalidSession(e.to_string()))?;
-        let spec = session::normalize_spec(spec, &self.spec_defaults())
-            .map_err(|e| HubError::InvalidSession(e.to_string()))?;
-        if self.sessions.lock().contains(id) {
-            return Err(HubError::SessionExists(id.into()).into());
-        }
-        let record = SessionRecord {
-            id: id.into(),
-            created_at: time::now_rfc3339(),
-            spec,
-            token: new_token(),
-            lifecycle_id: uuid::Uuid::new_v4().to_string(),
-            kind: "ordinary".into(),
-        };
-        match self.store.lock().insert_session(&record) {
-            Ok(()) => {}
-            Err(StoreError::SessionExists { .. }) => {
-                return Err(HubError::SessionExists(id.into()).into())
-            }
-            Err(err) => return Err(HubError::Store(err).into()),
-        }
-        let dir = self.session_dir(id);
-        let existed = std::fs::symlink_metadata(&dir).is_ok();
-        if let Err(err) = fsutil::create_private_dir(&dir) {
-            let _ = self.store.lock().delete_session(id);
-            return Err(HubError::Files { path: dir, err }.into());
-        }
-        if let Err(err) = prepare(&dir) {
-            let _ = self.store.lock().delete_session(id);
-            if !existed {
-                let _ = remove_session_dir(&dir);
-            }
-            return Err(err);
-        }
-        let session = self.new_session(record);
-        let described = session.describe();
-        self.sessions.lock().insert(session);
-        log::info!("session {id} created");
-        Ok(described)
-    }
-
-    /// Deletes a session that is not busy: the store record, then the whole
-    /// session directory.
-    pub fn delete_session(&self, id: &str) -> Result<(), HubError> {
-        {
-            let mut sessions = self.sessions.lock();
-            let session = sessions
-                .get_mut(id)
-                .ok_or_else(|| HubError::UnknownSession(id.into()))?;
-            session
-                .begin_removal()
-                .map_err(|reason| HubError::SessionBusy {
-                    id: id.into(),
-                    reason,
-                })?;
-        }
-        let result = self
-            .store
-            .lock()
-            .delete_session(id)
-            .map_err(HubError::Store);
-        if let Err(err) = result {
-            if let Some(s) = self.sessions.lock().get_mut(id) {
-                s.cancel_removal();
-            }
-            return Err(err);
-        }
-        // Taken out of the registry first: the files are closed with no
-        // lock held, before the directory goes.
-        let removed = self.sessions.lock().remove(id);
-        if let Some(mut removed) = removed {
-            let log_file = removed.take_log_file();
-            for file in removed.events_file().into_iter().chain(log_file.as_ref()) {
-                file.close(std::time::Duration::from_millis(200));
-            }
-        }
-        let dir = self.session_dir(id);
-        if let Err(err) = remove_session_dir(&dir) {
-            // The session is gone from the store; a leftover directory is
-            // reported, and a later create of the same id starts over it.
-            log::warn!("session {id} removed, but {} remains: {err}", dir.display());
-        }
-        log::info!("session {id} deleted");
-        Ok(())
-    }
-
     /// Closes every worker and confirmation socket (prompts are retired by
     /// their threads), flushes the events files and the worker logs with
     /// a one-second deadline for all, then checkpoints and closes the
     /// store.
     pub fn shutdown(&self) {
-        self.shutting_down.store(true, Ordering::Release);
+        self.services.begin_shutdown();
         self.sockets.close_all();
-        let files: Vec<Arc<BoundedWriter>> = self
-            .sessions
-            .lock()
-            .list()
-            .into_iter()
-            .flat_map(|s| [s.events_file().cloned(), s.log_file().cloned()])
-            .flatten()
-            .collect();
-        let deadline = std::time::Instant::now() + bounded_writer::CLOSE_DEADLINE;
-        for file in files {
-            file.close(deadline.saturating_duration_since(std::time::Instant::now()));
-        }
+        self.services.close_session_files();
         // Connection threads may still hold the hub; the store is closed
         // here, not when the last of them lets go.
         if let Err(err) = self.store.lock().close() {
             log::warn!("the store did not close cleanly: {err}");
         }
         log::info!("hub stopped");
-    }
-}
-
-/// The outcome of [`Hub::replace_plan`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct PlanChange {
-    pub plan: PlanRecord,
-    /// False when the text was identical (nothing was written).
-    pub changed: bool,
-}
-
-/// One reserved tool socket slot (see [`Hub::try_tool_slot`]).
-#[derive(Debug)]
-pub struct ToolSlot(Arc<AtomicUsize>);
-
-impl Drop for ToolSlot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -873,28 +386,6 @@ fn bind_host(
     })))
 }
 
-/// Removes a session directory without following a symlink in its place.
-pub(crate) fn remove_session_dir(dir: &Path) -> std::io::Result<()> {
-    match std::fs::symlink_metadata(dir) {
-        Ok(meta) if meta.file_type().is_symlink() => Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "refusing to delete through a symlink",
-        )),
-        Ok(_) => std::fs::remove_dir_all(dir),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(err) => Err(err),
-    }
-}
-
-/// A fresh per-session worker token: 256 random bits as hex.
-pub(crate) fn new_token() -> String {
-    format!(
-        "{}{}",
-        uuid::Uuid::new_v4().simple(),
-        uuid::Uuid::new_v4().simple()
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -909,55 +400,6 @@ mod tests {
         })
         .to_string();
         Hub::open(crate::config::test_config(&text), RunOptions::default()).unwrap()
-    }
-
-    #[test]
-    fn plans_bump_only_on_change_and_are_mirrored() {
-        let tmp = TempDir::new("hub-plan");
-        let hub = open_hub(&tmp, json!({}));
-        hub.create_session_with("p", None, |_| Ok::<(), HubError>(()))
-            .unwrap();
-        assert_eq!(hub.read_plan("p").unwrap(), PlanRecord::default());
-        let first = hub.replace_plan("p", "# one").unwrap();
-        assert!(first.changed);
-        assert_eq!(first.plan.revision, 1);
-        assert!(first.plan.updated_at.is_some());
-        let same = hub.replace_plan("p", "# one").unwrap();
-        assert_eq!(
-            same,
-            PlanChange {
-                plan: first.plan.clone(),
-                changed: false
-            }
-        );
-        let cleared = hub.replace_plan("p", "").unwrap();
-        assert_eq!((cleared.plan.revision, cleared.changed), (2, true));
-        assert_eq!(
-            hub.sessions.with("p", |s| s.plan().clone()),
-            Some(cleared.plan.clone())
-        );
-        let file = hub.session_dir("p").join("plan.json");
-        let mirrored: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
-        assert_eq!(
-            mirrored,
-            crate::wire::worker::plan::read_result(&cleared.plan)
-        );
-        // A session that does not exist cannot get a plan.
-        assert!(matches!(
-            hub.replace_plan("nope", "x"),
-            Err(HubError::Store(_))
-        ));
-    }
-
-    #[test]
-    fn tool_slots_are_capped_and_freed_on_drop() {
-        let tmp = TempDir::new("hub-slots");
-        let hub = open_hub(&tmp, json!({"maxConnections": 2}));
-        let a = hub.try_tool_slot().unwrap();
-        let _b = hub.try_tool_slot().unwrap();
-        assert!(hub.try_tool_slot().is_none());
-        drop(a);
-        assert!(hub.try_tool_slot().is_some());
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub(crate) mod ops;
 pub(crate) mod panel;
 pub(crate) mod reply;
 pub(crate) mod run;
+pub(crate) mod services;
 pub(crate) mod session;
 pub(crate) mod shard;
 pub(crate) mod skills;

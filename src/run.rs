@@ -36,7 +36,9 @@ impl Running {
     pub fn start(config: Config, options: RunOptions) -> Result<Running, StartError> {
         crate::util::time::start_monotonic();
         let hub = Arc::new(Hub::open(config, options)?);
-        hub.set_hooks(Arc::new(crate::subagents::hooks::Subagents::new(&hub)));
+        hub.set_hooks(Arc::new(crate::subagents::hooks::Subagents::new(
+            &hub.subagents,
+        )));
         report_fd_limit(&hub);
         let panels = Panels::new();
         hub.subscribe(panels.clone());
@@ -74,8 +76,8 @@ impl Running {
         };
         let recorded = hub.stored_processes();
         let launched: Vec<String> = recorded.iter().map(|r| r.session_id.clone()).collect();
-        crate::supervisor::control::adopt(&hub, recorded);
-        crate::subagents::family::restore(&hub, &launched);
+        crate::supervisor::control::adopt(&hub.services, recorded);
+        crate::subagents::family::restore(&hub.subagents, &launched);
         let server = crate::http::start(hub.clone(), panels, gate.clone(), shard.clone(), listener)
             .map_err(|err| StartError::Bind {
                 listener: MAIN_LISTENER,
@@ -143,9 +145,9 @@ impl Running {
         if let Some(socket) = self.socket {
             socket.shutdown();
         }
-        crate::subagents::family::freeze_all(&self.hub);
-        crate::supervisor::control::stop_all(&self.hub);
-        crate::subagents::family::shutdown(&self.hub);
+        crate::subagents::family::freeze_all(&self.hub.subagents);
+        crate::supervisor::control::stop_all(&self.hub.services);
+        crate::subagents::family::shutdown(&self.hub.subagents);
         if let Some(mock) = &self.mock {
             mock.stop();
         }

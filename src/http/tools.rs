@@ -107,7 +107,7 @@ fn upgrade(hub: &Arc<Hub>, rq: Request) -> Result<(), (Request, ApiError)> {
             return Ok(());
         }
     };
-    let hub = hub.clone();
+    let subagents = hub.subagents.clone();
     let upgrade = Upgrade {
         session_id,
         route,
@@ -118,7 +118,7 @@ fn upgrade(hub: &Arc<Hub>, rq: Request) -> Result<(), (Request, ApiError)> {
         },
     };
     let spawned = crate::util::thread::spawn("worker-tools", Stack::Large, move || {
-        tools::run(hub, upgrade, accepted, slot)
+        tools::run(subagents, upgrade, accepted, slot)
     });
     if let Err(err) = spawned {
         log::error!("cannot start a tool socket thread: {err}");

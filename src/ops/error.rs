@@ -8,7 +8,7 @@ use std::fmt;
 
 use serde_json::{Map, Value};
 
-use crate::hub::HubError;
+use crate::services::HubError;
 use crate::session::SendError;
 use crate::subagents::Refusal;
 use crate::worker::confirm::DecideError;

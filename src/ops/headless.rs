@@ -20,13 +20,13 @@ pub fn set_policy(hub: &Hub, id: &str, policy: &str) -> Result<Policy, OpError> 
             "policy must be one of \"ask\", \"deny\", \"approve\"",
         )
     })?;
-    family::set_policy(hub, id, policy)?;
+    family::set_policy(&hub.subagents, id, policy)?;
     Ok(policy)
 }
 
 /// A headless child's cleanup state.
 pub fn recovery(hub: &Hub, id: &str) -> Result<Value, OpError> {
-    match family::recovery_info(hub, id) {
+    match family::recovery_info(&hub.subagents, id) {
         Some(info) => Ok(info),
         None if hub.session_kind(id).is_some() => Err(OpError::new(
             ErrorKind::InvalidPolicy,
@@ -52,11 +52,11 @@ pub fn recover(
             "lifecycle_id must be the child's current lifecycle id",
         ));
     }
-    Ok(family::recover(hub, id, action, lifecycle_id)?)
+    Ok(family::recover(&hub.subagents, id, action, lifecycle_id)?)
 }
 
 /// Whether worker launches are blocked by broken subagent storage:
 /// `{blocked, reason}`.
 pub fn global_recovery(hub: &Hub) -> Value {
-    family::global_recovery(hub)
+    family::global_recovery(&hub.subagents)
 }

@@ -145,7 +145,7 @@ pub fn act(hub: &Arc<Hub>, id: &str, action: Action, spec: Option<Value>, done: 
     }
     match action {
         Action::Start => done(Ok(ActionResult::Start(control::start(
-            hub,
+            &hub.services,
             id,
             spec.as_ref(),
         )))),
@@ -158,7 +158,7 @@ pub fn act(hub: &Arc<Hub>, id: &str, action: Action, spec: Option<Value>, done: 
             // Answered once the exit is recorded too: a client that saw
             // the stop succeed may act on the stopped session at once
             // (apply a configuration, delete it).
-            let hub2 = hub.clone();
+            let hub2 = hub.services.clone();
             let sid = id.to_string();
             let stopped = Box::new(move |stop: StopResult| {
                 if stop.is_ok() {
@@ -166,10 +166,10 @@ pub fn act(hub: &Arc<Hub>, id: &str, action: Action, spec: Option<Value>, done: 
                 }
                 done(Ok(ActionResult::Stop(stop)))
             });
-            control::stop(hub, id, mode, stopped);
+            control::stop(&hub.services, id, mode, stopped);
         }
         Action::Restart => {
-            let hub2 = hub.clone();
+            let hub2 = hub.services.clone();
             let sid = id.to_string();
             let stopped = Box::new(move |stop: StopResult| {
                 let start = stop.is_ok().then(|| {
@@ -178,7 +178,7 @@ pub fn act(hub: &Arc<Hub>, id: &str, action: Action, spec: Option<Value>, done: 
                 });
                 done(Ok(ActionResult::Restart { stop, start }))
             });
-            control::stop(hub, id, StopMode::Graceful, stopped);
+            control::stop(&hub.services, id, StopMode::Graceful, stopped);
         }
     }
 }
@@ -479,7 +479,7 @@ impl crate::hub::Subscriber for DeferredStops {
             (hub, id),
             |(hub, id)| {
                 log::info!("session {id}: its run finished; stopping the worker as asked");
-                control::stop(&hub, &id, StopMode::Graceful, Box::new(|_| {}));
+                control::stop(&hub.services, &id, StopMode::Graceful, Box::new(|_| {}));
             },
         );
         if let Err((err, (_, id))) = started {

@@ -1,7 +1,7 @@
 //! What a service layered on sessions (the headless subagents) adds to a
 //! worker's lifecycle. The worker side and the supervisor call these
 //! hooks instead of that service, so they do not import it; `run.rs`
-//! wires the implementation in (`Hub::set_hooks`).
+//! wires the implementation in (`Services::set_hooks`).
 
 use super::Session;
 use crate::wire::worker::envelope::Envelope;
@@ -18,6 +18,9 @@ pub trait WorkerHooks: Send + Sync {
     /// Session `id`'s worker process is confirmed gone and its output
     /// pipes are closed (no lock held).
     fn process_gone(&self, id: &str);
+    /// Why every worker launch is refused now, if it is (the service's
+    /// own storage needs repair first).
+    fn launch_blocked(&self) -> Option<String>;
 }
 
 /// No service layered on sessions.
@@ -35,6 +38,10 @@ impl WorkerHooks for NoHooks {
     fn stopping(&self, _: &str) {}
 
     fn process_gone(&self, _: &str) {}
+
+    fn launch_blocked(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Work a hook leaves for after the registry lock.

@@ -240,7 +240,7 @@ fn issue_ticket(hub: &Hub, gate: &Gate, rq: &Request, query: &str) -> Result<Rep
         )
     })?;
     panel_token(hub, rq, query)?;
-    let secret = crate::hub::new_token();
+    let secret = crate::services::new_token();
     let now = gate.now();
     let issued = gate.book().issue(&secret, origin, now);
     let deadline = issued.map_err(|ticket::Full| {

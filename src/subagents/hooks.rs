@@ -4,8 +4,8 @@
 
 use std::sync::{Arc, Weak};
 
-use crate::hub::Hub;
 use crate::session::{Followup, Session, WorkerHooks};
+use crate::subagents::Service;
 use crate::wire::worker::envelope::Envelope;
 
 use super::family;
@@ -13,15 +13,15 @@ use crate::session::headless::observe;
 
 /// Headless children's reactions to their workers.
 pub struct Subagents {
-    /// The hub whose families these are (held weakly: the hub holds the
-    /// hooks).
-    hub: Weak<Hub>,
+    /// The service whose families these are (held weakly: the shared
+    /// handles hold the hooks, and the service holds the handles).
+    sv: Weak<Service>,
 }
 
 impl Subagents {
-    pub fn new(hub: &Arc<Hub>) -> Subagents {
+    pub fn new(sv: &Arc<Service>) -> Subagents {
         Subagents {
-            hub: Arc::downgrade(hub),
+            sv: Arc::downgrade(sv),
         }
     }
 }
@@ -34,23 +34,23 @@ impl WorkerHooks for Subagents {
         let seen = observe::observe(s, env, now);
         let id = s.id().to_string();
         let changed = seen.changed;
-        let hub = self.hub.clone();
+        let sv = self.sv.clone();
         let work = move || {
-            let Some(hub) = hub.upgrade() else {
+            let Some(sv) = sv.upgrade() else {
                 return;
             };
-            let hub = &hub;
+            let sv = &sv;
             if let Some(meta) = &seen.meta {
-                family::persist_meta(hub, &id, meta);
+                family::persist_meta(sv, &id, meta);
             }
             if seen.outcomes {
-                family::persist_outcomes(hub, &id);
+                family::persist_outcomes(sv, &id);
             }
             if seen.conversation {
-                family::schedule_conversation_write(hub, &id);
+                family::schedule_conversation_write(sv, &id);
             }
             if seen.refresh {
-                family::start_refresh(hub, &id);
+                family::start_refresh(sv, &id);
             }
         };
         Followup {
@@ -63,26 +63,30 @@ impl WorkerHooks for Subagents {
         if !observe::disconnected(s, now) {
             return Followup::default();
         }
-        let (hub, id) = (self.hub.clone(), s.id().to_string());
+        let (sv, id) = (self.sv.clone(), s.id().to_string());
         Followup {
             changed: false,
             work: Some(Box::new(move || {
-                if let Some(hub) = hub.upgrade() {
-                    family::persist_outcomes(&hub, &id)
+                if let Some(sv) = sv.upgrade() {
+                    family::persist_outcomes(&sv, &id)
                 }
             })),
         }
     }
 
     fn stopping(&self, id: &str) {
-        if let Some(hub) = self.hub.upgrade() {
-            family::freeze_descendants(&hub, id);
+        if let Some(sv) = self.sv.upgrade() {
+            family::freeze_descendants(&sv, id);
         }
     }
 
     fn process_gone(&self, id: &str) {
-        if let Some(hub) = self.hub.upgrade() {
-            family::process_gone(&hub, id);
+        if let Some(sv) = self.sv.upgrade() {
+            family::process_gone(&sv, id);
         }
+    }
+
+    fn launch_blocked(&self) -> Option<String> {
+        self.sv.upgrade().and_then(|sv| sv.family.blocked())
     }
 }

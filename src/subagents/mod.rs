@@ -8,13 +8,16 @@
 //! - `family`: forks, lifecycle, cascading stops, cleanup, restart recovery.
 //! - `hooks`: what the worker side and the supervisor tell the service.
 //! - `routes`: the `subagent/*` tool routes (ownership, receipts, send, receive).
+//! - `service`: the handle every part takes ([`Service`]).
 
 pub mod args;
 pub mod family;
 pub mod hooks;
 pub mod routes;
+mod service;
 
 pub use crate::session::headless::KIND;
+pub use service::Service;
 
 /// A refused subagent operation: which refusal (each knows its stable
 /// code) and a diagnostic for people. The `subagent/*` tool routes answer

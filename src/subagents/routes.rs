@@ -10,24 +10,24 @@ use serde_json::{json, Map, Value};
 use super::args::{self, Call, SendOp};
 use super::family::{self, Caller};
 use super::Refusal;
-use crate::hub::Hub;
 use crate::session::headless::conversation::PAGE_BODY_BUDGET;
 use crate::session::headless::{Lifecycle, OutcomeState, ParentRef, RECEIVE_OUTCOMES};
 use crate::session::IdentityState;
 use crate::session::SendError;
 use crate::store::ReceiptRecord;
+use crate::subagents::Service;
 use crate::util::time;
 use crate::worker::query::{self, QueryError};
 
 /// Runs one validated subagent call for a verified caller.
 pub fn execute(
-    hub: &Arc<Hub>,
+    sv: &Arc<Service>,
     caller: &Caller,
     route: &str,
     arguments: &Value,
     call: Call,
 ) -> Result<Value, Refusal> {
-    let lifecycle_id = hub
+    let lifecycle_id = sv
         .sessions
         .with(&caller.session_id, |s| s.lifecycle_id().to_string())
         .ok_or_else(|| Refusal::Unauthorized("the caller session is gone".into()))?;
@@ -37,45 +37,45 @@ pub fn execute(
         worker_id: caller.worker_id.clone(),
     };
     match call {
-        Call::List => Ok(list(hub, &me)),
+        Call::List => Ok(list(sv, &me)),
         Call::Inspect {
             subagent_id,
             cursor,
             limit,
-        } => inspect(hub, &me, &subagent_id, cursor, limit),
+        } => inspect(sv, &me, &subagent_id, cursor, limit),
         Call::Answer {
             subagent_id,
             source,
             part,
             offset,
-        } => answer(hub, &me, &subagent_id, source, part, offset),
+        } => answer(sv, &me, &subagent_id, source, part, offset),
         Call::CleanFork => {
-            let receipt = Receipts::new(hub, &me, caller, route, arguments);
+            let receipt = Receipts::new(sv, &me, caller, route, arguments);
             if let Some(replay) = receipt.replay()? {
                 return Ok(replay);
             }
-            family::fork(hub, caller, |result| receipt.record(result))
+            family::fork(sv, caller, |result| receipt.record(result))
         }
         Call::Send { subagent_id, op } => {
-            let receipt = Receipts::new(hub, &me, caller, route, arguments);
+            let receipt = Receipts::new(sv, &me, caller, route, arguments);
             if let Some(replay) = receipt.replay()? {
                 return Ok(replay);
             }
-            send(hub, &me, &subagent_id, op, &receipt)
+            send(sv, &me, &subagent_id, op, &receipt)
         }
     }
 }
 
 /// The receipt of one mutating call: key and hash, lookup and write.
 struct Receipts<'a> {
-    hub: &'a Hub,
+    sv: &'a Service,
     key: String,
     hash: String,
 }
 
 impl<'a> Receipts<'a> {
     fn new(
-        hub: &'a Hub,
+        sv: &'a Service,
         me: &ParentRef,
         caller: &Caller,
         route: &str,
@@ -90,7 +90,7 @@ impl<'a> Receipts<'a> {
         ]
         .join("\u{1f}");
         Receipts {
-            hub,
+            sv,
             key,
             hash: args::receipt_hash(route, arguments),
         }
@@ -100,7 +100,7 @@ impl<'a> Receipts<'a> {
     /// (`replayed: true`); `request_conflict` for changed arguments.
     fn replay(&self) -> Result<Option<Value>, Refusal> {
         let stored = self
-            .hub
+            .sv
             .store
             .lock()
             .get_receipt(&self.key)
@@ -108,7 +108,7 @@ impl<'a> Receipts<'a> {
         let Some(stored) = stored else {
             return Ok(None);
         };
-        let ttl = self.hub.config.subagents.receipt_ttl_ms;
+        let ttl = self.sv.config.subagents.receipt_ttl_ms;
         if time::now_millis().saturating_sub(stored.created_ms) > ttl {
             return Ok(None);
         }
@@ -136,11 +136,11 @@ impl<'a> Receipts<'a> {
 
     /// Stores the receipt for `result` and prunes old ones.
     fn commit(&self, result: &Value) -> Result<(), Refusal> {
-        let store = self.hub.store.lock();
+        let store = self.sv.store.lock();
         store
             .put_receipt(&self.record(result))
             .map_err(|err| Refusal::Storage(err.to_string()))?;
-        let limits = &self.hub.config.subagents;
+        let limits = &self.sv.config.subagents;
         let oldest = time::now_millis().saturating_sub(limits.receipt_ttl_ms);
         if let Err(err) = store.prune_receipts(oldest, limits.max_receipts) {
             log::warn!("subagent receipts not pruned: {err}");
@@ -150,8 +150,8 @@ impl<'a> Receipts<'a> {
 }
 
 /// Checks that `id` is a live direct child of `me`.
-fn owned(hub: &Hub, me: &ParentRef, id: &str) -> Result<(), Refusal> {
-    let parent = hub
+fn owned(sv: &Service, me: &ParentRef, id: &str) -> Result<(), Refusal> {
+    let parent = sv
         .sessions
         .with(id, |s| s.headless().map(|c| c.parent().clone()))
         .flatten();
@@ -160,7 +160,7 @@ fn owned(hub: &Hub, me: &ParentRef, id: &str) -> Result<(), Refusal> {
         Some(_) => Err(Refusal::Unauthorized(
             "only the live parent worker can reach this child".into(),
         )),
-        None if retained(hub, me, id).is_some() => Err(Refusal::LifecycleClosed(
+        None if retained(sv, me, id).is_some() => Err(Refusal::LifecycleClosed(
             "the child has stopped and was cleaned up".into(),
         )),
         None => Err(Refusal::Unauthorized("no such child of the caller".into())),
@@ -168,9 +168,9 @@ fn owned(hub: &Hub, me: &ParentRef, id: &str) -> Result<(), Refusal> {
 }
 
 /// The caller's terminal record of `id`, if one is retained.
-fn retained(hub: &Hub, me: &ParentRef, id: &str) -> Option<family::Terminal> {
-    hub.family
-        .terminals(time::now_millis(), hub.config.subagents.receipt_ttl_ms)
+fn retained(sv: &Service, me: &ParentRef, id: &str) -> Option<family::Terminal> {
+    sv.family
+        .terminals(time::now_millis(), sv.config.subagents.receipt_ttl_ms)
         .into_iter()
         .find(|t| t.id == id && &t.parent == me)
 }
@@ -242,8 +242,8 @@ fn with_status(status: Value, extra: Value) -> Value {
 
 /// `subagent/receive {}`: the caller's direct children, with retained
 /// terminal records.
-fn list(hub: &Hub, me: &ParentRef) -> Value {
-    let mut children: Vec<Value> = hub
+fn list(sv: &Service, me: &ParentRef) -> Value {
+    let mut children: Vec<Value> = sv
         .sessions
         .lock()
         .list()
@@ -251,9 +251,9 @@ fn list(hub: &Hub, me: &ParentRef) -> Value {
         .filter(|s| s.headless().is_some_and(|c| c.parent() == me))
         .filter_map(status)
         .collect();
-    for t in hub
+    for t in sv
         .family
-        .terminals(time::now_millis(), hub.config.subagents.receipt_ttl_ms)
+        .terminals(time::now_millis(), sv.config.subagents.receipt_ttl_ms)
     {
         if &t.parent == me {
             children.push(terminal_status(&t));
@@ -267,14 +267,14 @@ fn list(hub: &Hub, me: &ParentRef) -> Value {
 /// `subagent/receive {subagent_id, cursor, limit}`: status, the latest
 /// outcomes, and the conversation page.
 fn inspect(
-    hub: &Hub,
+    sv: &Service,
     me: &ParentRef,
     id: &str,
     cursor: usize,
     limit: usize,
 ) -> Result<Value, Refusal> {
-    if let Some(t) = retained(hub, me, id) {
-        if hub.sessions.with(id, |_| ()).is_none() {
+    if let Some(t) = retained(sv, me, id) {
+        if sv.sessions.with(id, |_| ()).is_none() {
             let total = t.outcomes.len();
             let skip = total.saturating_sub(RECEIVE_OUTCOMES);
             return Ok(with_status(
@@ -287,8 +287,8 @@ fn inspect(
             ));
         }
     }
-    owned(hub, me, id)?;
-    hub.sessions
+    owned(sv, me, id)?;
+    sv.sessions
         .with(id, |s| {
             let c = s.headless()?;
             let conversation = c.conversation().page(cursor, limit, PAGE_BODY_BUDGET);
@@ -330,24 +330,24 @@ fn fit_requests(result: &mut Value) {
 /// child's answer, read from its worker; ownership is checked again
 /// after the awaited query.
 fn answer(
-    hub: &Hub,
+    sv: &Service,
     me: &ParentRef,
     id: &str,
     source: Value,
     part: u64,
     offset: u64,
 ) -> Result<Value, Refusal> {
-    owned(hub, me, id)?;
+    owned(sv, me, id)?;
     let payload = query::answer_payload(&json!({"source": source, "part": part, "offset": offset}))
         .map_err(|err| Refusal::InvalidArguments(err.to_string()))?;
-    let page = hub
+    let page = sv
         .queries
-        .ask(&hub.sessions, id, &payload, query::QUERY_DEADLINE);
-    owned(hub, me, id)?;
+        .ask(&sv.sessions, id, &payload, query::QUERY_DEADLINE);
+    owned(sv, me, id)?;
     match page {
         Ok(page) => {
             // As the Node hub: the child's status with the page beside it.
-            let current = hub.sessions.with(id, |s| status(s)).flatten();
+            let current = sv.sessions.with(id, |s| status(s)).flatten();
             let extra = json!({
                 "requests": [],
                 "requests_truncated": false,
@@ -377,13 +377,13 @@ fn answer(
 
 /// `subagent/send`: stop, or one payload to the child's worker.
 fn send(
-    hub: &Arc<Hub>,
+    sv: &Arc<Service>,
     me: &ParentRef,
     id: &str,
     op: SendOp,
     receipt: &Receipts,
 ) -> Result<Value, Refusal> {
-    owned(hub, me, id)?;
+    owned(sv, me, id)?;
     if let SendOp::Stop = op {
         let operation_id = format!("stop-{}", uuid::Uuid::new_v4());
         // The Node hub's `state`; `lifecycle` as this hub said before.
@@ -396,12 +396,12 @@ fn send(
         });
         // The receipt is durable before any supervised work starts.
         receipt.commit(&result)?;
-        family::begin_stop(hub, id, None);
+        family::begin_stop(sv, id, None);
         return Ok(result);
     }
     let operation = op.name();
     // The child must be ready, connected and open for admission.
-    let standing = hub
+    let standing = sv
         .sessions
         .with(id, |s| {
             let c = s.headless()?;
@@ -440,12 +440,12 @@ fn send(
         SendOp::Message { content, .. } => Some(content.clone()),
         _ => None,
     };
-    hub.sessions.with(id, |s| {
+    sv.sessions.with(id, |s| {
         if let Some(c) = s.headless_mut() {
             c.record_intent(&request_id, operation, content, &now);
         }
     });
-    family::persist_outcomes(hub, id);
+    family::persist_outcomes(sv, id);
     let recorded = json!({
         "subagent_id": id,
         "request_id": request_id,
@@ -454,7 +454,7 @@ fn send(
     });
     receipt.commit(&recorded)?;
     let input = payload_input(&request_id, op);
-    let sent = hub.sessions.send_input(&hub.publisher, id, &input);
+    let sent = sv.sessions.send_input(&sv.publisher, id, &input);
     let (state, refusal) = match &sent {
         Ok(_) => (OutcomeState::Sent, None),
         Err(SendError::NotConnected(msg)) | Err(SendError::UnknownSession(msg)) => (
@@ -470,13 +470,13 @@ fn send(
             Some(Refusal::DeliveryUnknown(other.to_string())),
         ),
     };
-    hub.sessions.with(id, |s| {
+    sv.sessions.with(id, |s| {
         if let Some(c) = s.headless_mut() {
             let error = refusal.as_ref().map(Refusal::message);
             c.settle_intent(&request_id, state, error, &time::now_rfc3339());
         }
     });
-    family::persist_outcomes(hub, id);
+    family::persist_outcomes(sv, id);
     match refusal {
         Some(refusal) => Err(refusal),
         None => Ok(json!({

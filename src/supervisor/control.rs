@@ -40,8 +40,8 @@ use super::sys::{self, Identity, Pinned};
 use super::tracked::waited;
 use super::{capture, container, launch, refresh, render};
 use crate::config::Config;
-use crate::hub::Hub;
 use crate::library::store::BadLaunchSnapshot;
+use crate::services::Services;
 use crate::session::Note;
 use crate::session::{NoStop, Session, SpecError, StartRefused};
 use crate::store::ProcessRecord;
@@ -77,11 +77,14 @@ pub const STARTUP_LAUNCH: &str = "startup-launch.jsonc";
 /// addressed with: the hub's own, or, for a session created from the
 /// configuration library, the hub's with the session's launch snapshot
 /// (`config/launch.jsonc`) applied. Reads the snapshot (no lock held).
-pub fn session_config<'a>(hub: &'a Hub, id: &str) -> Result<Cow<'a, Config>, BadLaunchSnapshot> {
-    let config_dir = hub.session_dir(id).join("config");
+pub fn session_config<'a>(
+    sv: &'a Services,
+    id: &str,
+) -> Result<Cow<'a, Config>, BadLaunchSnapshot> {
+    let config_dir = sv.session_dir(id).join("config");
     Ok(match crate::library::store::session_launch(&config_dir)? {
-        None => Cow::Borrowed(&hub.config),
-        Some(doc) => Cow::Owned(doc.apply(&hub.config, &config_dir)),
+        None => Cow::Borrowed(&sv.config),
+        Some(doc) => Cow::Owned(doc.apply(&sv.config, &config_dir)),
     })
 }
 
@@ -160,11 +163,11 @@ impl std::error::Error for SpawnError {}
 
 /// Starts the worker of session `id`. `spec` (optional) overrides launch
 /// fields of the session's spec for this and later starts.
-pub fn start(hub: &Arc<Hub>, id: &str, spec: Option<&Value>) -> StartResult {
-    if hub.is_shutting_down() {
+pub fn start(sv: &Arc<Services>, id: &str, spec: Option<&Value>) -> StartResult {
+    if sv.is_shutting_down() {
         return Err(StartFailed("the hub is shutting down".into()));
     }
-    if let Some(reason) = hub.family.blocked() {
+    if let Some(reason) = sv.hooks().launch_blocked() {
         return Err(StartFailed(format!(
             "worker launches are blocked until the subagent storage is repaired: {reason}"
         )));
@@ -172,7 +175,7 @@ pub fn start(hub: &Arc<Hub>, id: &str, spec: Option<&Value>) -> StartResult {
     let lifecycle_id = uuid::Uuid::new_v4().to_string();
     // Reserve the start under the lock: a second start is refused.
     let reserved_at = time::now_rfc3339();
-    let reserved = hub.sessions.with(id, |s| {
+    let reserved = sv.sessions.with(id, |s| {
         s.reserve_start(&lifecycle_id, &reserved_at)?;
         Ok::<_, StartRefused>((s.spec().clone(), s.token().to_string()))
     });
@@ -183,21 +186,21 @@ pub fn start(hub: &Arc<Hub>, id: &str, spec: Option<&Value>) -> StartResult {
     };
     // The lifecycle id is durable, so it means the same after a restart
     // (recovery requests name it).
-    if let Err(err) = hub.store.lock().set_lifecycle_id(id, &lifecycle_id) {
+    if let Err(err) = sv.store.lock().set_lifecycle_id(id, &lifecycle_id) {
         log::warn!("session {id}: lifecycle id not stored: {err}");
     }
-    match spawn(hub, id, &lifecycle_id, current_spec, spec, &token) {
+    match spawn(sv, id, &lifecycle_id, current_spec, spec, &token) {
         Ok(started) => Ok(started),
         Err(error) => {
             let error = error.to_string();
             log::warn!("session {id}: worker start failed: {error}");
             let now = time::now_rfc3339();
-            let described = hub.sessions.with(id, |s| {
+            let described = sv.sessions.with(id, |s| {
                 s.record_start_failed(&lifecycle_id, &error, &now)
                     .then(|| s.process_view())
             });
             if let Some(Some(process)) = described {
-                hub.publisher.notify(Note::Process {
+                sv.publisher.notify(Note::Process {
                     session: id.to_string(),
                     process,
                 });
@@ -208,14 +211,14 @@ pub fn start(hub: &Arc<Hub>, id: &str, spec: Option<&Value>) -> StartResult {
 }
 
 fn spawn(
-    hub: &Arc<Hub>,
+    sv: &Arc<Services>,
     id: &str,
     lifecycle_id: &str,
     current_spec: Value,
     override_spec: Option<&Value>,
     token: &str,
 ) -> Result<Started, SpawnError> {
-    let session_dir = hub.session_dir(id);
+    let session_dir = sv.session_dir(id);
     let config_dir = session_dir.join("config");
     if let Err(err) = fsutil::create_private_dir(&config_dir) {
         return Err(SpawnError::CreateDir {
@@ -227,9 +230,9 @@ fn spawn(
         crate::library::store::session_launch(&config_dir).map_err(SpawnError::LaunchSnapshot)?;
     let session_config = launch_doc
         .as_ref()
-        .map(|doc| doc.apply(&hub.config, &config_dir));
+        .map(|doc| doc.apply(&sv.config, &config_dir));
     let library = session_config.is_some();
-    let config = session_config.as_ref().unwrap_or(&hub.config);
+    let config = session_config.as_ref().unwrap_or(&sv.config);
     let mut spec = match override_spec {
         Some(Value::Object(over)) => {
             let mut merged = current_spec.as_object().cloned().unwrap_or_default();
@@ -240,13 +243,13 @@ fn spawn(
                     merged.insert(k.clone(), v.clone());
                 }
             }
-            hub.normalize_spec(&Value::Object(merged))
+            sv.normalize_spec(&Value::Object(merged))
                 .map_err(SpawnError::Spec)?
         }
         Some(Value::Null) | None => current_spec,
         Some(_) => return Err(SpawnError::SpecNotObject),
     };
-    let (addr, tools_addr) = hub.worker_addrs();
+    let (addr, tools_addr) = sv.worker_addrs();
     let endpoints = render::session_endpoints(config, addr, tools_addr, id, token);
     let config_path = config_dir.join("config.yaml");
     let existing = match std::fs::read_to_string(&config_path) {
@@ -259,7 +262,7 @@ fn spawn(
             })
         }
     };
-    let mock = hub.mock_base_url().map(|base_url| refresh::MockTarget {
+    let mock = sv.mock_base_url().map(|base_url| refresh::MockTarget {
         profile: &config.mock.profile,
         base_url,
     });
@@ -290,7 +293,7 @@ fn spawn(
         // A library session's threads are its launch file's.
         spec["threads"] = Value::from(doc.threads);
     }
-    hub.persist_spec(id, &spec);
+    sv.persist_spec(id, &spec);
     // This incarnation's startup snapshot: what a clean fork of it starts
     // from, whatever later edits or payload options change.
     let launch_text = serde_json::to_string_pretty(&spec).map_err(SpawnError::Encode)?;
@@ -346,7 +349,7 @@ fn spawn(
     // A foreground `docker run` of a named container: its context is kept
     // before the spawn, and the CLI runs as the executable resolved for it.
     let docker = container::prepare(
-        docker_handles(hub),
+        docker_handles(sv),
         id,
         lifecycle_id,
         &invocation,
@@ -372,7 +375,7 @@ fn spawn(
             Ok(child) => child,
             Err(e) => {
                 drop(waited);
-                container::forget(docker_handles(hub), id, lifecycle_id);
+                container::forget(docker_handles(sv), id, lifecycle_id);
                 return Err(SpawnError::Spawn {
                     program: invocation.program.clone(),
                     err: e,
@@ -404,7 +407,7 @@ fn spawn(
         state: "running".into(),
         lifecycle_id: lifecycle_id.to_string(),
     };
-    if let Err(err) = hub.store.lock().put_process(&record) {
+    if let Err(err) = sv.store.lock().put_process(&record) {
         log::warn!("session {id}: process record not stored: {err}");
     }
     // The process record is shown to panels: never show the worker token a
@@ -417,7 +420,7 @@ fn spawn(
     let stdout = child.stdout.take();
     let stderr = child.stderr.take();
     let writer = capture::log_writer(id, &log_path);
-    let described = hub.sessions.with(id, |s| {
+    let described = sv.sessions.with(id, |s| {
         let mut info = ProcessInfo::starting(
             invocation.program.clone(),
             shown_args.clone(),
@@ -437,7 +440,7 @@ fn spawn(
     });
     let described = described.map(|(process, _previous)| process);
     if let Some(process) = described {
-        hub.publisher.notify(Note::Process {
+        sv.publisher.notify(Note::Process {
             session: id.to_string(),
             process,
         });
@@ -445,7 +448,7 @@ fn spawn(
     log::info!("session {id}: worker started (pid {pid})");
     let exited = Arc::new(capture::ExitFlag::default());
     let readers = capture::spawn_readers(
-        &hub.sessions,
+        &sv.sessions,
         id,
         lifecycle_id,
         stdout,
@@ -453,7 +456,7 @@ fn spawn(
         writer,
         exited.clone(),
     );
-    let hub2 = hub.clone();
+    let hub2 = sv.clone();
     let sid = id.to_string();
     let lid = lifecycle_id.to_string();
     let pid_file = invocation.pid_file.clone();
@@ -505,8 +508,8 @@ fn spawn(
         let _ = child.kill();
         let _ = child.wait();
         waited().retain(|&p| p != pid);
-        let _ = hub.store.lock().clear_process(id);
-        container::forget(docker_handles(hub), id, lifecycle_id);
+        let _ = sv.store.lock().clear_process(id);
+        container::forget(docker_handles(sv), id, lifecycle_id);
         return Err(SpawnError::Waiter(err));
     }
     Ok(Started {
@@ -531,7 +534,7 @@ struct Launched<'a> {
 /// not our child, so no status is known), or `None` when there is no
 /// daemon to follow.
 fn follow_daemon(
-    hub: &Hub,
+    sv: &Services,
     id: &str,
     lifecycle_id: &str,
     launcher: Launched<'_>,
@@ -558,7 +561,7 @@ fn follow_daemon(
     let worker = pinned.pid();
     // Its exit status is ours to collect, not the orphan reaper's.
     waited().push(worker);
-    let described = hub.sessions.with(id, |s| {
+    let described = sv.sessions.with(id, |s| {
         s.record_daemonized(lifecycle_id, pinned.clone())
             .then(|| s.process_view())
     });
@@ -569,7 +572,7 @@ fn follow_daemon(
     let mut daemonized = record.clone();
     daemonized.pid = worker;
     daemonized.start_time = Some(pinned.start_time());
-    if let Err(err) = hub.store.lock().put_process(&daemonized) {
+    if let Err(err) = sv.store.lock().put_process(&daemonized) {
         log::warn!("session {id}: process record not stored: {err}");
     }
     log::info!(
@@ -578,7 +581,7 @@ fn follow_daemon(
         launcher.pid,
         launcher.pid_file.display()
     );
-    hub.publisher.notify(Note::Process {
+    sv.publisher.notify(Note::Process {
         session: id.to_string(),
         process,
     });
@@ -589,9 +592,15 @@ fn follow_daemon(
 }
 
 /// Records the end of a worker process (spawned or adopted).
-fn process_ended(hub: &Hub, id: &str, lifecycle_id: &str, code: Option<i32>, signal: Option<i32>) {
+fn process_ended(
+    sv: &Services,
+    id: &str,
+    lifecycle_id: &str,
+    code: Option<i32>,
+    signal: Option<i32>,
+) {
     let now = time::now_rfc3339();
-    let described = hub.sessions.with(id, |s| {
+    let described = sv.sessions.with(id, |s| {
         let state = s.record_ended(lifecycle_id, code, signal, &now)?;
         Some((s.process_view(), state))
     });
@@ -600,8 +609,8 @@ fn process_ended(hub: &Hub, id: &str, lifecycle_id: &str, code: Option<i32>, sig
             "session {id}: worker {} (code {code:?}, signal {signal:?})",
             state.as_str()
         );
-        let _ = hub.store.lock().set_process_state(id, state.as_str());
-        hub.publisher.notify(Note::Process {
+        let _ = sv.store.lock().set_process_state(id, state.as_str());
+        sv.publisher.notify(Note::Process {
             session: id.to_string(),
             process,
         });
@@ -610,8 +619,13 @@ fn process_ended(hub: &Hub, id: &str, lifecycle_id: &str, code: Option<i32>, sig
 
 /// Starts a stop of session `id`'s worker; `done` gets the result on the
 /// ladder thread (or at once when there is nothing to stop).
-pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopResult) + Send>) {
-    let begun = hub.sessions.with(id, |s| match s.begin_stop() {
+pub fn stop(
+    sv: &Arc<Services>,
+    id: &str,
+    mode: StopMode,
+    done: Box<dyn FnOnce(StopResult) + Send>,
+) {
+    let begun = sv.sessions.with(id, |s| match s.begin_stop() {
         Ok(begun) => {
             let lifecycle = s.process().map(|p| p.lifecycle_id.clone());
             // A Docker launch is stopped by its container (its CLI may be
@@ -655,60 +669,55 @@ pub fn stop(hub: &Arc<Hub>, id: &str, mode: StopMode, done: Box<dyn FnOnce(StopR
         Some(Err(result)) => return done(result),
         Some(Ok(v)) => v,
     };
-    hub.hooks().stopping(id);
-    hub.publisher.notify(Note::Process {
+    sv.hooks().stopping(id);
+    sv.publisher.notify(Note::Process {
         session: id.to_string(),
         process: described,
     });
-    let input = (hub.clone(), id.to_string(), done);
+    let input = (sv.clone(), id.to_string(), done);
     // Large: a restart's start runs here once the stop is done (launch
     // file validation, the worker configuration, SQLite).
-    let spawned = thread::spawn_with(
-        "worker-stop",
-        Stack::Large,
-        input,
-        move |(hub, id, done)| {
-            let result = match first {
-                First::Container(m, cli) => container::ladder(
-                    docker_handles(&hub),
-                    &id,
-                    &lifecycle,
-                    &m,
-                    cli,
-                    connected,
-                    mode,
-                ),
-                First::Process(first) => {
-                    // A library session stops with its launch file's
-                    // timings.
-                    let settings = recorded_stop_settings(&hub.sessions, &hub.config, &id);
-                    let watch = Watch {
-                        hub: &hub,
-                        id: &id,
-                        lifecycle: &lifecycle,
-                        follows: settings.follows_pid_file,
-                        first,
-                    };
-                    ladder(&watch, connected, mode, &settings)
-                }
-            };
-            if let Err(failed) = &result {
-                log::warn!(
-                    "session {id}: stop did not end the worker ({})",
-                    failed.how.as_str()
-                );
+    let spawned = thread::spawn_with("worker-stop", Stack::Large, input, move |(sv, id, done)| {
+        let result = match first {
+            First::Container(m, cli) => container::ladder(
+                docker_handles(&sv),
+                &id,
+                &lifecycle,
+                &m,
+                cli,
+                connected,
+                mode,
+            ),
+            First::Process(first) => {
+                // A library session stops with its launch file's
+                // timings.
+                let settings = recorded_stop_settings(&sv.sessions, &sv.config, &id);
+                let watch = Watch {
+                    sv: &sv,
+                    id: &id,
+                    lifecycle: &lifecycle,
+                    follows: settings.follows_pid_file,
+                    first,
+                };
+                ladder(&watch, connected, mode, &settings)
             }
-            done(result);
-        },
-    );
-    if let Err((err, (hub, id, done))) = spawned {
+        };
+        if let Err(failed) = &result {
+            log::warn!(
+                "session {id}: stop did not end the worker ({})",
+                failed.how.as_str()
+            );
+        }
+        done(result);
+    });
+    if let Err((err, (sv, id, done))) = spawned {
         // Nothing was signalled: the worker runs on as before.
         log::error!("session {id}: cannot start a stop thread: {err}");
-        let described = hub
+        let described = sv
             .sessions
             .with(&id, |s| s.abandon_stop().then(|| s.process_view()));
         if let Some(Some(process)) = described {
-            hub.publisher.notify(Note::Process {
+            sv.publisher.notify(Note::Process {
                 session: id.clone(),
                 process,
             });
@@ -729,7 +738,7 @@ const HANDOVER_SETTLE: Duration = Duration::from_secs(6);
 /// stopped start pins at the moment, which changes once when a launcher
 /// hands over to its daemon (`follows`).
 struct Watch<'a> {
-    hub: &'a Hub,
+    sv: &'a Services,
     id: &'a str,
     lifecycle: &'a str,
     follows: bool,
@@ -756,7 +765,7 @@ impl Watch<'_> {
     /// The record's pinned process while the record is this start's and
     /// active; `None` once it has ended.
     fn lookup(&self) -> Option<Target> {
-        self.hub
+        self.sv
             .sessions
             .with(self.id, |s| {
                 s.process()
@@ -824,12 +833,12 @@ impl Watch<'_> {
 /// The stop ladder. Runs on its own thread; waits on the pidfd of the
 /// process the record pins (see [`Watch`]).
 fn ladder(watch: &Watch<'_>, connected: bool, mode: StopMode, w: &StopSettings) -> StopResult {
-    let hub = watch.hub;
+    let sv = watch.sv;
     let id = watch.id;
-    let group_kill = mode == StopMode::ForceKill || hub.config.force_kill_process_group;
+    let group_kill = mode == StopMode::ForceKill || sv.config.force_kill_process_group;
     if mode == StopMode::Graceful {
         if connected
-            && hub.sessions.send_signal(id, "shutdown", None).is_ok()
+            && sv.sessions.send_signal(id, "shutdown", None).is_ok()
             && watch.gone_within(Duration::from_millis(w.stop_timeout_ms))
         {
             return stopped(StopHow::ShutdownSignal, false);
@@ -845,7 +854,7 @@ fn ladder(watch: &Watch<'_>, connected: bool, mode: StopMode, w: &StopSettings) 
     let settled = watch.settled();
     let target = settled.as_ref().unwrap_or(&watch.first);
     let how = if group_kill {
-        hub.sessions.with(id, Session::note_group_killed);
+        sv.sessions.with(id, Session::note_group_killed);
         let _ = target.pinned.signal_own_group(libc::SIGKILL);
         StopHow::SigkillProcessGroup
     } else {
@@ -865,9 +874,9 @@ fn ladder(watch: &Watch<'_>, connected: bool, mode: StopMode, w: &StopSettings) 
 
 /// Waits (briefly) until the waiter thread has recorded the exit that a
 /// successful stop observed through the pidfd.
-pub fn wait_recorded_exit(hub: &Hub, id: &str) {
+pub fn wait_recorded_exit(sv: &Services, id: &str) {
     let deadline = std::time::Instant::now() + Duration::from_secs(2);
-    while hub
+    while sv
         .sessions
         .with(id, |s| s.process().is_some_and(|p| p.state.is_active()))
         .unwrap_or(false)
@@ -886,7 +895,7 @@ pub fn wait_recorded_exit(hub: &Hub, id: &str) {
 /// time still match (pinned through a pidfd), and every recorded Docker
 /// launch whose container may still run (its kept context is read back;
 /// its CLI may be gone); forgets the others.
-pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
+pub fn adopt(sv: &Arc<Services>, records: Vec<ProcessRecord>) {
     let mut containers = Vec::new();
     for rec in records {
         let id = rec.session_id.clone();
@@ -898,7 +907,7 @@ pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
             None => None,
         }
         .map(Arc::new);
-        let docker = container::load(docker_handles(hub), &rec);
+        let docker = container::load(docker_handles(sv), &rec);
         // A Docker CLI that already exited (a zombie nobody reaped yet) is
         // no part of it: only its container may be left.
         let pinned = pinned.filter(|p| docker.is_none() || p.is_alive());
@@ -912,24 +921,24 @@ pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
                 "session {id}: recorded worker pid {} is gone; not adopted",
                 rec.pid
             );
-            let _ = hub.store.lock().clear_process(&id);
+            let _ = sv.store.lock().clear_process(&id);
             continue;
         }
         let lifecycle_id = rec.lifecycle_id.clone();
         // A library session keeps its launch file's stop settings and
         // pid-file rule (read before the lock).
-        let (settings, library) = match session_config(hub, &id) {
+        let (settings, library) = match session_config(sv, &id) {
             Ok(config) => {
                 let library = matches!(config, Cow::Owned(_));
                 (config, library)
             }
             Err(err) => {
                 log::warn!("session {id}: {err}; adopted with the hub-wide settings");
-                (Cow::Borrowed(&hub.config), false)
+                (Cow::Borrowed(&sv.config), false)
             }
         };
         let stop = stop_settings(&settings, library);
-        let adopted = hub.sessions.with(&id, |s| {
+        let adopted = sv.sessions.with(&id, |s| {
             let mut info = ProcessInfo::starting(
                 rec.command.clone(),
                 rec.args.clone(),
@@ -967,8 +976,8 @@ pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
         // Had the launcher not daemonized yet, its pid file is read once
         // when it exits (it has had every chance to write it by then).
         let pid_file = if follows_pid_file(&settings) && docker.is_none() {
-            let session_dir = hub.session_dir(&id);
-            launch::pid_file(&settings, &id, &session_dir, &hub.config.data_dir).unwrap_or_else(
+            let session_dir = sv.session_dir(&id);
+            launch::pid_file(&settings, &id, &session_dir, &sv.config.data_dir).unwrap_or_else(
                 |err| {
                     log::warn!("session {id}: the pid file is not followed: {err}");
                     None
@@ -977,7 +986,7 @@ pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
         } else {
             None
         };
-        let hub2 = hub.clone();
+        let hub2 = sv.clone();
         let watched = thread::spawn("worker-watch", Stack::Small, move || {
             let mut followed = None;
             if let Some(pinned) = &pinned {
@@ -1010,18 +1019,18 @@ pub fn adopt(hub: &Arc<Hub>, records: Vec<ProcessRecord>) {
         }
     }
     // Contexts of launches that were not adopted are of no use any more.
-    container::sweep(docker_handles(hub), &containers);
+    container::sweep(docker_handles(sv), &containers);
 }
 
 /// Stops every running worker (protocol first) and waits for all ladders.
-pub fn stop_all(hub: &Arc<Hub>) {
-    let ids: Vec<String> = hub.active_worker_sessions();
+pub fn stop_all(sv: &Arc<Services>) {
+    let ids: Vec<String> = sv.active_worker_sessions();
     let (tx, rx) = crossbeam_channel::unbounded();
     for id in &ids {
         let tx = tx.clone();
         let sid = id.clone();
         stop(
-            hub,
+            sv,
             id,
             StopMode::Graceful,
             Box::new(move |r| {
@@ -1056,9 +1065,9 @@ pub fn reap_orphans() {
 }
 
 /// The handles a Docker launch's management takes.
-fn docker_handles(hub: &Hub) -> container::Handles<'_> {
+fn docker_handles(sv: &Services) -> container::Handles<'_> {
     container::Handles {
-        sessions: &hub.sessions,
-        config: &hub.config,
+        sessions: &sv.sessions,
+        config: &sv.config,
     }
 }

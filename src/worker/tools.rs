@@ -20,11 +20,12 @@ use tungstenite::protocol::frame::coding::CloseCode;
 use tungstenite::protocol::CloseFrame;
 use tungstenite::{Error as WsError, Message, WebSocket};
 
-use crate::hub::{Hub, HubError, ToolSlot};
+use crate::services::{HubError, ToolSlot};
 use crate::session::IdentityState;
 use crate::subagents::args;
 use crate::subagents::family::Caller;
 use crate::subagents::routes;
+use crate::subagents::Service;
 use crate::wire::http::auth;
 use crate::wire::worker::plan::{self, PlanCall};
 use crate::wire::worker::tool_frames::{self, code, ToolRequest, MAX_RESPONSE_BYTES};
@@ -65,13 +66,13 @@ enum Polled {
 }
 
 /// Runs one accepted tool socket to its end. `slot` is held until then.
-pub fn run(hub: Arc<Hub>, upgrade: Upgrade, accepted: Accepted, slot: ToolSlot) {
+pub fn run(sv: Arc<Service>, upgrade: Upgrade, accepted: Accepted, slot: ToolSlot) {
     let _slot = slot;
     let Accepted { mut socket, writer } = accepted;
-    let conn_id = hub.sockets.register(writer.clone());
-    let deadline = Instant::now() + Duration::from_millis(hub.config.tool_requests.timeout_ms);
+    let conn_id = sv.sockets.register(writer.clone());
+    let deadline = Instant::now() + Duration::from_millis(sv.config.tool_requests.timeout_ms);
     let session_id = upgrade.session_id.clone();
-    match exchange(&hub, &upgrade, &mut socket, &writer, deadline) {
+    match exchange(&sv, &upgrade, &mut socket, &writer, deadline) {
         Ok(()) => finish_close(&mut socket, deadline),
         Err(End::Close(code, reason)) => {
             log::warn!("session {session_id}: tool socket closed {code}: {reason}");
@@ -82,12 +83,12 @@ pub fn run(hub: Arc<Hub>, upgrade: Upgrade, accepted: Accepted, slot: ToolSlot) 
         }
     }
     writer.terminate();
-    hub.sockets.unregister(conn_id);
+    sv.sockets.unregister(conn_id);
 }
 
 /// Reads the request, dispatches it, writes the response.
 fn exchange(
-    hub: &Arc<Hub>,
+    sv: &Arc<Service>,
     upgrade: &Upgrade,
     socket: &mut WebSocket<SplitStream>,
     writer: &FrameWriter,
@@ -126,7 +127,7 @@ fn exchange(
             &format!("this hub does not implement the route {route}"),
         ),
         Some(Err((code, message))) => tool_frames::rejected(&request, route, code, &message),
-        Some(Ok(call)) => match authorize(hub, upgrade, &request, socket, deadline)? {
+        Some(Ok(call)) => match authorize(sv, upgrade, &request, socket, deadline)? {
             Err(why) => {
                 log::info!("session {}: {route} refused: {why}", upgrade.session_id);
                 tool_frames::rejected(&request, route, code::UNAUTHORIZED, why)
@@ -136,7 +137,7 @@ fn exchange(
                 if let Polled::End(end) = poll(socket, Duration::ZERO) {
                     return Err(end);
                 }
-                execute(hub, &upgrade.session_id, route, &request, call)
+                execute(sv, &upgrade.session_id, route, &request, call)
             }
         },
     };
@@ -170,7 +171,7 @@ enum Parsed {
 
 /// Runs a validated, authorized call.
 fn execute(
-    hub: &Arc<Hub>,
+    sv: &Arc<Service>,
     session_id: &str,
     route: &str,
     request: &ToolRequest,
@@ -186,7 +187,7 @@ fn execute(
                 request_id: request.request_id.clone(),
             };
             let arguments = Value::Object(request.arguments.clone());
-            return match routes::execute(hub, &caller, route, &arguments, call) {
+            return match routes::execute(sv, &caller, route, &arguments, call) {
                 Ok(result) => tool_frames::succeeded(request, route, result),
                 Err(refusal) => {
                     log::info!("session {session_id}: {route} refused: {refusal}");
@@ -200,11 +201,11 @@ fn execute(
         tool_frames::rejected(request, route, code::STORAGE_ERROR, &err.to_string())
     };
     match call {
-        PlanCall::Read => match hub.read_plan(session_id) {
+        PlanCall::Read => match sv.read_plan(session_id) {
             Ok(plan) => tool_frames::succeeded(request, route, plan::read_result(&plan)),
             Err(err) => storage(err),
         },
-        PlanCall::Replace { markdown } => match hub.replace_plan(session_id, &markdown) {
+        PlanCall::Replace { markdown } => match sv.replace_plan(session_id, &markdown) {
             Ok(change) => tool_frames::succeeded(
                 request,
                 route,
@@ -219,16 +220,16 @@ fn execute(
 /// session's live worker and its run is the active one. `Ok(Err(why))`
 /// is a refusal to answer with `unauthorized`; `Err` ends the socket.
 fn authorize(
-    hub: &Hub,
+    sv: &Service,
     upgrade: &Upgrade,
     request: &ToolRequest,
     socket: &mut WebSocket<SplitStream>,
     deadline: Instant,
 ) -> Result<Result<(), &'static str>, End> {
     let hold_until =
-        Instant::now() + Duration::from_millis(hub.config.limits.confirm_identity_hold_ms);
+        Instant::now() + Duration::from_millis(sv.config.limits.confirm_identity_hold_ms);
     loop {
-        let judged = hub.sessions.with(&upgrade.session_id, |s| {
+        let judged = sv.sessions.with(&upgrade.session_id, |s| {
             if !auth::constant_time_eq(upgrade.token.as_bytes(), s.token().as_bytes()) {
                 return Judged::Refuse("the worker token is no longer valid");
             }

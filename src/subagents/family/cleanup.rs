@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 use super::persist::{persist_meta, Terminal};
 use super::stop::{children_of, stop_worker};
 use super::{lock, spawn_thread};
-use crate::hub::Hub;
 use crate::session::headless::{self as child, CleanupClaim};
 use crate::session::Note;
 use crate::store::StoreError;
+use crate::subagents::Service;
 use crate::supervisor::control::StopMode;
 use crate::util::time;
 
@@ -32,13 +32,13 @@ const SETTLE_POLL: Duration = Duration::from_millis(10);
 /// Deletes a stopped child: its directory, then its records; keeps a
 /// terminal record for the parent. A failure leaves the child
 /// `cleanup-pending` with a bounded automatic retry.
-pub fn cleanup(hub: &Arc<Hub>, id: &str) {
+pub fn cleanup(sv: &Arc<Service>, id: &str) {
     // A child with descendants still present waits for them: the last
     // one's cleanup comes back here.
-    if !children_of(hub, id).is_empty() {
+    if !children_of(sv, id).is_empty() {
         return;
     }
-    let claimed = hub
+    let claimed = sv
         .sessions
         .with(id, |s| {
             let alive = s.process().is_some_and(|p| p.state.is_active());
@@ -53,34 +53,34 @@ pub fn cleanup(hub: &Arc<Hub>, id: &str) {
     else {
         return;
     };
-    match remove_child(hub, id) {
+    match remove_child(sv, id) {
         Ok(()) => {
-            hub.family.remember(Terminal {
+            sv.family.remember(Terminal {
                 id: id.to_string(),
                 parent: parent.clone(),
                 reason,
                 outcomes,
                 removed_ms: time::now_millis(),
             });
-            hub.publisher.notify(Note::SessionRemoved {
+            sv.publisher.notify(Note::SessionRemoved {
                 session: id.to_string(),
             });
             log::info!("subagent {id}: stopped and removed");
             // A parent child waiting on this one may now be removable.
             if child::is_child_id(&parent.session_id) {
-                cleanup(hub, &parent.session_id);
+                cleanup(sv, &parent.session_id);
             }
         }
-        Err(err) => cleanup_failed(hub, id, &err.to_string(), true),
+        Err(err) => cleanup_failed(sv, id, &err.to_string(), true),
     }
 }
 
 /// Records a failed cleanup (or a stop that could not confirm the end):
 /// `cleanup-pending`, with the next automatic attempt scheduled while the
 /// budget lasts. `counted` says whether an attempt was spent.
-pub(super) fn cleanup_failed(hub: &Arc<Hub>, id: &str, err: &str, counted: bool) {
+pub(super) fn cleanup_failed(sv: &Arc<Service>, id: &str, err: &str, counted: bool) {
     log::warn!("subagent {id}: cleanup failed: {err}");
-    let meta = hub
+    let meta = sv
         .sessions
         .with(id, |s| {
             let c = s.headless_mut()?;
@@ -89,18 +89,18 @@ pub(super) fn cleanup_failed(hub: &Arc<Hub>, id: &str, err: &str, counted: bool)
         })
         .flatten();
     if let Some(meta) = meta {
-        persist_meta(hub, id, &meta);
-        hub.publisher.notify(Note::SessionChanged {
+        persist_meta(sv, id, &meta);
+        sv.publisher.notify(Note::SessionChanged {
             session: id.to_string(),
         });
-        start_ticker(hub);
+        start_ticker(sv);
     }
 }
 
 /// One automatic or operator retry: stop a worker that is still alive
 /// (force-kill), else clean up.
-fn retry_cleanup(hub: &Arc<Hub>, id: &str) {
-    let alive = hub
+fn retry_cleanup(sv: &Arc<Service>, id: &str) {
+    let alive = sv
         .sessions
         .with(id, |s| {
             if let Some(c) = s.headless_mut() {
@@ -110,17 +110,17 @@ fn retry_cleanup(hub: &Arc<Hub>, id: &str) {
         })
         .unwrap_or(false);
     if alive {
-        stop_worker(hub, id, StopMode::ForceKill);
+        stop_worker(sv, id, StopMode::ForceKill);
     } else {
-        cleanup(hub, id);
+        cleanup(sv, id);
     }
 }
 
 /// Removes the directory (never through a link, never outside the
 /// managed root) and the records of a stopped child.
-fn remove_child(hub: &Hub, id: &str) -> Result<(), CleanupError> {
-    let root = hub.config.data_dir.join("subagents");
-    let dir = hub.session_dir(id);
+fn remove_child(sv: &Service, id: &str) -> Result<(), CleanupError> {
+    let root = sv.config.data_dir.join("subagents");
+    let dir = sv.session_dir(id);
     if dir.parent() != Some(root.as_path()) || !child::is_child_id(id) {
         return Err(CleanupError::OutsideRoot);
     }
@@ -129,15 +129,16 @@ fn remove_child(hub: &Hub, id: &str) -> Result<(), CleanupError> {
             return Err(CleanupError::RootIsLink);
         }
     }
-    if let Some(file) = hub.sessions.with(id, |s| s.take_log_file()).flatten() {
+    if let Some(file) = sv.sessions.with(id, |s| s.take_log_file()).flatten() {
         file.close(Duration::from_secs(5));
     }
-    crate::hub::remove_session_dir(&dir).map_err(|err| CleanupError::RemoveDir { dir, err })?;
-    hub.store
+    crate::services::remove_session_dir(&dir)
+        .map_err(|err| CleanupError::RemoveDir { dir, err })?;
+    sv.store
         .lock()
         .delete_session(id)
         .map_err(CleanupError::DeleteRecords)?;
-    hub.sessions.lock().remove(id);
+    sv.sessions.lock().remove(id);
     Ok(())
 }
 
@@ -175,46 +176,46 @@ impl fmt::Display for CleanupError {
 impl std::error::Error for CleanupError {}
 
 /// Runs due automatic cleanups every five seconds while any is pending.
-pub(super) fn start_ticker(hub: &Arc<Hub>) {
+pub(super) fn start_ticker(sv: &Arc<Service>) {
     {
-        let mut running = lock(&hub.family.ticker);
+        let mut running = lock(&sv.family.ticker);
         if *running {
             return;
         }
         *running = true;
     }
-    let hub2 = hub.clone();
+    let hub2 = sv.clone();
     let spawned = spawn_thread("subagent-cleanup", move || loop {
-        let hub = &hub2;
+        let sv = &hub2;
         #[expect(
             clippy::disallowed_methods,
             reason = "the retry timer of pending cleanups: one pass every RETRY_TICK; \
                       nothing joins this thread, so shutdown does not wait for the pause"
         )]
         std::thread::sleep(RETRY_TICK);
-        if hub.is_shutting_down() {
-            *lock(&hub.family.ticker) = false;
+        if sv.is_shutting_down() {
+            *lock(&sv.family.ticker) = false;
             return;
         }
         let now = time::now_millis();
-        let (due, pending) = pending_cleanups(hub, now);
+        let (due, pending) = pending_cleanups(sv, now);
         for id in due {
-            retry_cleanup(hub, &id);
+            retry_cleanup(sv, &id);
         }
         if pending == 0 {
-            *lock(&hub.family.ticker) = false;
+            *lock(&sv.family.ticker) = false;
             return;
         }
     });
     if let Err(err) = spawned {
         log::error!("cannot start the subagent cleanup thread: {err}");
-        *lock(&hub.family.ticker) = false;
+        *lock(&sv.family.ticker) = false;
     }
 }
 
 /// Children due for an automatic cleanup attempt, and how many still wait.
-pub(super) fn pending_cleanups(hub: &Hub, now: u64) -> (Vec<String>, usize) {
-    let sessions = hub.sessions.lock();
+pub(super) fn pending_cleanups(sv: &Service, now: u64) -> (Vec<String>, usize) {
+    let sessions = sv.sessions.lock();
     let mut due = Vec::new();
     let mut pending = 0;
     for s in sessions.list() {
@@ -232,8 +233,8 @@ pub(super) fn pending_cleanups(hub: &Hub, now: u64) -> (Vec<String>, usize) {
 /// Hub shutdown, after every worker was stopped: cleans up every child
 /// whose process is gone (descendants first), and waits (bounded) for
 /// cleanups that worker waiter threads are running at the same time.
-pub fn shutdown(hub: &Arc<Hub>) {
-    let mut ids: Vec<(u32, String)> = hub
+pub fn shutdown(sv: &Arc<Service>) {
+    let mut ids: Vec<(u32, String)> = sv
         .sessions
         .lock()
         .list()
@@ -244,12 +245,12 @@ pub fn shutdown(hub: &Arc<Hub>) {
     // One attempt each, as at any stop: a failed one leaves the child
     // `cleanup-pending` with its attempt counted, for the next start.
     for (_, id) in &ids {
-        hub.sessions.with(id, |s| {
+        sv.sessions.with(id, |s| {
             if let Some(c) = s.headless_mut() {
                 c.stop_for_shutdown();
             }
         });
-        cleanup(hub, id);
+        cleanup(sv, id);
     }
     // A waiter thread may be removing a child right now (its worker
     // exited during the stop), or may not have reported the exit yet (it
@@ -257,7 +258,7 @@ pub fn shutdown(hub: &Arc<Hub>) {
     let busy = || {
         ids.iter()
             .filter(|(_, id)| {
-                hub.sessions
+                sv.sessions
                     .with(id, |s| {
                         let alive = s.process().is_some_and(|p| p.state.is_active());
                         alive || s.headless().is_some_and(|c| c.cleanup_in_flight())

@@ -12,10 +12,10 @@ use serde_json::{json, Value};
 use super::startup::launch;
 use super::stop::begin_stop;
 use super::{lock, set_reason, spawn_thread};
-use crate::hub::Hub;
 use crate::session::headless::{self as child, Child, Lifecycle, ParentRef};
 use crate::session::Note;
 use crate::store::{ReceiptRecord, SessionRecord, SubagentRecord};
+use crate::subagents::Service;
 use crate::subagents::{Refusal, KIND};
 use crate::supervisor::refresh;
 use crate::util::{fsutil, time};
@@ -34,21 +34,21 @@ pub struct Caller {
 /// Creates one clean child of `caller` and schedules its startup.
 /// `receipt` is committed with the child's records.
 pub fn fork(
-    hub: &Arc<Hub>,
+    sv: &Arc<Service>,
     caller: &Caller,
     receipt: impl FnOnce(&Value) -> ReceiptRecord,
 ) -> Result<Value, Refusal> {
-    if let Some(reason) = hub.family.blocked() {
+    if let Some(reason) = sv.family.blocked() {
         return Err(Refusal::RecoveryRequired(reason));
     }
-    if hub.is_shutting_down() {
+    if sv.is_shutting_down() {
         return Err(Refusal::LifecycleClosed("the hub is shutting down".into()));
     }
-    let limits = &hub.config.subagents;
-    let _serial = lock(&hub.family.fork);
+    let limits = &sv.config.subagents;
+    let _serial = lock(&sv.family.fork);
     // The caller's standing and the quotas, under one look at the registry.
     let (parent, depth) = {
-        let sessions = hub.sessions.lock();
+        let sessions = sv.sessions.lock();
         let Some(s) = sessions.get(&caller.session_id) else {
             return Err(Refusal::Unauthorized("the caller session is gone".into()));
         };
@@ -107,7 +107,7 @@ pub fn fork(
         (parent, depth)
     };
     // The caller incarnation's startup snapshot.
-    let parent_config = hub.session_dir(&caller.session_id).join("config");
+    let parent_config = sv.session_dir(&caller.session_id).join("config");
     let startup_worker = read_snapshot(&parent_config.join(STARTUP_WORKER))?;
     let startup_launch = read_snapshot(&parent_config.join(STARTUP_LAUNCH))?;
     let spec: Value = serde_json::from_str(&startup_launch).map_err(|_| {
@@ -115,18 +115,18 @@ pub fn fork(
     })?;
 
     let id = child::new_id();
-    let token = crate::hub::new_token();
+    let token = crate::services::new_token();
     let lifecycle_id = uuid::Uuid::new_v4().to_string();
-    let dir = hub.session_dir(&id);
+    let dir = sv.session_dir(&id);
     let config_dir = dir.join("config");
     fsutil::create_private_dir(&dir)
         .and_then(|()| fsutil::create_private_dir(&config_dir))
         .map_err(|err| Refusal::Storage(format!("cannot create the child: {err}")))?;
     let cleanup_dir = || {
-        let _ = crate::hub::remove_session_dir(&dir);
+        let _ = crate::services::remove_session_dir(&dir);
     };
     let text =
-        match refresh::fork_document(&startup_worker, &dir, hub.config.tool_requests.timeout_ms) {
+        match refresh::fork_document(&startup_worker, &dir, sv.config.tool_requests.timeout_ms) {
             Ok(text) => text,
             Err(err) => {
                 cleanup_dir();
@@ -171,7 +171,7 @@ pub fn fork(
         parent,
         depth as u32,
         created_at.clone(),
-        hub.config.subagents.conversation_bytes,
+        sv.config.subagents.conversation_bytes,
     );
     let result = json!({"subagent_id": id, "lifecycle": Lifecycle::Preparing.as_str()});
     let session_rec = SessionRecord {
@@ -188,7 +188,7 @@ pub fn fork(
         outcomes: json!([]),
     };
     let receipt = receipt(&result);
-    if let Err(err) = hub
+    if let Err(err) = sv
         .store
         .lock()
         .insert_subagent(&session_rec, &child_rec, Some(&receipt))
@@ -196,20 +196,20 @@ pub fn fork(
         cleanup_dir();
         return Err(Refusal::Storage(format!("cannot record the child: {err}")));
     }
-    let mut session = hub.new_session(session_rec);
+    let mut session = sv.new_session(session_rec);
     session.attach_headless(child);
-    hub.sessions.lock().insert(session);
+    sv.sessions.lock().insert(session);
     drop(_serial);
     log::info!("session {}: forked headless child {id}", caller.session_id);
-    hub.publisher.notify(Note::SessionChanged {
+    sv.publisher.notify(Note::SessionChanged {
         session: id.clone(),
     });
-    let hub2 = hub.clone();
+    let hub2 = sv.clone();
     let id2 = id.clone();
     if let Err(err) = spawn_thread("subagent-start", move || launch(&hub2, &id2)) {
         log::error!("cannot start a subagent launch thread: {err}");
-        set_reason(hub, &id, "the hub could not schedule the startup");
-        begin_stop(hub, &id, None);
+        set_reason(sv, &id, "the hub could not schedule the startup");
+        begin_stop(sv, &id, None);
     }
     Ok(result)
 }

@@ -26,7 +26,7 @@ mod stop;
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 
-use crate::hub::Hub;
+use crate::subagents::Service;
 
 pub use cleanup::shutdown;
 pub use fork::{fork, Caller};
@@ -74,8 +74,8 @@ impl Family {
     }
 }
 
-fn set_reason(hub: &Hub, id: &str, reason: &str) {
-    hub.sessions.with(id, |s| {
+fn set_reason(sv: &Service, id: &str, reason: &str) {
+    sv.sessions.with(id, |s| {
         if let Some(c) = s.headless_mut() {
             c.note_reason(reason);
         }

@@ -9,10 +9,10 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::{lock, spawn_thread, Family};
-use crate::hub::Hub;
 use crate::session::headless::conversation::Conversation;
 use crate::session::headless::{LifecycleEvent, ParentRef};
 use crate::session::Note;
+use crate::subagents::Service;
 use crate::util::fsutil;
 
 /// Terminal records kept for parents, at most.
@@ -49,8 +49,8 @@ impl Family {
 
 /// Applies `change` to the child's lifecycle; persists and announces a
 /// change. Returns whether it changed.
-pub fn transition(hub: &Hub, id: &str, event: LifecycleEvent) -> bool {
-    let changed = hub
+pub fn transition(sv: &Service, id: &str, event: LifecycleEvent) -> bool {
+    let changed = sv
         .sessions
         .with(id, |s| {
             let c = s.headless_mut()?;
@@ -59,8 +59,8 @@ pub fn transition(hub: &Hub, id: &str, event: LifecycleEvent) -> bool {
         .flatten();
     match changed {
         Some(meta) => {
-            persist_meta(hub, id, &meta);
-            hub.publisher.notify(Note::SessionChanged {
+            persist_meta(sv, id, &meta);
+            sv.publisher.notify(Note::SessionChanged {
                 session: id.to_string(),
             });
             true
@@ -71,12 +71,12 @@ pub fn transition(hub: &Hub, id: &str, event: LifecycleEvent) -> bool {
 
 /// Writes the child's metadata; a failure marks the child degraded until
 /// a later write succeeds.
-pub fn persist_meta(hub: &Hub, id: &str, meta: &Value) {
-    let stored = hub.store.lock().put_subagent_meta(id, meta);
+pub fn persist_meta(sv: &Service, id: &str, meta: &Value) {
+    let stored = sv.store.lock().put_subagent_meta(id, meta);
     if let Err(err) = &stored {
         log::warn!("subagent {id}: metadata not stored: {err}");
     }
-    hub.sessions.with(id, |s| {
+    sv.sessions.with(id, |s| {
         if let Some(c) = s.headless_mut() {
             c.meta_stored(stored.is_ok());
         }
@@ -84,17 +84,17 @@ pub fn persist_meta(hub: &Hub, id: &str, meta: &Value) {
 }
 
 /// Writes the child's outcome tail if it changed.
-pub fn persist_outcomes(hub: &Hub, id: &str) {
-    let outcomes = hub
+pub fn persist_outcomes(sv: &Service, id: &str) {
+    let outcomes = sv
         .sessions
         .with(id, |s| s.headless()?.outcomes_to_store())
         .flatten();
     let Some(outcomes) = outcomes else { return };
-    let stored = hub.store.lock().put_subagent_outcomes(id, &outcomes);
+    let stored = sv.store.lock().put_subagent_outcomes(id, &outcomes);
     if let Err(err) = &stored {
         log::warn!("subagent {id}: outcomes not stored: {err}");
     }
-    hub.sessions.with(id, |s| {
+    sv.sessions.with(id, |s| {
         if let Some(c) = s.headless_mut() {
             c.outcomes_stored(stored.is_ok());
         }
@@ -110,8 +110,8 @@ pub const CONVERSATION_FILE: &str = "conversation.json";
 
 /// Schedules one coalesced `conversation.json` write for `id`, unless one
 /// is already scheduled.
-pub fn schedule_conversation_write(hub: &Arc<Hub>, id: &str) {
-    let first = hub
+pub fn schedule_conversation_write(sv: &Arc<Service>, id: &str) {
+    let first = sv
         .sessions
         .with(id, |s| {
             s.headless_mut()
@@ -121,7 +121,7 @@ pub fn schedule_conversation_write(hub: &Arc<Hub>, id: &str) {
     if !first {
         return;
     }
-    let hub2 = hub.clone();
+    let hub2 = sv.clone();
     let id2 = id.to_string();
     let spawned = spawn_thread("subagent-conv", move || {
         #[expect(
@@ -132,25 +132,25 @@ pub fn schedule_conversation_write(hub: &Arc<Hub>, id: &str) {
         write_conversation(&hub2, &id2);
     });
     if spawned.is_err() {
-        write_conversation(hub, id);
+        write_conversation(sv, id);
     }
 }
 
 /// Writes the projection now (atomically, 0600). Never recreates a
 /// removed child directory; a failure keeps the previous file and marks
 /// the projection stale and the child degraded.
-fn write_conversation(hub: &Hub, id: &str) {
-    let doc = hub
+fn write_conversation(sv: &Service, id: &str) {
+    let doc = sv
         .sessions
         .with(id, |s| s.headless_mut()?.take_conversation_write())
         .flatten();
     let Some(doc) = doc else { return };
-    let path = hub.session_dir(id).join(CONVERSATION_FILE);
+    let path = sv.session_dir(id).join(CONVERSATION_FILE);
     let written = fsutil::write_private_atomic(&path, doc.to_string().as_bytes());
     if let Err(err) = &written {
         log::warn!("subagent {id}: {} not written: {err}", path.display());
     }
-    hub.sessions.with(id, |s| {
+    sv.sessions.with(id, |s| {
         if let Some(c) = s.headless_mut() {
             c.conversation_written(written.is_ok());
         }
@@ -158,12 +158,12 @@ fn write_conversation(hub: &Hub, id: &str) {
 }
 
 /// The stored projection of a restored child, if readable.
-pub(super) fn load_conversation(hub: &Hub, id: &str) -> Option<Conversation> {
-    let path = hub.session_dir(id).join(CONVERSATION_FILE);
+pub(super) fn load_conversation(sv: &Service, id: &str) -> Option<Conversation> {
+    let path = sv.session_dir(id).join(CONVERSATION_FILE);
     let text = fsutil::read_private_file(&path).ok()?;
     let value: Value = serde_json::from_str(&text).ok()?;
     let mut conversation =
-        Conversation::from_json(&value, hub.config.subagents.conversation_bytes).ok()?;
+        Conversation::from_json(&value, sv.config.subagents.conversation_bytes).ok()?;
     // Events may have been missed while the hub was down.
     conversation.on_event_gap();
     Some(conversation)

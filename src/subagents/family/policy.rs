@@ -4,15 +4,15 @@
 use serde_json::{json, Value};
 
 use super::persist::persist_meta;
-use crate::hub::Hub;
 use crate::session::headless as child;
 use crate::session::Note;
 use crate::subagents::Refusal;
+use crate::subagents::Service;
 
 /// Sets a child's operator policy (new requests only); persisted at once.
 /// `Err` with `invalid_policy` when `id` is not a headless child.
-pub fn set_policy(hub: &Hub, id: &str, policy: child::Policy) -> Result<Value, Refusal> {
-    let meta = hub
+pub fn set_policy(sv: &Service, id: &str, policy: child::Policy) -> Result<Value, Refusal> {
+    let meta = sv
         .sessions
         .with(id, |s| {
             let c = s.headless_mut()?;
@@ -23,8 +23,8 @@ pub fn set_policy(hub: &Hub, id: &str, policy: child::Policy) -> Result<Value, R
         .ok_or_else(|| {
             Refusal::InvalidPolicy("the safety policy applies to headless sessions only".into())
         })?;
-    persist_meta(hub, id, &meta);
-    hub.publisher.notify(Note::SessionChanged {
+    persist_meta(sv, id, &meta);
+    sv.publisher.notify(Note::SessionChanged {
         session: id.to_string(),
     });
     Ok(json!({"session_id": id, "policy": policy.as_str()}))

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use super::persist::schedule_conversation_write;
 use super::spawn_thread;
-use crate::hub::Hub;
 use crate::session::headless::conversation::{Next, Refresh, RefreshError};
+use crate::subagents::Service;
 use crate::util::time;
 use crate::worker::query::QueryError;
 
@@ -22,8 +22,8 @@ const REFRESH_QUERY_DEADLINE: Duration = Duration::from_secs(3);
 
 /// Starts a history refresh of the child's projection when one is allowed
 /// (idle, `session-history` advertised, attempts left, none running).
-pub fn start_refresh(hub: &Arc<Hub>, id: &str) {
-    let claimed = hub
+pub fn start_refresh(sv: &Arc<Service>, id: &str) {
+    let claimed = sv
         .sessions
         .with(id, |s| {
             let history = s.has_capability("session-history");
@@ -33,14 +33,14 @@ pub fn start_refresh(hub: &Arc<Hub>, id: &str) {
         })
         .flatten();
     let Some(refresh) = claimed else { return };
-    let hub2 = hub.clone();
+    let hub2 = sv.clone();
     let id2 = id.to_string();
     if spawn_thread("subagent-refresh", move || {
         run_refresh(&hub2, &id2, refresh)
     })
     .is_err()
     {
-        hub.sessions.with(id, |s| {
+        sv.sessions.with(id, |s| {
             if let Some(c) = s.headless_mut() {
                 c.refresh_abandoned();
             }
@@ -50,25 +50,24 @@ pub fn start_refresh(hub: &Arc<Hub>, id: &str) {
 
 /// Reads history pages (newest turns first) and publishes the validated
 /// tail, unless a live change or a new worker came in meanwhile.
-fn run_refresh(hub: &Arc<Hub>, id: &str, mut refresh: Refresh) {
+fn run_refresh(sv: &Arc<Service>, id: &str, mut refresh: Refresh) {
     let mut query = refresh.query();
     let outcome = loop {
-        let idle = hub
+        let idle = sv
             .sessions
             .with(id, |s| s.active_run().is_none() && s.connected())
             .unwrap_or(false);
         if !idle {
             break Err(RefreshFailed::NotIdle);
         }
-        let page = match hub.queries.ask(
-            &hub.sessions,
-            id,
-            &query.to_data(""),
-            REFRESH_QUERY_DEADLINE,
-        ) {
-            Ok(page) => page,
-            Err(err) => break Err(RefreshFailed::Query(err)),
-        };
+        let page =
+            match sv
+                .queries
+                .ask(&sv.sessions, id, &query.to_data(""), REFRESH_QUERY_DEADLINE)
+            {
+                Ok(page) => page,
+                Err(err) => break Err(RefreshFailed::Query(err)),
+            };
         match refresh.accept_page(&page) {
             Ok(Next::Query(next)) => query = next,
             Ok(Next::Done(snapshot)) => break Ok(snapshot),
@@ -76,7 +75,7 @@ fn run_refresh(hub: &Arc<Hub>, id: &str, mut refresh: Refresh) {
         }
     };
     let now = time::now_rfc3339();
-    let published = hub
+    let published = sv
         .sessions
         .with(id, |s| {
             let finished = s.headless_mut()?.finish_refresh(outcome, &now);
@@ -87,7 +86,7 @@ fn run_refresh(hub: &Arc<Hub>, id: &str, mut refresh: Refresh) {
         })
         .flatten();
     if published == Some(true) {
-        schedule_conversation_write(hub, id);
+        schedule_conversation_write(sv, id);
     }
 }
 

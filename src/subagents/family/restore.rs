@@ -12,50 +12,50 @@ use super::persist::{load_conversation, persist_meta, persist_outcomes};
 use super::startup::{launch, startup_deadline, watch_startup};
 use super::stop::{begin_stop, stop_children, stop_worker};
 use super::{set_reason, spawn_thread};
-use crate::hub::Hub;
 use crate::session::headless::{
     Child, Lifecycle, LifecycleEvent, ParentRef, RecoveryRefused, MAX_CLEANUP_ATTEMPTS,
 };
+use crate::subagents::Service;
 use crate::subagents::{Refusal, KIND};
 use crate::supervisor::control::StopMode;
 use crate::util::time;
 
 /// Restores children from the store into their (already loaded) sessions.
 /// Unreadable ownership records block new forks; their data stays.
-pub fn load(hub: &Hub) {
-    let records = match hub.store.lock().load_subagents() {
+pub fn load(sv: &Service) {
+    let records = match sv.store.lock().load_subagents() {
         Ok(records) => records,
         Err(err) => {
-            hub.family
+            sv.family
                 .block(format!("subagent records cannot be read: {err}"));
             return;
         }
     };
-    let bytes = hub.config.subagents.conversation_bytes;
+    let bytes = sv.config.subagents.conversation_bytes;
     for rec in records {
         match Child::from_stored(&rec.meta, &rec.outcomes, bytes) {
             Ok(mut child) => {
-                if let Some(conversation) = load_conversation(hub, &rec.id) {
+                if let Some(conversation) = load_conversation(sv, &rec.id) {
                     child.restore_conversation(conversation);
                 }
                 // Delivery that was not confirmed before the restart is
                 // unknown; it is never resent.
                 child.forget_in_flight(&time::now_rfc3339());
-                let attached = hub.sessions.with(&rec.id, |s| s.attach_headless(child));
+                let attached = sv.sessions.with(&rec.id, |s| s.attach_headless(child));
                 if attached.is_none() {
-                    hub.family
+                    sv.family
                         .block(format!("subagent {} has no session record", rec.id));
                 } else {
-                    persist_outcomes(hub, &rec.id);
+                    persist_outcomes(sv, &rec.id);
                 }
             }
-            Err(err) => hub
+            Err(err) => sv
                 .family
                 .block(format!("subagent {} is quarantined: {err}", rec.id)),
         }
     }
     // A headless session row without an ownership record is quarantined.
-    let orphans: Vec<String> = hub
+    let orphans: Vec<String> = sv
         .sessions
         .lock()
         .list()
@@ -64,7 +64,7 @@ pub fn load(hub: &Hub) {
         .map(|s| s.id().to_string())
         .collect();
     for id in orphans {
-        hub.family
+        sv.family
             .block(format!("headless session {id} has no ownership record"));
     }
 }
@@ -75,8 +75,8 @@ pub fn load(hub: &Hub) {
 /// stops and cleans up stale families and stopping intents. A child that
 /// was starting without any process record may have a worker nobody knows
 /// of: it is kept `cleanup-pending` for the operator (`uncertain_start`).
-pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
-    let children: Vec<(String, ParentRef, Lifecycle, bool)> = hub
+pub fn restore(sv: &Arc<Service>, launched: &[String]) {
+    let children: Vec<(String, ParentRef, Lifecycle, bool)> = sv
         .sessions
         .lock()
         .list()
@@ -89,7 +89,7 @@ pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
         .collect();
     for (id, parent, lifecycle, alive) in children {
         if lifecycle == Lifecycle::Starting && !alive && !launched.contains(&id) {
-            let meta = hub
+            let meta = sv
                 .sessions
                 .with(&id, |s| {
                     let c = s.headless_mut()?;
@@ -98,12 +98,12 @@ pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
                 })
                 .flatten();
             if let Some(meta) = meta {
-                persist_meta(hub, &id, &meta);
+                persist_meta(sv, &id, &meta);
             }
             log::warn!("subagent {id}: uncertain startup; kept for operator recovery");
             continue;
         }
-        let parent_live = hub
+        let parent_live = sv
             .sessions
             .with(&parent.session_id, |p| {
                 p.lifecycle_id() == parent.lifecycle_id
@@ -114,7 +114,7 @@ pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
         if lifecycle == Lifecycle::CleanupPending {
             // Retained: its stored attempt count and backoff stand; a
             // restart neither resets nor skips them (the ticker retries).
-            hub.sessions.with(&id, |s| {
+            sv.sessions.with(&id, |s| {
                 if let Some(c) = s.headless_mut() {
                     c.freeze();
                 }
@@ -123,12 +123,12 @@ pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
         }
         if stale || lifecycle.is_closing() {
             if stale {
-                set_reason(hub, &id, "the parent incarnation is gone");
+                set_reason(sv, &id, "the parent incarnation is gone");
             }
             log::info!("subagent {id}: stale after restart; stopping and cleaning up");
-            begin_stop(hub, &id, None);
+            begin_stop(sv, &id, None);
             if !alive {
-                cleanup(hub, &id);
+                cleanup(sv, &id);
             }
             continue;
         }
@@ -137,8 +137,8 @@ pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
                 log::info!("subagent {id}: kept ready, awaiting its reconnection");
             }
             (Lifecycle::Preparing | Lifecycle::Starting, true) => {
-                let (hub2, id2) = (hub.clone(), id.clone());
-                let deadline = startup_deadline(hub);
+                let (hub2, id2) = (sv.clone(), id.clone());
+                let deadline = startup_deadline(sv);
                 if let Err(err) = spawn_thread("subagent-start", move || {
                     watch_startup(&hub2, &id2, deadline)
                 }) {
@@ -146,28 +146,28 @@ pub fn restore(hub: &Arc<Hub>, launched: &[String]) {
                 }
             }
             (Lifecycle::Preparing, false) => {
-                let (hub2, id2) = (hub.clone(), id.clone());
+                let (hub2, id2) = (sv.clone(), id.clone());
                 if let Err(err) = spawn_thread("subagent-start", move || launch(&hub2, &id2)) {
                     log::error!("subagent {id}: cannot schedule its startup: {err}");
                 }
             }
             _ => {
-                set_reason(hub, &id, "the child worker is gone after a hub restart");
-                begin_stop(hub, &id, None);
-                cleanup(hub, &id);
+                set_reason(sv, &id, "the child worker is gone after a hub restart");
+                begin_stop(sv, &id, None);
+                cleanup(sv, &id);
             }
         }
     }
-    if !pending_cleanups(hub, u64::MAX).0.is_empty() {
-        start_ticker(hub);
+    if !pending_cleanups(sv, u64::MAX).0.is_empty() {
+        start_ticker(sv);
     }
 }
 
 /// `GET /api/sessions/:id/recovery`: a headless child's cleanup state,
 /// without tokens, launch arguments or environment. `None` if `id` is not
 /// a headless child.
-pub fn recovery_info(hub: &Hub, id: &str) -> Option<Value> {
-    hub.sessions
+pub fn recovery_info(sv: &Service, id: &str) -> Option<Value> {
+    sv.sessions
         .with(id, |s| {
             let c = s.headless()?;
             let alive = s.process().is_some_and(|p| p.state.is_active());
@@ -211,12 +211,12 @@ impl RecoverAction {
 /// `recovery_conflict` (alive, connected, in flight, or not retained) or
 /// `cleanup_failed` (the attempt failed; the data stays).
 pub fn recover(
-    hub: &Arc<Hub>,
+    sv: &Arc<Service>,
     id: &str,
     action: RecoverAction,
     lifecycle_id: &str,
 ) -> Result<Value, Refusal> {
-    let checked = hub
+    let checked = sv
         .sessions
         .with(id, |s| {
             let alive = s.process().is_some_and(|p| p.state.is_active());
@@ -245,7 +245,7 @@ pub fn recover(
         })
         .flatten();
     let (meta, alive) = match checked {
-        None if hub.sessions.with(id, |_| ()).is_some() => {
+        None if sv.sessions.with(id, |_| ()).is_some() => {
             return Err(Refusal::InvalidPolicy(
                 "recovery applies to headless sessions only".into(),
             ))
@@ -255,21 +255,21 @@ pub fn recover(
         Some(Ok(v)) => v,
     };
     // The attestation (or the fresh budget) is saved before cleanup.
-    persist_meta(hub, id, &meta);
+    persist_meta(sv, id, &meta);
     if alive {
         // Retry of a child whose worker still runs: stop it again; the
         // waiter cleans up once it is gone.
-        hub.sessions.with(id, |s| {
+        sv.sessions.with(id, |s| {
             if let Some(c) = s.headless_mut() {
                 c.apply(LifecycleEvent::RetryStop);
             }
         });
-        stop_children(hub, id, "an ancestor stopped");
-        stop_worker(hub, id, StopMode::ForceKill);
+        stop_children(sv, id, "an ancestor stopped");
+        stop_worker(sv, id, StopMode::ForceKill);
         return Ok(json!({"session_id": id, "state": "stopping"}));
     }
-    cleanup(hub, id);
-    match recovery_info(hub, id) {
+    cleanup(sv, id);
+    match recovery_info(sv, id) {
         None => Ok(json!({"session_id": id, "state": "removed"})),
         Some(info) => Err(Refusal::CleanupFailed(
             info["reason"]
@@ -281,7 +281,7 @@ pub fn recover(
 }
 
 /// `GET /api/subagents/recovery`: `{blocked, reason}`.
-pub fn global_recovery(hub: &Hub) -> Value {
-    let reason = hub.family.blocked();
+pub fn global_recovery(sv: &Service) -> Value {
+    let reason = sv.family.blocked();
     json!({"blocked": reason.is_some(), "reason": reason})
 }

@@ -8,37 +8,37 @@ use std::time::{Duration, Instant};
 use super::persist::transition;
 use super::set_reason;
 use super::stop::begin_stop;
-use crate::hub::Hub;
 use crate::session::headless::{Lifecycle, LifecycleEvent};
+use crate::subagents::Service;
 use crate::supervisor::control;
 
 /// How often the startup watcher looks at a starting child.
 const STARTUP_POLL: Duration = Duration::from_millis(100);
 
 /// Starts a prepared child and watches its startup deadline.
-pub(super) fn launch(hub: &Arc<Hub>, id: &str) {
+pub(super) fn launch(sv: &Arc<Service>, id: &str) {
     // Time spent launching counts toward the deadline.
-    let deadline = startup_deadline(hub);
-    if !transition(hub, id, LifecycleEvent::Launch) {
+    let deadline = startup_deadline(sv);
+    if !transition(sv, id, LifecycleEvent::Launch) {
         return;
     }
-    if let Err(why) = control::start(hub, id, None) {
+    if let Err(why) = control::start(&sv.services, id, None) {
         log::warn!("subagent {id}: start failed: {why}");
-        set_reason(hub, id, &format!("start failed: {why}"));
-        begin_stop(hub, id, None);
+        set_reason(sv, id, &format!("start failed: {why}"));
+        begin_stop(sv, id, None);
         return;
     }
-    watch_startup(hub, id, deadline);
+    watch_startup(sv, id, deadline);
 }
 
-pub(super) fn startup_deadline(hub: &Hub) -> Instant {
-    Instant::now() + Duration::from_millis(hub.config.subagents.startup_timeout_ms)
+pub(super) fn startup_deadline(sv: &Service) -> Instant {
+    Instant::now() + Duration::from_millis(sv.config.subagents.startup_timeout_ms)
 }
 
 /// Stops a child that is not ready within `subagents.startupTimeoutMs`.
-pub(super) fn watch_startup(hub: &Arc<Hub>, id: &str, deadline: Instant) {
+pub(super) fn watch_startup(sv: &Arc<Service>, id: &str, deadline: Instant) {
     loop {
-        let state = hub
+        let state = sv
             .sessions
             .with(id, |s| s.headless().map(|c| c.lifecycle()))
             .flatten();
@@ -48,8 +48,8 @@ pub(super) fn watch_startup(hub: &Arc<Hub>, id: &str, deadline: Instant) {
         }
         if Instant::now() >= deadline {
             log::warn!("subagent {id}: not ready within the startup timeout");
-            set_reason(hub, id, "startup_timeout: the child was not ready in time");
-            begin_stop(hub, id, None);
+            set_reason(sv, id, "startup_timeout: the child was not ready in time");
+            begin_stop(sv, id, None);
             return;
         }
         #[expect(

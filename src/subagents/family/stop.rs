@@ -8,13 +8,13 @@ use std::sync::Arc;
 use super::cleanup::{cleanup, cleanup_failed};
 use super::persist::persist_meta;
 use super::set_reason;
-use crate::hub::Hub;
 use crate::session::Note;
+use crate::subagents::Service;
 use crate::supervisor::control::{self, StopMode};
 
 /// Direct children of `parent`, by id.
-pub fn children_of(hub: &Hub, parent: &str) -> Vec<String> {
-    hub.sessions
+pub fn children_of(sv: &Service, parent: &str) -> Vec<String> {
+    sv.sessions
         .lock()
         .list()
         .into_iter()
@@ -27,11 +27,11 @@ pub fn children_of(hub: &Hub, parent: &str) -> Vec<String> {
 }
 
 /// Every descendant of `root`, nearest first.
-fn descendants_of(hub: &Hub, root: &str) -> Vec<String> {
+fn descendants_of(sv: &Service, root: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut queue = VecDeque::from([root.to_string()]);
     while let Some(next) = queue.pop_front() {
-        for child in children_of(hub, &next) {
+        for child in children_of(sv, &next) {
             if !out.contains(&child) && child != root {
                 queue.push_back(child.clone());
                 out.push(child);
@@ -43,13 +43,13 @@ fn descendants_of(hub: &Hub, root: &str) -> Vec<String> {
 
 /// Closes admission of every descendant of `parent` at once (its worker
 /// is being stopped): no forks, no sends through them.
-pub fn freeze_descendants(hub: &Hub, parent: &str) {
-    freeze(hub, descendants_of(hub, parent));
+pub fn freeze_descendants(sv: &Service, parent: &str) {
+    freeze(sv, descendants_of(sv, parent));
 }
 
 /// Closes admission of every family (hub shutdown).
-pub fn freeze_all(hub: &Hub) {
-    let ids = hub
+pub fn freeze_all(sv: &Service) {
+    let ids = sv
         .sessions
         .lock()
         .list()
@@ -57,12 +57,12 @@ pub fn freeze_all(hub: &Hub) {
         .filter(|s| s.is_headless())
         .map(|s| s.id().to_string())
         .collect();
-    freeze(hub, ids);
+    freeze(sv, ids);
 }
 
-fn freeze(hub: &Hub, ids: Vec<String>) {
+fn freeze(sv: &Service, ids: Vec<String>) {
     for id in ids {
-        hub.sessions.with(&id, |s| {
+        sv.sessions.with(&id, |s| {
             if let Some(c) = s.headless_mut() {
                 c.freeze();
             }
@@ -72,11 +72,11 @@ fn freeze(hub: &Hub, ids: Vec<String>) {
 
 /// Stops every direct child of `parent` (each cascades further). One
 /// child's failure never skips its siblings.
-pub fn stop_children(hub: &Arc<Hub>, parent: &str, reason: &str) {
-    freeze_descendants(hub, parent);
-    for id in children_of(hub, parent) {
-        set_reason(hub, &id, reason);
-        begin_stop(hub, &id, None);
+pub fn stop_children(sv: &Arc<Service>, parent: &str, reason: &str) {
+    freeze_descendants(sv, parent);
+    for id in children_of(sv, parent) {
+        set_reason(sv, &id, reason);
+        begin_stop(sv, &id, None);
     }
 }
 
@@ -84,8 +84,8 @@ pub fn stop_children(hub: &Arc<Hub>, parent: &str, reason: &str) {
 /// stops its own children, then its worker; cleanup follows once the
 /// process is confirmed gone. `on_stopping` runs after the stopping
 /// state is durable (the stop receipt is written by the caller first).
-pub fn begin_stop(hub: &Arc<Hub>, id: &str, on_stopping: Option<Box<dyn FnOnce() + Send>>) {
-    let entered = hub
+pub fn begin_stop(sv: &Arc<Service>, id: &str, on_stopping: Option<Box<dyn FnOnce() + Send>>) {
+    let entered = sv
         .sessions
         .with(id, |s| {
             let c = s.headless_mut()?;
@@ -96,8 +96,8 @@ pub fn begin_stop(hub: &Arc<Hub>, id: &str, on_stopping: Option<Box<dyn FnOnce()
         None => return,
         Some(None) => {}
         Some(Some(meta)) => {
-            persist_meta(hub, id, &meta);
-            hub.publisher.notify(Note::SessionChanged {
+            persist_meta(sv, id, &meta);
+            sv.publisher.notify(Note::SessionChanged {
                 session: id.to_string(),
             });
             log::info!("subagent {id}: stopping");
@@ -106,8 +106,8 @@ pub fn begin_stop(hub: &Arc<Hub>, id: &str, on_stopping: Option<Box<dyn FnOnce()
     if let Some(f) = on_stopping {
         f();
     }
-    stop_children(hub, id, "an ancestor stopped");
-    stop_worker(hub, id, StopMode::Graceful);
+    stop_children(sv, id, "an ancestor stopped");
+    stop_worker(sv, id, StopMode::Graceful);
 }
 
 /// Stops a closing child's worker. A worker that never ran (or already
@@ -115,11 +115,11 @@ pub fn begin_stop(hub: &Arc<Hub>, id: &str, on_stopping: Option<Box<dyn FnOnce()
 /// otherwise `process_gone` runs it. A stop that cannot confirm the end
 /// (no verified identity, alive after SIGKILL) leaves the child
 /// `cleanup-pending`.
-pub(super) fn stop_worker(hub: &Arc<Hub>, id: &str, mode: StopMode) {
-    let hub2 = hub.clone();
+pub(super) fn stop_worker(sv: &Arc<Service>, id: &str, mode: StopMode) {
+    let hub2 = sv.clone();
     let id2 = id.to_string();
     control::stop(
-        hub,
+        &sv.services,
         id,
         mode,
         Box::new(move |result| match result {
@@ -133,19 +133,19 @@ pub(super) fn stop_worker(hub: &Arc<Hub>, id: &str, mode: StopMode) {
 /// Called once a supervised worker's process is confirmed gone and its
 /// output pipes are closed: a parent's children are stopped; a child is
 /// stopped (if it was not already) and cleaned up.
-pub fn process_gone(hub: &Arc<Hub>, id: &str) {
-    stop_children(hub, id, "the parent worker exited");
-    let closing = hub
+pub fn process_gone(sv: &Arc<Service>, id: &str) {
+    stop_children(sv, id, "the parent worker exited");
+    let closing = sv
         .sessions
         .with(id, |s| s.headless().map(|c| c.lifecycle().is_closing()))
         .flatten();
     match closing {
         None => {}
-        Some(true) => cleanup(hub, id),
+        Some(true) => cleanup(sv, id),
         Some(false) => {
-            set_reason(hub, id, "the child worker exited");
-            begin_stop(hub, id, None);
-            cleanup(hub, id);
+            set_reason(sv, id, "the child worker exited");
+            begin_stop(sv, id, None);
+            cleanup(sv, id);
         }
     }
 }

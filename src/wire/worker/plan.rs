@@ -1,7 +1,7 @@
 //! The session plan routes' arguments (pure): `plan/read` takes nothing
 //! but an optional `operation: "read"`; `plan/replace` takes `markdown`,
 //! at most [`MAX_PLAN_BYTES`] of UTF-8, blank or whitespace-only meaning
-//! "clear". The hub's side effects live in `Hub::replace_plan`; the socket
+//! "clear". The hub's side effects live in `Services::replace_plan`; the socket
 //! thread is `worker::tools`.
 
 use serde_json::{json, Map, Value};

@@ -179,7 +179,7 @@ impl Hub {
             }
             let rec = hub.settle_library_snapshot(rec);
             let s = hub.new_session(rec);
-            hub.sessions.lock().insert(s);
+            hub.sessions.insert(s);
         }
         crate::subagents::family::load(&hub.subagents);
         Ok(hub)

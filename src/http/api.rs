@@ -13,6 +13,7 @@ use crate::reply::{header, read_body, ApiError, Reply};
 use crate::hub::Hub;
 use crate::ops::health::Front;
 use crate::ops::{self, sessions::LogBounds, worker::Action};
+use crate::panel::render;
 use crate::wire::http::{auth, url};
 use crate::wire::{code, ids};
 
@@ -88,7 +89,9 @@ fn route(
         }
         ["skills", rest @ ..] => super::library::skills(hub, method, rest),
         ["sessions", id, "configurations"] if post => super::library::apply(hub, rq, id),
-        ["sessions"] if get => Ok(ok(json!({"sessions": ops::sessions::list(hub)}))),
+        ["sessions"] if get => Ok(ok(
+            json!({"sessions": ops::sessions::list(hub).iter().map(render::session).collect::<Vec<_>>()}),
+        )),
         ["sessions"] if post => {
             let body = read_json_body(hub, rq)?;
             let Some(Value::String(id)) = body.get("session") else {
@@ -99,10 +102,15 @@ fn route(
                 ));
             };
             let session = ops::sessions::create(hub, id, body.get("spec"))?;
-            Ok(Reply::json(201, &json!({"session": session})))
+            Ok(Reply::json(
+                201,
+                &json!({"session": render::session(&session)}),
+            ))
         }
         ["sessions"] => Err(method_not_allowed("GET, POST")),
-        ["sessions", id] if get => Ok(ok(json!({"session": ops::sessions::describe(hub, id)?}))),
+        ["sessions", id] if get => Ok(ok(
+            json!({"session": render::session(&ops::sessions::describe(hub, id)?)}),
+        )),
         ["sessions", id] if *method == Method::Delete => {
             ops::sessions::delete(hub, id)?;
             Ok(ok(json!({"removed": id})))
@@ -135,7 +143,7 @@ fn route(
             let policy = ops::headless::set_policy(hub, id, policy)?;
             // The Node hub answers with the session's description.
             Ok(ok(json!({
-                "session": ops::sessions::describe(hub, id)?,
+                "session": render::session(&ops::sessions::describe(hub, id)?),
                 "accepted": "subagent_policy",
                 "policy": policy.as_str(),
             })))

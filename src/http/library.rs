@@ -99,7 +99,9 @@ pub fn configurations(
 pub fn apply(hub: &Hub, rq: &mut Request, id: &str) -> Result<Reply, ApiError> {
     let body = object_body(rq, APPLY_BODY)?;
     let session = ops::configurations::apply(hub, id, &body)?;
-    Ok(ok(json!({"session": session})))
+    Ok(ok(
+        json!({"session": crate::panel::render::session(&session)}),
+    ))
 }
 
 /// `/api/skills…`; `rest` is the path after `skills`. Read-only.

@@ -96,7 +96,11 @@ pub fn preview(hub: &Hub, text: &str) -> Result<Value, OpError> {
 /// snapshot of session `id`, which must be stopped and disconnected, with
 /// the pair `body` names, and records the pair in its spec. Answers the
 /// session's description.
-pub fn apply(hub: &Hub, id: &str, body: &Map<String, Value>) -> Result<Value, OpError> {
+pub fn apply(
+    hub: &Hub,
+    id: &str,
+    body: &Map<String, Value>,
+) -> Result<crate::session::SessionView, OpError> {
     operable(hub, id, "a configuration snapshot")?;
     let selected = Selection::from_object(body)
         .map_err(|e| OpError::new(ErrorKind::InvalidConfiguration, e.message()))?
@@ -133,6 +137,6 @@ pub fn apply(hub: &Hub, id: &str, body: &Map<String, Value>) -> Result<Value, Op
     hub.publisher.notify(Note::SessionChanged {
         session: id.to_string(),
     });
-    hub.describe_session(id)
+    hub.session_view(id)
         .ok_or_else(|| OpError::unknown_session(id))
 }

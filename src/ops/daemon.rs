@@ -74,10 +74,5 @@ fn requested(hub: &Hub) -> Result<(), OpError> {
 
 /// Sessions whose worker is executing a run.
 fn active_runs(hub: &Hub) -> usize {
-    hub.sessions
-        .lock()
-        .list()
-        .into_iter()
-        .filter(|s| s.active_run().is_some())
-        .count()
+    hub.sessions.scan(|s| s.active_run().map(drop)).len()
 }

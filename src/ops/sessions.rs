@@ -7,16 +7,16 @@ use serde_json::Value;
 
 use super::{operable, ErrorKind, OpError};
 use crate::hub::Hub;
-use crate::session::Note;
+use crate::session::{Note, SessionView};
 
-/// Every session's description.
-pub fn list(hub: &Hub) -> Vec<Value> {
-    hub.describe_sessions()
+/// Every session's view.
+pub fn list(hub: &Hub) -> Vec<SessionView> {
+    hub.session_views()
 }
 
-/// One session's description (headless sessions included).
-pub fn describe(hub: &Hub, id: &str) -> Result<Value, OpError> {
-    hub.describe_session(id)
+/// One session's view (headless sessions included).
+pub fn describe(hub: &Hub, id: &str) -> Result<SessionView, OpError> {
+    hub.session_view(id)
         .ok_or_else(|| OpError::unknown_session(id))
 }
 
@@ -26,7 +26,7 @@ pub fn describe(hub: &Hub, id: &str) -> Result<Value, OpError> {
 /// first (a refusal is `invalid_session`, as with the Node hub), and their
 /// snapshot published into the new session's `config/` before the session
 /// becomes visible.
-pub fn create(hub: &Hub, id: &str, spec: Option<&Value>) -> Result<Value, OpError> {
+pub fn create(hub: &Hub, id: &str, spec: Option<&Value>) -> Result<SessionView, OpError> {
     if hub.session_kind(id) == Some(true) {
         return Err(OpError::headless_restricted("a new spec", id));
     }
@@ -40,14 +40,14 @@ pub fn create(hub: &Hub, id: &str, spec: Option<&Value>) -> Result<Value, OpErro
         Some(selection) => Some(hub.library.prepare_snapshot(selection).map_err(invalid)?),
         None => None,
     };
-    let described = hub.create_session_with(id, spec, |dir| match &snapshot {
+    let view = hub.create_session_with(id, spec, |dir| match &snapshot {
         Some(snapshot) => snapshot.publish(dir).map_err(OpError::from),
         None => Ok(()),
     })?;
     hub.publisher.notify(Note::SessionChanged {
         session: id.to_string(),
     });
-    Ok(described)
+    Ok(view)
 }
 
 /// Deletes a session that is not busy and announces it.
@@ -78,8 +78,8 @@ pub fn events(hub: &Hub, id: &str, since: u64, limit: usize) -> Result<Entries, 
     Ok(Entries { latest, entries })
 }
 
-/// A session's description with every retained entry after `since`.
-pub fn transcript(hub: &Hub, id: &str, since: u64) -> Result<(Value, Entries), OpError> {
+/// A session's view with every retained entry after `since`.
+pub fn transcript(hub: &Hub, id: &str, since: u64) -> Result<(SessionView, Entries), OpError> {
     operable(hub, id, "status_snapshot")?;
     hub.sessions
         .with(id, |s| {
@@ -90,7 +90,8 @@ pub fn transcript(hub: &Hub, id: &str, since: u64) -> Result<(Value, Entries), O
                 .map(|e| e.json)
                 .collect();
             let latest = s.transcript().latest();
-            (s.describe(), Entries { latest, entries })
+            let view = s.view(&mut |_| crate::session::PROMPT_PREVIEW_BYTES);
+            (view, Entries { latest, entries })
         })
         .ok_or_else(|| OpError::unknown_session(id))
 }
@@ -253,5 +254,6 @@ pub fn read<T>(
 
 /// Reads every session, in creation order, through `f` (as [`read`]).
 pub fn read_all<T>(hub: &Hub, f: impl FnMut(&crate::session::Session) -> T) -> Vec<T> {
-    hub.sessions.lock().list().into_iter().map(f).collect()
+    let mut f = f;
+    hub.sessions.scan(|s| Some(f(s)))
 }

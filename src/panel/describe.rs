@@ -5,19 +5,21 @@
 
 use serde_json::Value;
 
+use super::render;
 use crate::hub::Hub;
 use crate::session::Session;
 use crate::wire::panel as protocol;
 
 /// Every session, for an aggregate frame (`welcome`, `sessions`).
 pub fn all(hub: &Hub) -> Vec<Value> {
-    let sessions = hub.sessions.lock();
+    // One look at every session: the allowance is shared among them.
+    let sessions = hub.sessions.lock_all();
     under_share(&sessions.list())
 }
 
 /// One session, for a `session` frame.
 pub fn one(hub: &Hub, id: &str) -> Option<Value> {
-    let sessions = hub.sessions.lock();
+    let sessions = hub.sessions.lock_all();
     let s = sessions.get(id)?;
     under_share(&[s]).pop()
 }
@@ -36,7 +38,7 @@ fn under_share(list: &[&Session]) -> Vec<Value> {
     // Everything but the previews: the descriptions with minimal previews.
     let other: usize = list
         .iter()
-        .map(|s| s.describe_with(&mut |_| 0).to_string().len())
+        .map(|s| render::session(&s.view(&mut |_| 0)).to_string().len())
         .sum();
     let caps = protocol::allocate_previews(&flat, protocol::approvals_allowance(other));
     let mut next = 0;
@@ -45,7 +47,7 @@ fn under_share(list: &[&Session]) -> Vec<Value> {
         .map(|(s, sz)| {
             let base = next;
             next += sz.len();
-            s.describe_with(&mut |i| caps.get(base + i).copied().unwrap_or(0))
+            render::session(&s.view(&mut |i| caps.get(base + i).copied().unwrap_or(0)))
         })
         .collect()
 }

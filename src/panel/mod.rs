@@ -16,6 +16,7 @@ use crate::session::Note;
 pub mod conn;
 pub mod describe;
 pub mod poller;
+pub mod render;
 pub mod service;
 
 use conn::PanelConn;

@@ -16,7 +16,7 @@ use tungstenite::{Error as WsError, Message};
 
 use super::conn::{self, Encoded, PanelConn, Subscription};
 use super::poller::{Drained, Parked, Poller};
-use super::Panels;
+use super::{render, Panels};
 use crate::hub::Hub;
 use crate::ops::sessions::LogBounds;
 use crate::ops::worker::{Action, ActionDone};
@@ -257,8 +257,8 @@ fn dispatch(hub: &Arc<Hub>, panel: &Arc<PanelConn>, text: &str) {
         }
         ClientMsg::CreateSession { session, spec } => {
             match ops::sessions::create(hub, &session, spec.as_ref()) {
-                Ok(desc) => {
-                    send(panel, &protocol::created(desc));
+                Ok(view) => {
+                    send(panel, &protocol::created(render::session(&view)));
                 }
                 Err(err) => refused(err),
             }
@@ -367,8 +367,9 @@ fn dispatch(hub: &Arc<Hub>, panel: &Arc<PanelConn>, text: &str) {
         }
         ClientMsg::StatusSnapshot { session, since } => {
             match ops::sessions::transcript(hub, &session, since) {
-                Ok((described, page)) => {
-                    let frame = protocol::snapshot(&session, described, &page.entries);
+                Ok((view, page)) => {
+                    let frame =
+                        protocol::snapshot(&session, super::render::session(&view), &page.entries);
                     if protocol::wire_cost(frame.len()) <= protocol::FRAME_CEILING {
                         panel.send_text(&frame);
                     } else {
@@ -699,11 +700,12 @@ pub fn fan_out(hub: &Hub, registry: &Panels, note: &Note) {
         } => {
             // Described as it is now (the note may have been queued behind
             // a later change); one already retired is not announced again.
-            let Some(current) = hub.describe_prompt(session, confirmation_id) else {
+            let Some(current) = hub.prompt_view(session, confirmation_id) else {
                 return broadcast_session(hub, &panels, session);
             };
-            let frame =
-                conn::encode(&protocol::confirmation(session, true, current, None).to_string());
+            let frame = conn::encode(
+                &protocol::confirmation(session, true, render::prompt(&current), None).to_string(),
+            );
             for panel in panels.iter() {
                 panel.send_frame(frame.clone());
             }
@@ -712,8 +714,13 @@ pub fn fan_out(hub: &Hub, registry: &Panels, note: &Note) {
         Note::ConfirmationClosed { closed } => {
             let session = &closed.session_id;
             let frame = conn::encode(
-                &protocol::confirmation(session, false, closed.describe(), Some(closed.outcome()))
-                    .to_string(),
+                &protocol::confirmation(
+                    session,
+                    false,
+                    render::prompt(&closed.view()),
+                    Some(closed.outcome()),
+                )
+                .to_string(),
             );
             for panel in panels.iter() {
                 panel.send_frame(frame.clone());
@@ -727,7 +734,7 @@ pub fn fan_out(hub: &Hub, registry: &Panels, note: &Note) {
         } => {
             let identity = hub
                 .sessions
-                .with(session, |s| s.describe()["identity"].clone())
+                .with(session, |s| render::identity(&s.identity_view()))
                 .unwrap_or(Value::Null);
             let mut msg = protocol::connection(session, *connected, identity);
             // A superseding connection is a replacement, not a disconnect.
@@ -737,13 +744,14 @@ pub fn fan_out(hub: &Hub, registry: &Panels, note: &Note) {
             broadcast_session(hub, &panels, session);
         }
         Note::Process { session, process } => {
-            let process = crate::session::describe_process(process.as_ref());
+            let process = render::process(process.as_ref());
             let frame = conn::encode(&protocol::process(session, process).to_string());
             to_subscribers(&panels, session, &frame);
             broadcast_session(hub, &panels, session);
         }
         Note::Request { session, request } => {
-            let frame = conn::encode(&protocol::request(session, request.describe()).to_string());
+            let frame =
+                conn::encode(&protocol::request(session, render::request(request)).to_string());
             to_subscribers(&panels, session, &frame);
         }
         Note::Plan { session, plan } => {

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::Value;
 
-use crate::session;
+use crate::session::{self, SessionView};
 use crate::store::{SessionRecord, StoreError};
 use crate::util::{fsutil, time};
 
@@ -21,11 +21,11 @@ impl Services {
         id: &str,
         spec: Option<&Value>,
         prepare: impl FnOnce(&Path) -> Result<(), E>,
-    ) -> Result<Value, E> {
+    ) -> Result<SessionView, E> {
         session::check_new_id(id).map_err(|e| HubError::InvalidSession(e.to_string()))?;
         let spec = session::normalize_spec(spec, &self.spec_defaults())
             .map_err(|e| HubError::InvalidSession(e.to_string()))?;
-        if self.sessions.lock().contains(id) {
+        if self.sessions.contains(id) {
             return Err(HubError::SessionExists(id.into()).into());
         }
         let record = SessionRecord {
@@ -56,42 +56,35 @@ impl Services {
             }
             return Err(err);
         }
-        let session = self.new_session(record);
-        let described = session.describe();
-        self.sessions.lock().insert(session);
+        let created = self.new_session(record);
+        let view = created.view(&mut |_| session::PROMPT_PREVIEW_BYTES);
+        self.sessions.insert(created);
         log::info!("session {id} created");
-        Ok(described)
+        Ok(view)
     }
 
     /// Deletes a session that is not busy: the store record, then the whole
     /// session directory.
     pub fn delete_session(&self, id: &str) -> Result<(), HubError> {
-        {
-            let mut sessions = self.sessions.lock();
-            let session = sessions
-                .get_mut(id)
-                .ok_or_else(|| HubError::UnknownSession(id.into()))?;
-            session
-                .begin_removal()
-                .map_err(|reason| HubError::SessionBusy {
-                    id: id.into(),
-                    reason,
-                })?;
-        }
+        self.sessions
+            .with(id, |s| s.begin_removal())
+            .ok_or_else(|| HubError::UnknownSession(id.into()))?
+            .map_err(|reason| HubError::SessionBusy {
+                id: id.into(),
+                reason,
+            })?;
         let result = self
             .store
             .lock()
             .delete_session(id)
             .map_err(HubError::Store);
         if let Err(err) = result {
-            if let Some(s) = self.sessions.lock().get_mut(id) {
-                s.cancel_removal();
-            }
+            self.sessions.with(id, |s| s.cancel_removal());
             return Err(err);
         }
         // Taken out of the registry first: the files are closed with no
         // lock held, before the directory goes.
-        let removed = self.sessions.lock().remove(id);
+        let removed = self.sessions.remove(id);
         if let Some(mut removed) = removed {
             let log_file = removed.take_log_file();
             for file in removed.events_file().into_iter().chain(log_file.as_ref()) {

@@ -24,7 +24,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use serde_json::Value;
 
 use crate::config::Config;
-use crate::session::{self, Publisher, Session, Sessions, SpecDefaults, WorkerHooks};
+use crate::session::{
+    self, PromptView, Publisher, Session, SessionView, Sessions, SpecDefaults, WorkerHooks,
+};
 use crate::store::{Db, ProcessRecord, SessionRecord, Store};
 use crate::transcript::Transcript;
 use crate::util::bounded_writer::{self, BoundedWriter};
@@ -240,13 +242,11 @@ impl Services {
 
     /// Sessions whose worker process is starting, running or stopping.
     pub fn active_worker_sessions(&self) -> Vec<String> {
-        self.sessions
-            .lock()
-            .list()
-            .into_iter()
-            .filter(|s| s.process().is_some_and(|p| p.state.is_active()))
-            .map(|s| s.id().to_string())
-            .collect()
+        self.sessions.scan(|s| {
+            s.process()
+                .is_some_and(|p| p.state.is_active())
+                .then(|| s.id().to_string())
+        })
     }
 
     /// Recorded worker processes from the store (for adoption at start).
@@ -260,7 +260,7 @@ impl Services {
     /// The worker token of session `id` (copied out for a comparison done
     /// outside the lock).
     pub fn session_token(&self, id: &str) -> Option<String> {
-        self.sessions.lock().get(id).map(|s| s.token().to_string())
+        self.sessions.with(id, |s| s.token().to_string())
     }
 
     /// Transcript entries after `since`, at most `limit`, plus the latest
@@ -275,36 +275,34 @@ impl Services {
         })
     }
 
-    pub fn describe_sessions(&self) -> Vec<Value> {
+    /// Every session's view, each approval preview bounded to 64 KiB.
+    pub fn session_views(&self) -> Vec<SessionView> {
         self.sessions
-            .lock()
-            .list()
-            .into_iter()
-            .map(Session::describe)
-            .collect()
+            .scan(|s| Some(s.view(&mut |_| session::PROMPT_PREVIEW_BYTES)))
     }
 
-    /// The current description of one open prompt (64 KiB preview).
-    pub fn describe_prompt(&self, session: &str, confirmation_id: &str) -> Option<Value> {
+    /// One session's view, each approval preview bounded to 64 KiB.
+    pub fn session_view(&self, id: &str) -> Option<SessionView> {
+        self.sessions
+            .with(id, |s| s.view(&mut |_| session::PROMPT_PREVIEW_BYTES))
+    }
+
+    /// One open prompt as it is now (64 KiB preview).
+    pub fn prompt_view(&self, session: &str, confirmation_id: &str) -> Option<PromptView> {
         self.sessions
             .with(session, |s| {
                 s.prompt(confirmation_id)
-                    .map(|p| s.describe_prompt(p, session::PROMPT_PREVIEW_BYTES))
+                    .map(|p| s.prompt_view(p, session::PROMPT_PREVIEW_BYTES))
             })
             .flatten()
-    }
-
-    pub fn describe_session(&self, id: &str) -> Option<Value> {
-        self.sessions.lock().get(id).map(Session::describe)
     }
 
     /// `None` for an unknown session, else whether it is headless (one
     /// registry look for the command layer's checks).
     pub fn session_kind(&self, id: &str) -> Option<bool> {
-        self.sessions
-            .lock()
-            .get(id)
-            .map(|s| s.is_headless() || s.kind() == session::headless::KIND)
+        self.sessions.with(id, |s| {
+            s.is_headless() || s.kind() == session::headless::KIND
+        })
     }
 
     /// Flushes every session's events file and worker log, with one
@@ -312,10 +310,9 @@ impl Services {
     pub fn close_session_files(&self) {
         let files: Vec<Arc<BoundedWriter>> = self
             .sessions
-            .lock()
-            .list()
+            .scan(|s| Some([s.events_file().cloned(), s.log_file().cloned()]))
             .into_iter()
-            .flat_map(|s| [s.events_file().cloned(), s.log_file().cloned()])
+            .flatten()
             .flatten()
             .collect();
         let deadline = std::time::Instant::now() + bounded_writer::CLOSE_DEADLINE;

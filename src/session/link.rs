@@ -321,7 +321,7 @@ mod tests {
         sent(&mut s, "q1");
         let admitted =
             s.observe_envelope(&env("input_admitted", "w", 1, "r", "q1", json!({})), "t1");
-        assert_eq!(admitted.unwrap().describe()["state"], "admitted");
+        assert_eq!(admitted.unwrap().state, RequestState::Admitted);
         let again = s.observe_envelope(
             &env(
                 "input_rejected",
@@ -346,13 +346,13 @@ mod tests {
             ),
             "t3",
         );
-        let rejected = rejected.unwrap().describe();
-        assert_eq!(rejected["state"], "rejected");
-        // the Node hub's string detail (the message, else the code) and the
-        // worker's whole data beside it
-        assert_eq!(rejected["detail"], "x");
-        assert_eq!(rejected["rejection"]["code"], "x");
-        assert_eq!(rejected["settled_at"], "t3");
+        let rejected = rejected.unwrap();
+        assert_eq!(rejected.state, RequestState::Rejected);
+        // the outcome in words (the message, else the code) and the
+        // worker's whole data
+        assert_eq!(rejected.detail_text(), "x");
+        assert_eq!(rejected.detail.as_ref().unwrap()["code"], "x");
+        assert_eq!(rejected.updated_at, "t3");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Sessions: the in-memory registry the HTTP and panel layers read, with
 //! the id rules and the launch spec (`spec`: normalized and validated,
-//! pure). `describe` produces the panel protocol's session description.
+//! pure). A session is shown through its typed view (`view.rs`), which
+//! each front-end renders into its own wire.
 //!
 //! The registry is plain data behind the hub's mutex; nothing here does I/O.
 //! The worker link's state (identity, statistics, capabilities, runs and
@@ -10,7 +11,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
-use serde_json::{json, Map, Value};
+use serde_json::Value;
 
 use crate::supervisor::process::{LogCounters, ProcessInfo, ProcessView};
 use crate::transcript::Transcript;
@@ -32,6 +33,7 @@ mod sessions;
 mod spec;
 #[cfg(test)]
 mod testkit;
+mod view;
 
 pub use hooks::{Followup, NoHooks, WorkerHooks};
 pub use process::{NoStop, StartRefused};
@@ -42,6 +44,7 @@ pub use sessions::Sessions;
 pub use spec::{
     check_new_id, is_valid_id, normalize_spec, SpecDefaults, SpecError, MODALITY_ASSIST_ENTRY,
 };
+pub use view::{IdentityView, PromptView, SessionView};
 
 /// Log ring bounds before the configuration applies its own.
 const DEFAULT_LOG_CAPS: (usize, usize) = (500, 256 * 1024);
@@ -133,28 +136,6 @@ impl RequestRecord {
             _ => "",
         }
     }
-
-    /// The Node hub's request record (`settled_at` null while `sent`;
-    /// `detail` a string: the worker's rejection message, or why the
-    /// outcome is unknown, else empty), then this hub's `updated_at` and
-    /// `rejection` (the worker's whole `input_rejected` data, or null).
-    pub fn describe(&self) -> Value {
-        let detail = self.detail_text();
-        let settled_at = match self.state {
-            RequestState::Sent => None,
-            _ => Some(&self.updated_at),
-        };
-        json!({
-            "request_id": self.request_id,
-            "operation": self.operation,
-            "state": self.state.as_str(),
-            "sent_at": self.sent_at,
-            "settled_at": settled_at,
-            "detail": detail,
-            "updated_at": self.updated_at,
-            "rejection": self.detail,
-        })
-    }
 }
 
 /// Lifecycle of a confirmation prompt.
@@ -197,60 +178,6 @@ pub struct Prompt {
     pub decision: Option<bool>,
     pub reason: Option<String>,
     pub writer: Arc<FrameWriter>,
-}
-
-impl Prompt {
-    /// The prompt object of the panel protocol, with the arguments preview
-    /// bounded to `budget` bytes of encoded JSON. The decision always
-    /// applies to the original call, never to this preview.
-    pub fn describe(&self, session_id: &str, budget: usize) -> Value {
-        let mut call = match &self.request.call {
-            Value::Object(map) => map.clone(),
-            other => {
-                let mut m = Map::new();
-                m.insert("value".into(), other.clone());
-                m
-            }
-        };
-        let mut out = json!({
-            "confirmation_id": self.request.confirmation_id,
-            "session_id": session_id,
-            "worker_id": self.request.worker_id,
-            "run_id": self.request.run_id,
-            "state": self.state.as_str(),
-            "verified": self.verified,
-            "identity_state": self.identity_state.as_str(),
-            "received_at": self.received_at,
-            "deadline_at": self.deadline_at,
-            "settled_at": self.settled_at,
-            "decision": self.decision.map(|d| if d { "approved" } else { "denied" }),
-            "reason": self.reason,
-        });
-        if let Some(args) = call.get("arguments") {
-            let preview = display::preview(args, budget);
-            if preview.truncated {
-                out["arguments_truncated"] = json!(true);
-                out["arguments_bytes"] = json!(preview.original_bytes);
-            }
-            call.insert("arguments".into(), preview.value);
-        }
-        out["call"] = Value::Object(call);
-        out
-    }
-
-    /// [`Prompt::describe`] in session `session_id`, with the `subagent`
-    /// member a headless child's prompt carries (`parent`: its parent
-    /// session).
-    pub fn describe_in(&self, session_id: &str, parent: Option<&str>, budget: usize) -> Value {
-        let mut out = self.describe(session_id, budget);
-        if let Some(parent) = parent {
-            out["subagent"] = json!({
-                "session_id": session_id,
-                "parent_session_id": parent,
-            });
-        }
-        out
-    }
 }
 
 /// One session as the hub holds it in memory.
@@ -369,6 +296,21 @@ impl Session {
 
     pub fn last_event_at(&self) -> Option<&str> {
         self.last_event_at.as_deref()
+    }
+
+    /// The type of the latest event.
+    pub fn last_event(&self) -> Option<&str> {
+        self.last_event.as_deref()
+    }
+
+    /// When the current identity state began.
+    pub fn identity_since(&self) -> Option<&str> {
+        self.identity_since.as_deref()
+    }
+
+    /// The most recent payload outcomes, oldest first.
+    pub fn requests(&self) -> impl Iterator<Item = &RequestRecord> {
+        self.requests.iter()
     }
 
     /// Drops the record of a payload whose write failed (it was never
@@ -690,12 +632,6 @@ impl Session {
         self.requests.push_back(record);
     }
 
-    /// The panel protocol's session description, each approval preview
-    /// bounded to 64 KiB.
-    pub fn describe(&self) -> Value {
-        self.describe_with(&mut |_| PROMPT_PREVIEW_BYTES)
-    }
-
     /// Encoded sizes of this session's approval previews at the
     /// single-prompt budget (input to the aggregate allocation).
     pub fn preview_sizes(&self) -> Vec<usize> {
@@ -708,64 +644,6 @@ impl Session {
             })
             .collect()
     }
-
-    /// The description with approval `i`'s preview bounded to `budget(i)`.
-    pub fn describe_with(&self, budget: &mut dyn FnMut(usize) -> usize) -> Value {
-        let mut out = self.describe_common(budget);
-        if let Some(child) = &self.subagent {
-            // No operator spec: an empty one, as the Node hub shows it.
-            out["spec"] = json!({});
-            out["subagent"] = headless::describe(self, child);
-        }
-        out
-    }
-
-    /// A prompt's panel description. A headless child's prompt is
-    /// labelled with the child and its parent (`subagent {session_id,
-    /// parent_session_id}`), so an operator sees whose request it is.
-    pub fn describe_prompt(&self, prompt: &Prompt, budget: usize) -> Value {
-        let parent = self
-            .subagent
-            .as_ref()
-            .map(|c| c.parent().session_id.as_str());
-        prompt.describe_in(&self.id, parent, budget)
-    }
-
-    fn describe_common(&self, budget: &mut dyn FnMut(usize) -> usize) -> Value {
-        json!({
-            "session_id": self.id,
-            "kind": self.kind,
-            "created_at": self.created_at,
-            "spec": self.spec,
-            "connected": self.connected(),
-            "worker_capabilities": self.capabilities,
-            "identity": {
-                "state": self.identity.as_str(),
-                "worker_id": self.worker_id,
-                "since": self.identity_since,
-            },
-            "stats": {
-                "events": self.stats.events,
-                "gaps": self.stats.gaps,
-                "duplicates": self.stats.duplicates,
-                "protocolErrors": self.stats.protocol_errors,
-                "incarnations": self.stats.incarnations,
-            },
-            "last_run_id": self.last_run_id.as_deref().unwrap_or(""),
-            "last_event_at": self.last_event_at,
-            "last_event": self.last_event,
-            "confirmations": self.prompts.iter().enumerate()
-                .map(|(i, p)| self.describe_prompt(p, budget(i).max(MIN_PREVIEW_BYTES)))
-                .collect::<Vec<_>>(),
-            "process": describe_process(self.process_view().as_ref()),
-            "requests": self.requests.iter().map(RequestRecord::describe).collect::<Vec<_>>(),
-        })
-    }
-}
-
-/// The `process` object of a description: null when no process is known.
-pub fn describe_process(view: Option<&ProcessView>) -> Value {
-    view.map_or(Value::Null, ProcessView::describe)
 }
 
 /// Every session the hub knows, by id.
@@ -805,42 +683,9 @@ impl Registry {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use serde_json::json;
 
-    #[test]
-    fn description_has_the_seed_shape() {
-        let s = Session::new(
-            "demo".into(),
-            "t".into(),
-            json!({}),
-            "tok".into(),
-            "l".into(),
-            Transcript::new(10, 1000),
-        );
-        let d = s.describe();
-        for key in [
-            "session_id",
-            "created_at",
-            "spec",
-            "connected",
-            "worker_capabilities",
-            "identity",
-            "stats",
-            "last_run_id",
-            "last_event_at",
-            "last_event",
-            "confirmations",
-            "process",
-            "requests",
-            "kind",
-        ] {
-            assert!(d.get(key).is_some(), "missing {key}");
-        }
-        assert!(
-            d.to_string().find("tok").is_none(),
-            "token leaked into description"
-        );
-    }
+    use super::*;
 
     #[test]
     fn a_removal_is_refused_while_busy_and_can_be_undone() {

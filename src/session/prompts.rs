@@ -7,9 +7,9 @@
 use std::fmt;
 use std::sync::Arc;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 
-use super::{IdentityState, Prompt, PromptState, Session, PROMPT_PREVIEW_BYTES};
+use super::{IdentityState, Prompt, PromptState, Session};
 use crate::wire::worker::confirm_frames::ConfirmationRequest;
 use crate::ws::FrameWriter;
 
@@ -76,19 +76,6 @@ impl ClosedPrompt {
     /// The decision it had (`None`: it closed unanswered).
     pub fn decision(&self) -> Option<bool> {
         self.prompt.decision
-    }
-
-    /// Its final description: an unanswered one is `retired`, with why.
-    pub fn describe(&self) -> Value {
-        let mut out = self.prompt.describe_in(
-            &self.session_id,
-            self.parent_session_id.as_deref(),
-            PROMPT_PREVIEW_BYTES,
-        );
-        if self.prompt.decision.is_none() {
-            out["state"] = json!("retired");
-        }
-        out
     }
 
     /// How it ended, as the panel protocol's `outcome`.
@@ -466,14 +453,15 @@ mod tests {
             .is_none());
         // Decided before it closed: it keeps its decision.
         let closed = s.retire_prompt("a", 7, PromptEnd::Deadline, "t9").unwrap();
-        let described = closed.describe();
+        let viewed = closed.view();
         assert_eq!(
             (
-                &described["state"],
-                &described["settled_at"],
-                &described["reason"]
+                viewed.retired,
+                viewed.state,
+                viewed.settled_at.as_deref(),
+                viewed.reason.as_deref()
             ),
-            (&json!("decided"), &json!("t1"), &json!("no"))
+            (false, PromptState::Decided, Some("t1"), Some("no"))
         );
         assert_eq!(
             closed.outcome(),
@@ -483,18 +471,14 @@ mod tests {
         open(&mut s, new("b", "w", 9), 4).unwrap();
         let closed = s.retire_prompt("b", 9, PromptEnd::Deadline, "t9").unwrap();
         assert_eq!(closed.decision(), None);
-        let described = closed.describe();
+        let viewed = closed.view();
         assert_eq!(
             (
-                &described["state"],
-                &described["settled_at"],
-                &described["reason"]
+                viewed.retired,
+                viewed.settled_at.as_deref(),
+                viewed.reason.as_deref()
             ),
-            (
-                &json!("retired"),
-                &json!("t9"),
-                &json!(PromptEnd::Deadline.detail())
-            )
+            (true, Some("t9"), Some(PromptEnd::Deadline.detail()))
         );
         assert_eq!(
             closed.outcome(),

@@ -29,7 +29,7 @@ use crate::ops;
 use crate::ops::agents::{self, CreateDone};
 use crate::ops::sessions::Watch;
 use crate::ops::worker::{Action, ActionDone, MODES};
-use crate::session::{PromptState, PROMPT_PREVIEW_BYTES};
+use crate::session::{PromptState, PromptView, PROMPT_PREVIEW_BYTES};
 use crate::wire::shard::catalog::{self, Bind, Command, Decision, Role, Scope};
 use crate::wire::shard::direct;
 use crate::wire::shard::message::{self, Code, Incoming, Refusal};
@@ -514,11 +514,11 @@ fn attach(
             Watch::Everything => s.transcript().tail(window::SOURCE_BYTES, window::pick),
             Watch::Approvals => Vec::new(),
         };
-        let prompts: Vec<Value> = s
+        let prompts: Vec<PromptView> = s
             .prompts()
             .iter()
             .filter(|p| p.state == PromptState::AwaitingDecision)
-            .map(|p| s.describe_prompt(p, PROMPT_PREVIEW_BYTES))
+            .map(|p| s.prompt_view(p, PROMPT_PREVIEW_BYTES))
             .collect();
         (snap, entries, s.transcript().latest(), prompts)
     });
@@ -529,10 +529,7 @@ fn attach(
     // Parsed and rendered with only the publish lock held.
     let texts: Vec<&str> = entries.iter().map(|e| &*e.json).collect();
     let live_window = window::live_window(&texts, window::WINDOW_BYTES);
-    let ids: Vec<String> = prompts
-        .iter()
-        .filter_map(|p| p["confirmation_id"].as_str().map(str::to_string))
-        .collect();
+    let ids: Vec<String> = prompts.iter().map(|p| p.confirmation_id.clone()).collect();
     if direct && !matches!(snap.facts.runtime, Runtime::Starting | Runtime::Running) {
         return reply(Err(not_running(agent, snap.facts.runtime)));
     }

@@ -306,7 +306,7 @@ fn opened(hub: &Hub, shard: &Shard, agent: &str, id: &str) {
         // Shard): shown all the same, its `Decided` note follows.
         s.prompt(id)
             .filter(|p| p.state != PromptState::AwaitingIdentity)
-            .map(|p| s.describe_prompt(p, PROMPT_PREVIEW_BYTES))
+            .map(|p| s.prompt_view(p, PROMPT_PREVIEW_BYTES))
     });
     let Ok(Some(prompt)) = described else {
         return;

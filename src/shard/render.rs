@@ -7,36 +7,33 @@ use serde_json::{json, Value};
 
 use super::agent::{self, Snapshot};
 use super::track::Derived;
+use crate::session::PromptView;
 
-/// A permission request from a prompt's description (the session's
-/// `describe_prompt`: the call's arguments already bounded to the
-/// preview budget). The decision always applies to the original call.
-pub fn permission_request(agent: &str, prompt: &Value) -> Value {
-    let call = &prompt["call"];
-    let tool = call["name"].as_str().unwrap_or("");
-    let input = call.get("arguments").cloned().unwrap_or(json!({}));
+/// A permission request from a prompt's view (its arguments already
+/// bounded to the preview budget). The decision always applies to the
+/// original call.
+pub fn permission_request(agent: &str, prompt: &PromptView) -> Value {
+    let tool = prompt.tool();
+    let input = prompt.arguments().cloned().unwrap_or(json!({}));
     let mut details = vec![json!({"label": "tool", "value": tool, "format": "text"})];
     if let Some(command) = input.get("command").and_then(Value::as_str) {
         details.push(json!({"label": "command", "value": command, "format": "command"}));
     }
     details.push(json!({"label": "arguments", "value": input.to_string(), "format": "code"}));
-    if prompt["arguments_truncated"] == true {
+    if let Some(bytes) = prompt.arguments_bytes {
         details.push(json!({
             "label": "note",
-            "value": format!("the arguments are shown shortened ({} bytes in full)", prompt["arguments_bytes"]),
+            "value": format!("the arguments are shown shortened ({bytes} bytes in full)"),
             "format": "text",
         }));
     }
-    if let Some(parent) = prompt
-        .pointer("/subagent/parent_session_id")
-        .and_then(Value::as_str)
-    {
+    if let Some(parent) = &prompt.parent_session_id {
         details.push(json!({"label": "subagent of", "value": parent, "format": "text"}));
     }
     json!({
         "type": "permission_request",
         "agent_id": agent,
-        "request_id": prompt["confirmation_id"],
+        "request_id": prompt.confirmation_id,
         "tool_name": tool,
         "input": input,
         "prompt": format!("Allow {tool}?"),
@@ -133,8 +130,26 @@ mod tests {
 
     #[test]
     fn a_permission_request_names_the_call_and_offers_allow_and_deny() {
-        let prompt = json!({"confirmation_id": "c-1", "call": {"id": "call-1", "name": "run_command",
-            "arguments": {"command": "rm -rf build"}}, "state": "awaiting-decision"});
+        let call = json!({"id": "call-1", "name": "run_command",
+            "arguments": {"command": "rm -rf build"}});
+        let mut prompt = PromptView {
+            session_id: "a".into(),
+            parent_session_id: None,
+            confirmation_id: "c-1".into(),
+            worker_id: "w".into(),
+            run_id: "r".into(),
+            state: crate::session::PromptState::AwaitingDecision,
+            retired: false,
+            verified: true,
+            identity_state: crate::session::IdentityState::Live,
+            received_at: "t".into(),
+            deadline_at: "t".into(),
+            settled_at: None,
+            decision: None,
+            reason: None,
+            call: call.as_object().unwrap().clone(),
+            arguments_bytes: None,
+        };
         let r = permission_request("a", &prompt);
         assert_eq!(r["request_id"], "c-1");
         assert_eq!(r["tool_name"], "run_command");
@@ -144,6 +159,18 @@ mod tests {
         assert_eq!(
             r["details"][1],
             json!({"label": "command", "value": "rm -rf build", "format": "command"})
+        );
+        // A shortened preview and a child's parent are told.
+        prompt.arguments_bytes = Some(70_000);
+        prompt.parent_session_id = Some("p".into());
+        let details = permission_request("a", &prompt)["details"].clone();
+        assert_eq!(
+            details[3]["value"],
+            "the arguments are shown shortened (70000 bytes in full)"
+        );
+        assert_eq!(
+            details[4],
+            json!({"label": "subagent of", "value": "p", "format": "text"})
         );
         assert_eq!(
             permission_resolved("a", "c-1", false, "deadline"),

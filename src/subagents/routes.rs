@@ -180,7 +180,7 @@ fn retained(sv: &Service, me: &ParentRef, id: &str) -> Option<family::Terminal> 
 /// `error` among them).
 fn status(s: &crate::session::Session) -> Option<Value> {
     let c = s.headless()?;
-    let mut out = crate::session::headless::describe(s, c);
+    let mut out = crate::session::headless::block(&crate::session::headless::view(s, c));
     let failed = c.lifecycle() == Lifecycle::CleanupPending;
     for (key, value) in [
         ("subagent_id", json!(s.id())),
@@ -243,14 +243,12 @@ fn with_status(status: Value, extra: Value) -> Value {
 /// `subagent/receive {}`: the caller's direct children, with retained
 /// terminal records.
 fn list(sv: &Service, me: &ParentRef) -> Value {
-    let mut children: Vec<Value> = sv
-        .sessions
-        .lock()
-        .list()
-        .into_iter()
-        .filter(|s| s.headless().is_some_and(|c| c.parent() == me))
-        .filter_map(status)
-        .collect();
+    let mut children: Vec<Value> = sv.sessions.scan(|s| {
+        s.headless()
+            .is_some_and(|c| c.parent() == me)
+            .then(|| status(s))
+            .flatten()
+    });
     for t in sv
         .family
         .terminals(time::now_millis(), sv.config.subagents.receipt_ttl_ms)

@@ -4,8 +4,6 @@
 
 use std::sync::Arc;
 
-use serde_json::{json, Value};
-
 use super::docker::Management;
 use super::sys::Pinned;
 
@@ -170,32 +168,19 @@ impl ProcessView {
         self
     }
 
-    /// The Node hub's `process` object.
-    pub fn describe(&self) -> Value {
-        let p = &self.record;
-        let hidden = self.redacted;
-        json!({
-            "state": p.state.as_str(),
-            "pid": p.pid,
-            "started_at": p.started_at,
-            "exited_at": p.exited_at,
-            "exit_code": p.exit_code,
-            "signal": p.signal.map(signal_name),
-            "signal_number": p.signal,
-            "error": p.error,
-            "stop_requested": p.stop_requested,
-            "command": if hidden { "" } else { p.command.as_str() },
-            "args": if hidden { &[][..] } else { p.args.as_slice() },
-            "cwd": if hidden { "" } else { p.cwd.as_str() },
-            "process_group_killed": p.process_group_killed,
-            "log_path": if hidden { None } else { p.log_path.as_deref() },
-            "log_lines": self.logs.lines,
-            "log_dropped": self.logs.dropped,
-            "log_truncated_bytes": self.logs.truncated_bytes,
-            "file_log_dropped": self.logs.file_dropped,
-            "file_log_failed": self.logs.file_failed,
-            "adopted": p.adopted,
-        })
+    /// The process record it shows.
+    pub fn info(&self) -> &ProcessInfo {
+        &self.record
+    }
+
+    /// The log counters at the moment it was taken.
+    pub fn logs(&self) -> &LogCounters {
+        &self.logs
+    }
+
+    /// Whether its launch details are to be shown empty.
+    pub fn is_redacted(&self) -> bool {
+        self.redacted
     }
 }
 
@@ -302,37 +287,7 @@ mod tests {
         assert_eq!(signal_name(0), "SIG0");
         let mut p = ProcessInfo::starting("w".into(), vec![], "/".into(), "l".into());
         p.ended(None, Some(libc::SIGKILL), "t".into());
-        let d = p.view(LogCounters::default()).describe();
-        assert_eq!(d["signal"], "SIGKILL");
-        assert_eq!(d["signal_number"], libc::SIGKILL);
+        assert_eq!(p.signal, Some(libc::SIGKILL));
         assert_eq!(p.error.as_deref(), Some("killed by SIGKILL"));
-    }
-
-    #[test]
-    fn description_fields() {
-        let p = ProcessInfo::starting("w".into(), vec!["a".into()], "/".into(), "l".into());
-        let d = p.view(LogCounters::default()).describe();
-        for key in [
-            "state",
-            "pid",
-            "started_at",
-            "exited_at",
-            "exit_code",
-            "signal",
-            "error",
-            "stop_requested",
-            "command",
-            "args",
-            "cwd",
-            "process_group_killed",
-            "log_path",
-            "log_lines",
-            "log_dropped",
-            "log_truncated_bytes",
-            "file_log_dropped",
-            "file_log_failed",
-        ] {
-            assert!(d.get(key).is_some(), "{key}");
-        }
     }
 }

@@ -25,10 +25,44 @@ pub use steps::{CleanupClaim, RecoveryRefused};
 /// The session `kind` of a headless child.
 pub const KIND: &str = "headless";
 
-/// The `subagent` block of a headless session's description.
-pub fn describe(session: &Session, child: &Child) -> Value {
+/// A headless child as shown: its record's public facts and what its
+/// session adds (see [`view`]).
+#[derive(Debug, Clone)]
+pub struct ChildView {
+    pub parent: ParentRef,
+    pub depth: u32,
+    pub lifecycle: Lifecycle,
+    pub policy: Policy,
+    /// `ok`, `degraded`, ... (see [`Child::health`]).
+    pub health: &'static str,
+    pub reason: String,
+    pub observed_at: Option<String>,
+    /// A run is active.
+    pub active: bool,
+    pub pending_approvals: usize,
+    pub cleanup_attempts: u32,
+}
+
+/// The view of `child`, the record of headless session `session`.
+pub fn view(session: &Session, child: &Child) -> ChildView {
     let live = session.identity() == IdentityState::Live;
-    let active = session.active_run().is_some();
+    ChildView {
+        parent: child.parent.clone(),
+        depth: child.depth,
+        lifecycle: child.lifecycle,
+        policy: child.policy,
+        health: child.health(session.connected(), live),
+        reason: child.reason.clone().unwrap_or_default(),
+        observed_at: session.last_event_at().map(str::to_string),
+        active: session.active_run().is_some(),
+        pending_approvals: session.prompts().len(),
+        cleanup_attempts: child.cleanup_attempts,
+    }
+}
+
+/// The `subagent` block the panel protocol's session object and the
+/// subagent routes' status objects share (the Node hub's shape).
+pub fn block(child: &ChildView) -> Value {
     json!({
         // The parent session id, as the Node hub gives it; the whole
         // reference beside it.
@@ -41,12 +75,12 @@ pub fn describe(session: &Session, child: &Child) -> Value {
         "depth": child.depth,
         "lifecycle": child.lifecycle.as_str(),
         "policy": child.policy.as_str(),
-        "health": child.health(session.connected(), live),
-        "reason": child.reason.as_deref().unwrap_or(""),
-        "observed_at": session.last_event_at(),
-        "active": active,
-        "active_run": active,
-        "pending_approvals": session.prompts().len(),
+        "health": child.health,
+        "reason": child.reason,
+        "observed_at": child.observed_at,
+        "active": child.active,
+        "active_run": child.active,
+        "pending_approvals": child.pending_approvals,
         "cleanup_attempts": child.cleanup_attempts,
     })
 }

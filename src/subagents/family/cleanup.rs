@@ -138,7 +138,7 @@ fn remove_child(sv: &Service, id: &str) -> Result<(), CleanupError> {
         .lock()
         .delete_session(id)
         .map_err(CleanupError::DeleteRecords)?;
-    sv.sessions.lock().remove(id);
+    sv.sessions.remove(id);
     Ok(())
 }
 
@@ -215,19 +215,16 @@ pub(super) fn start_ticker(sv: &Arc<Service>) {
 
 /// Children due for an automatic cleanup attempt, and how many still wait.
 pub(super) fn pending_cleanups(sv: &Service, now: u64) -> (Vec<String>, usize) {
-    let sessions = sv.sessions.lock();
-    let mut due = Vec::new();
-    let mut pending = 0;
-    for s in sessions.list() {
-        let Some(c) = s.headless() else { continue };
-        match c.cleanup_due_at() {
-            Some(at) if at <= now => due.push(s.id().to_string()),
-            Some(_) => pending += 1,
-            None => {}
-        }
-    }
-    let waiting = pending + due.len();
-    (due, waiting)
+    let waiting = sv
+        .sessions
+        .scan(|s| Some((s.headless()?.cleanup_due_at()?, s.id().to_string())));
+    let count = waiting.len();
+    let due = waiting
+        .into_iter()
+        .filter(|(at, _)| *at <= now)
+        .map(|(_, id)| id)
+        .collect();
+    (due, count)
 }
 
 /// Hub shutdown, after every worker was stopped: cleans up every child
@@ -236,11 +233,7 @@ pub(super) fn pending_cleanups(sv: &Service, now: u64) -> (Vec<String>, usize) {
 pub fn shutdown(sv: &Arc<Service>) {
     let mut ids: Vec<(u32, String)> = sv
         .sessions
-        .lock()
-        .list()
-        .into_iter()
-        .filter_map(|s| Some((s.headless()?.depth(), s.id().to_string())))
-        .collect();
+        .scan(|s| Some((s.headless()?.depth(), s.id().to_string())));
     ids.sort_by_key(|entry| std::cmp::Reverse(entry.0));
     // One attempt each, as at any stop: a failed one leaves the child
     // `cleanup-pending` with its attempt counted, for the next start.

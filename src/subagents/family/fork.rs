@@ -48,7 +48,8 @@ pub fn fork(
     let _serial = lock(&sv.family.fork);
     // The caller's standing and the quotas, under one look at the registry.
     let (parent, depth) = {
-        let sessions = sv.sessions.lock();
+        // One look at the caller and its whole family for the quota.
+        let sessions = sv.sessions.lock_all();
         let Some(s) = sessions.get(&caller.session_id) else {
             return Err(Refusal::Unauthorized("the caller session is gone".into()));
         };
@@ -198,7 +199,7 @@ pub fn fork(
     }
     let mut session = sv.new_session(session_rec);
     session.attach_headless(child);
-    sv.sessions.lock().insert(session);
+    sv.sessions.insert(session);
     drop(_serial);
     log::info!("session {}: forked headless child {id}", caller.session_id);
     sv.publisher.notify(Note::SessionChanged {

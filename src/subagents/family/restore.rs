@@ -57,12 +57,7 @@ pub fn load(sv: &Service) {
     // A headless session row without an ownership record is quarantined.
     let orphans: Vec<String> = sv
         .sessions
-        .lock()
-        .list()
-        .into_iter()
-        .filter(|s| s.kind() == KIND && !s.is_headless())
-        .map(|s| s.id().to_string())
-        .collect();
+        .scan(|s| (s.kind() == KIND && !s.is_headless()).then(|| s.id().to_string()));
     for id in orphans {
         sv.family
             .block(format!("headless session {id} has no ownership record"));
@@ -76,17 +71,11 @@ pub fn load(sv: &Service) {
 /// was starting without any process record may have a worker nobody knows
 /// of: it is kept `cleanup-pending` for the operator (`uncertain_start`).
 pub fn restore(sv: &Arc<Service>, launched: &[String]) {
-    let children: Vec<(String, ParentRef, Lifecycle, bool)> = sv
-        .sessions
-        .lock()
-        .list()
-        .into_iter()
-        .filter_map(|s| {
-            let c = s.headless()?;
-            let alive = s.process().is_some_and(|p| p.state.is_active());
-            Some((s.id().to_string(), c.parent().clone(), c.lifecycle(), alive))
-        })
-        .collect();
+    let children: Vec<(String, ParentRef, Lifecycle, bool)> = sv.sessions.scan(|s| {
+        let c = s.headless()?;
+        let alive = s.process().is_some_and(|p| p.state.is_active());
+        Some((s.id().to_string(), c.parent().clone(), c.lifecycle(), alive))
+    });
     for (id, parent, lifecycle, alive) in children {
         if lifecycle == Lifecycle::Starting && !alive && !launched.contains(&id) {
             let meta = sv

@@ -14,16 +14,11 @@ use crate::supervisor::control::{self, StopMode};
 
 /// Direct children of `parent`, by id.
 pub fn children_of(sv: &Service, parent: &str) -> Vec<String> {
-    sv.sessions
-        .lock()
-        .list()
-        .into_iter()
-        .filter(|s| {
-            s.headless()
-                .is_some_and(|c| c.parent().session_id == parent)
-        })
-        .map(|s| s.id().to_string())
-        .collect()
+    sv.sessions.scan(|s| {
+        s.headless()
+            .is_some_and(|c| c.parent().session_id == parent)
+            .then(|| s.id().to_string())
+    })
 }
 
 /// Every descendant of `root`, nearest first.
@@ -51,12 +46,7 @@ pub fn freeze_descendants(sv: &Service, parent: &str) {
 pub fn freeze_all(sv: &Service) {
     let ids = sv
         .sessions
-        .lock()
-        .list()
-        .into_iter()
-        .filter(|s| s.is_headless())
-        .map(|s| s.id().to_string())
-        .collect();
+        .scan(|s| s.is_headless().then(|| s.id().to_string()));
     freeze(sv, ids);
 }
 

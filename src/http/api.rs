@@ -148,15 +148,20 @@ fn route(
                 "policy": policy.as_str(),
             })))
         }
-        ["sessions", id, "recovery"] if get => Ok(ok(ops::headless::recovery(hub, id)?)),
+        ["sessions", id, "recovery"] if get => {
+            Ok(ok(render::recovery(&ops::headless::recovery(hub, id)?)))
+        }
         ["sessions", id, "recover"] if post => {
             let body = read_json_body(hub, rq)?;
             only_keys(&body, &["action", "lifecycle_id"])?;
             let text = |key: &str| body.get(key).and_then(Value::as_str).unwrap_or("");
-            let result = ops::headless::recover(hub, id, text("action"), text("lifecycle_id"))?;
-            Ok(ok(result))
+            let done = ops::headless::recover(hub, id, text("action"), text("lifecycle_id"))?;
+            Ok(ok(json!({"session_id": id, "state": done.as_str()})))
         }
-        ["subagents", "recovery"] if get => Ok(ok(ops::headless::global_recovery(hub))),
+        ["subagents", "recovery"] if get => {
+            let reason = ops::headless::global_recovery(hub);
+            Ok(ok(json!({"blocked": reason.is_some(), "reason": reason})))
+        }
         // A simplex-hub extension (not in seed 002): `ops::health`.
         ["hub", "health"] if get => {
             let health = ops::health::collect(hub, fronts.panels, fronts.shard);

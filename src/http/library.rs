@@ -32,12 +32,20 @@ pub fn configurations(
     let get = matches!(method, Method::Get | Method::Head);
     let post = *method == Method::Post;
     match rest {
-        [] if get => Ok(ok(ops::configurations::list(hub)?)),
+        [] if get => {
+            let listing = ops::configurations::list(hub)?;
+            Ok(ok(
+                json!({"launch": listing.launch, "worker": listing.worker}),
+            ))
+        }
         [] => Err(method_not_allowed("GET")),
         ["preview"] if post => {
             let body = object_body(rq, TEXT_BODY)?;
             let text = text_member(&body, "launch")?;
-            Ok(ok(ops::configurations::preview(hub, text)?))
+            let endpoints = ops::configurations::preview(hub, text)?;
+            Ok(ok(
+                json!({"endpoints": crate::library::launch::endpoints_json(&endpoints)}),
+            ))
         }
         ["preview"] => Err(method_not_allowed("POST")),
         [kind, "template"] if get => {
@@ -110,9 +118,19 @@ pub fn skills(hub: &Hub, method: &Method, rest: &[&str]) -> Result<Reply, ApiErr
         return Err(method_not_allowed("GET"));
     }
     match rest {
-        [] => Ok(ok(ops::skills::list(hub)?)),
+        [] => {
+            let listing = ops::skills::list(hub)?;
+            Ok(ok(json!({
+                "skills": listing.skills.iter().map(|s| s.summary()).collect::<Vec<_>>(),
+                "errors": listing
+                    .errors
+                    .iter()
+                    .map(|(id, message)| json!({"id": id, "message": message}))
+                    .collect::<Vec<_>>(),
+            })))
+        }
         ["template"] => Ok(ok(json!({"text": ops::skills::template()}))),
-        [id] => Ok(ok(ops::skills::read(hub, id)?)),
+        [id] => Ok(ok(ops::skills::read(hub, id)?.document())),
         _ => Err(ApiError::new(404, code::NOT_FOUND, "no such API route")),
     }
 }

@@ -12,12 +12,18 @@ use crate::library::{launch, template, Kind, LibraryError, Selection, TemplateSo
 use crate::session::Note;
 use crate::supervisor::render;
 
-/// `{launch: [id…], worker: [id…]}`: names only, never text.
-pub fn list(hub: &Hub) -> Result<Value, OpError> {
-    Ok(json!({
-        "launch": hub.library.list(Kind::Launch)?,
-        "worker": hub.library.list(Kind::Worker)?,
-    }))
+/// The library's file names by kind (never their text).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listing {
+    pub launch: Vec<String>,
+    pub worker: Vec<String>,
+}
+
+pub fn list(hub: &Hub) -> Result<Listing, OpError> {
+    Ok(Listing {
+        launch: hub.library.list(Kind::Launch)?,
+        worker: hub.library.list(Kind::Worker)?,
+    })
 }
 
 /// A template's text (`source` absent means `default`).
@@ -75,21 +81,20 @@ pub fn rename(
 /// given, with `SESSION_ID` and `SESSION_TOKEN` for a session's identity:
 /// this hub's live listeners, or the file's advertised origins and connect
 /// host.
-pub fn preview(hub: &Hub, text: &str) -> Result<Value, OpError> {
+pub fn preview(hub: &Hub, text: &str) -> Result<render::Endpoints, OpError> {
     if text.len() > crate::library::MAX_FILE_BYTES {
         return Err(LibraryError::TooLarge("a configuration is at most 1 MiB".into()).into());
     }
     let doc = launch::parse(text)?;
     let config = doc.apply(&hub.config, std::path::Path::new("/"));
     let (main, tools) = hub.worker_addrs();
-    let endpoints = render::session_endpoints(
+    Ok(render::session_endpoints(
         &config,
         main,
         tools,
         launch::PREVIEW_SESSION,
         launch::PREVIEW_TOKEN,
-    );
-    Ok(json!({"endpoints": launch::endpoints_json(&endpoints)}))
+    ))
 }
 
 /// `POST /api/sessions/:id/configurations`: replaces the configuration

@@ -4,12 +4,10 @@
 
 use std::sync::Arc;
 
-use serde_json::Value;
-
 use super::{ErrorKind, OpError};
 use crate::hub::Hub;
 use crate::session::headless::Policy;
-use crate::subagents::family::{self, RecoverAction};
+use crate::subagents::family::{self, RecoverAction, Recovered, Recovery};
 
 /// Sets a headless child's policy (`ask`, `deny` or `approve`) for its
 /// new confirmation requests; persisted at once and announced.
@@ -25,7 +23,7 @@ pub fn set_policy(hub: &Hub, id: &str, policy: &str) -> Result<Policy, OpError> 
 }
 
 /// A headless child's cleanup state.
-pub fn recovery(hub: &Hub, id: &str) -> Result<Value, OpError> {
+pub fn recovery(hub: &Hub, id: &str) -> Result<Recovery, OpError> {
     match family::recovery_info(&hub.subagents, id) {
         Some(info) => Ok(info),
         None if hub.session_kind(id).is_some() => Err(OpError::new(
@@ -43,7 +41,7 @@ pub fn recover(
     id: &str,
     action: &str,
     lifecycle_id: &str,
-) -> Result<Value, OpError> {
+) -> Result<Recovered, OpError> {
     let action = RecoverAction::parse(action).ok_or_else(|| {
         OpError::invalid_arguments("action must be \"retry\" or \"confirm-terminated\"")
     })?;
@@ -55,8 +53,8 @@ pub fn recover(
     Ok(family::recover(&hub.subagents, id, action, lifecycle_id)?)
 }
 
-/// Whether worker launches are blocked by broken subagent storage:
-/// `{blocked, reason}`.
-pub fn global_recovery(hub: &Hub) -> Value {
+/// Why worker launches are blocked by broken subagent storage, if they
+/// are.
+pub fn global_recovery(hub: &Hub) -> Option<String> {
     family::global_recovery(&hub.subagents)
 }

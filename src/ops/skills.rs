@@ -1,21 +1,13 @@
 //! The predefined skill library's read-only commands (`skills`).
 
-use serde_json::{json, Value};
-
 use super::OpError;
 use crate::hub::Hub;
+use crate::skills::store::Listing;
+use crate::skills::Served;
 
-/// `{skills: [SkillSummary…], errors: [{id, message}…]}`.
-pub fn list(hub: &Hub) -> Result<Value, OpError> {
-    let listing = hub.skills.list()?;
-    Ok(json!({
-        "skills": listing.skills.iter().map(|s| s.summary()).collect::<Vec<_>>(),
-        "errors": listing
-            .errors
-            .iter()
-            .map(|(id, message)| json!({"id": id, "message": message}))
-            .collect::<Vec<_>>(),
-    }))
+/// Every skill that reads, and the files that do not, each with why.
+pub fn list(hub: &Hub) -> Result<Listing, OpError> {
+    Ok(hub.skills.list()?)
 }
 
 /// The authoring template's text.
@@ -23,7 +15,7 @@ pub fn template() -> &'static str {
     crate::skills::TEMPLATE
 }
 
-/// `SkillDocument`: one skill, its references expanded.
-pub fn read(hub: &Hub, id: &str) -> Result<Value, OpError> {
-    Ok(hub.skills.get(id)?.document())
+/// One skill, its references expanded.
+pub fn read(hub: &Hub, id: &str) -> Result<Served, OpError> {
+    Ok(hub.skills.get(id)?)
 }

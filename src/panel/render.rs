@@ -1,13 +1,16 @@
 //! Panel protocol v1's objects rendered from the session core's typed
 //! views: the session, a confirmation prompt, the worker identity, the
-//! process and a request outcome (the Node hub's shapes). The panel socket
+//! process, a request outcome (the Node hub's shapes) and a headless
+//! child's recovery state. The panel socket
 //! and the HTTP API (`http::api`) both answer with these.
 
 use serde_json::{json, Value};
 
 use crate::session::headless;
 use crate::session::{IdentityView, PromptView, RequestRecord, RequestState, SessionView};
+use crate::subagents::family::Recovery;
 use crate::supervisor::process::{signal_name, ProcessView};
+use crate::util::time;
 
 /// The session object.
 pub fn session(v: &SessionView) -> Value {
@@ -135,6 +138,25 @@ pub fn request(r: &RequestRecord) -> Value {
         "detail": r.detail_text(),
         "updated_at": r.updated_at,
         "rejection": r.detail,
+    })
+}
+
+/// A headless child's recovery state (`GET /api/sessions/:id/recovery`).
+pub fn recovery(r: &Recovery) -> Value {
+    let c = &r.cleanup;
+    json!({
+        "session_id": r.session_id,
+        "lifecycle_id": r.lifecycle_id,
+        "process_alive": r.process_alive,
+        "connected": r.connected,
+        "max_cleanup_attempts": headless::MAX_CLEANUP_ATTEMPTS,
+        "retry_at": c.retry_at_ms.map(time::rfc3339_from_millis),
+        "lifecycle": c.lifecycle.as_str(),
+        "uncertain_start": c.uncertain_start,
+        "termination_confirmed": c.termination_confirmed,
+        "cleanup_attempts": c.cleanup_attempts,
+        "automatic_retry": c.automatic_retry,
+        "reason": c.reason,
     })
 }
 

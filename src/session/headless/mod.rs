@@ -20,7 +20,7 @@ pub mod conversation;
 pub mod observe;
 mod steps;
 
-pub use steps::{CleanupClaim, RecoveryRefused};
+pub use steps::{CleanupClaim, CleanupState, RecoveryRefused};
 
 /// The session `kind` of a headless child.
 pub const KIND: &str = "headless";

@@ -40,6 +40,22 @@ pub enum RecoveryRefused {
 /// Delays before the second and third automatic cleanup attempts.
 pub const RETRY_DELAYS_MS: [u64; 2] = [10_000, 20_000];
 
+/// A child's cleanup state as an operator sees it (`GET .../recovery`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CleanupState {
+    pub lifecycle: Lifecycle,
+    /// It was starting with no process record: a worker nobody knows of
+    /// may exist.
+    pub uncertain_start: bool,
+    /// The operator attested, or the hub saw, that its worker ended.
+    pub termination_confirmed: bool,
+    pub cleanup_attempts: u32,
+    /// An automatic retry is scheduled (at `retry_at_ms`).
+    pub automatic_retry: bool,
+    pub retry_at_ms: Option<u64>,
+    pub reason: Option<String>,
+}
+
 impl Child {
     pub fn parent(&self) -> &ParentRef {
         &self.parent
@@ -97,31 +113,18 @@ impl Child {
             .flatten()
     }
 
-    /// The cleanup fields of `GET .../recovery`; `termination_known` is
+    /// Its cleanup state as an operator sees it; `termination_known` is
     /// the hub's own evidence that the recorded process ended.
-    pub fn recovery_fields(&self, termination_known: bool) -> [(&'static str, Value); 6] {
-        [
-            ("lifecycle", Value::from(self.lifecycle.as_str())),
-            ("uncertain_start", Value::from(self.uncertain_start)),
-            (
-                "termination_confirmed",
-                Value::from(self.termination_confirmed || termination_known),
-            ),
-            ("cleanup_attempts", Value::from(self.cleanup_attempts)),
-            (
-                "automatic_retry",
-                Value::from(self.automatic_retry && self.retry_at_ms.is_some()),
-            ),
-            (
-                "reason",
-                self.reason.clone().map_or(Value::Null, Value::from),
-            ),
-        ]
-    }
-
-    /// The scheduled retry, for `retry_at` in `GET .../recovery`.
-    pub fn retry_at_ms(&self) -> Option<u64> {
-        self.retry_at_ms
+    pub fn cleanup_state(&self, termination_known: bool) -> CleanupState {
+        CleanupState {
+            lifecycle: self.lifecycle,
+            uncertain_start: self.uncertain_start,
+            termination_confirmed: self.termination_confirmed || termination_known,
+            cleanup_attempts: self.cleanup_attempts,
+            automatic_retry: self.automatic_retry && self.retry_at_ms.is_some(),
+            retry_at_ms: self.retry_at_ms,
+            reason: self.reason.clone(),
+        }
     }
 
     /// Records why the child is closing, unless a reason is already known.
@@ -541,17 +544,10 @@ mod tests {
         assert_eq!(c.lifecycle(), Lifecycle::CleanupPending);
         assert!(c.closed_to_admission());
         assert_eq!(c.cleanup_due_at(), None);
-        let fields: serde_json::Map<String, Value> = c
-            .recovery_fields(false)
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
-        assert_eq!(fields["uncertain_start"], true);
-        assert_eq!(fields["automatic_retry"], false);
-        assert!(fields["reason"]
-            .as_str()
-            .unwrap()
-            .contains("uncertain startup"));
+        let state = c.cleanup_state(false);
+        assert!(state.uncertain_start);
+        assert!(!state.automatic_retry);
+        assert!(state.reason.unwrap().contains("uncertain startup"));
     }
 
     #[test]

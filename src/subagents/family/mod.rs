@@ -35,7 +35,9 @@ pub use persist::{
 };
 pub use policy::set_policy;
 pub use refresh::start_refresh;
-pub use restore::{global_recovery, load, recover, recovery_info, restore, RecoverAction};
+pub use restore::{
+    global_recovery, load, recover, recovery_info, restore, RecoverAction, Recovered, Recovery,
+};
 pub use stop::{begin_stop, freeze_all, freeze_descendants, process_gone};
 
 /// Runs `work` on a new named thread (the short-lived subagent threads:

@@ -5,15 +5,13 @@
 
 use std::sync::Arc;
 
-use serde_json::{json, Value};
-
 use super::cleanup::{cleanup, pending_cleanups, start_ticker};
 use super::persist::{load_conversation, persist_meta, persist_outcomes};
 use super::startup::{launch, startup_deadline, watch_startup};
 use super::stop::{begin_stop, stop_children, stop_worker};
 use super::{set_reason, spawn_thread};
 use crate::session::headless::{
-    Child, Lifecycle, LifecycleEvent, ParentRef, RecoveryRefused, MAX_CLEANUP_ATTEMPTS,
+    Child, CleanupState, Lifecycle, LifecycleEvent, ParentRef, RecoveryRefused,
 };
 use crate::subagents::Service;
 use crate::subagents::{Refusal, KIND};
@@ -152,28 +150,50 @@ pub fn restore(sv: &Arc<Service>, launched: &[String]) {
     }
 }
 
-/// `GET /api/sessions/:id/recovery`: a headless child's cleanup state,
-/// without tokens, launch arguments or environment. `None` if `id` is not
-/// a headless child.
-pub fn recovery_info(sv: &Service, id: &str) -> Option<Value> {
+/// A headless child's recovery state (`GET /api/sessions/:id/recovery`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovery {
+    pub session_id: String,
+    pub lifecycle_id: String,
+    pub process_alive: bool,
+    pub connected: bool,
+    pub cleanup: CleanupState,
+}
+
+/// The recovery state of headless child `id` (`None`: no such child).
+pub fn recovery_info(sv: &Service, id: &str) -> Option<Recovery> {
     sv.sessions
         .with(id, |s| {
             let c = s.headless()?;
             let alive = s.process().is_some_and(|p| p.state.is_active());
-            let mut out = json!({
-                "session_id": s.id(),
-                "lifecycle_id": s.lifecycle_id(),
-                "process_alive": alive,
-                "connected": s.connected(),
-                "max_cleanup_attempts": MAX_CLEANUP_ATTEMPTS,
-                "retry_at": c.retry_at_ms().map(time::rfc3339_from_millis),
-            });
-            for (key, value) in c.recovery_fields(s.process().is_some() && !alive) {
-                out[key] = value;
-            }
-            Some(out)
+            Some(Recovery {
+                session_id: s.id().to_string(),
+                lifecycle_id: s.lifecycle_id().to_string(),
+                process_alive: alive,
+                connected: s.connected(),
+                cleanup: c.cleanup_state(s.process().is_some() && !alive),
+            })
         })
         .flatten()
+}
+
+/// What a recovery did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Recovered {
+    /// The child's worker still ran: it is being stopped, and cleaned up
+    /// once gone.
+    Stopping,
+    /// The child was cleaned up and removed.
+    Removed,
+}
+
+impl Recovered {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Recovered::Stopping => "stopping",
+            Recovered::Removed => "removed",
+        }
+    }
 }
 
 /// What an operator asks of a retained child.
@@ -204,7 +224,7 @@ pub fn recover(
     id: &str,
     action: RecoverAction,
     lifecycle_id: &str,
-) -> Result<Value, Refusal> {
+) -> Result<Recovered, Refusal> {
     let checked = sv
         .sessions
         .with(id, |s| {
@@ -255,22 +275,21 @@ pub fn recover(
         });
         stop_children(sv, id, "an ancestor stopped");
         stop_worker(sv, id, StopMode::ForceKill);
-        return Ok(json!({"session_id": id, "state": "stopping"}));
+        return Ok(Recovered::Stopping);
     }
     cleanup(sv, id);
     match recovery_info(sv, id) {
-        None => Ok(json!({"session_id": id, "state": "removed"})),
+        None => Ok(Recovered::Removed),
         Some(info) => Err(Refusal::CleanupFailed(
-            info["reason"]
-                .as_str()
-                .unwrap_or("cleanup did not complete")
-                .to_string(),
+            info.cleanup
+                .reason
+                .unwrap_or_else(|| "cleanup did not complete".to_string()),
         )),
     }
 }
 
-/// `GET /api/subagents/recovery`: `{blocked, reason}`.
-pub fn global_recovery(sv: &Service) -> Value {
-    let reason = sv.family.blocked();
-    json!({"blocked": reason.is_some(), "reason": reason})
+/// Why worker launches are blocked until the subagent storage is
+/// repaired (`GET /api/subagents/recovery`), if they are.
+pub fn global_recovery(sv: &Service) -> Option<String> {
+    sv.family.blocked()
 }

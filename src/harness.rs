@@ -1,8 +1,8 @@
 //! The crate's public surface besides [`crate::main`] and the wire layer
 //! ([`crate::wire`], which every fuzz target links): what the benchmark
-//! harness (`bench/`) drives, and the fuzz targets whose subject has not
-//! moved into the wire layer yet (each listed with its reason in
-//! `docs/ARCHITECTURE.md`, checked by `tests/architecture.rs`). Every
+//! harness (`bench/`) drives, and the fuzz targets whose subject is not a
+//! wire format (each listed with its reason in `docs/ARCHITECTURE.md`,
+//! checked by `tests/architecture.rs`). Every
 //! other module is crate-private; a module or item joins this list only
 //! when something outside the crate must drive it, and each entry says
 //! who does.
@@ -10,15 +10,6 @@
 //! Whole modules are re-exported where the outside drives a pure parser
 //! or state machine through its full interface; single items where it
 //! needs one function or type of a module that also does I/O.
-
-/// Fuzz `subagent_args`: the answer-page query checks (the rest of
-/// `worker::query` runs queries against live workers).
-pub mod query {
-    pub use crate::worker::query::{answer_payload, check_source};
-}
-
-/// Fuzz `static_path`: embedded-asset paths.
-pub use crate::http::assets;
 
 /// Fuzz `jsonc_config`: the configuration parser and resolver (loading
 /// files and writing the first-run file stay private).
@@ -46,9 +37,6 @@ pub mod transcript {
 
 /// Fuzz `conversation`: a headless child's conversation projection.
 pub use crate::session::headless::conversation;
-
-/// Fuzz `subagent_args`: the `subagent/*` argument grammar.
-pub use crate::subagents::args;
 
 /// Fuzz `docker_launch`: recognising a Docker launch, reading `docker
 /// inspect`'s output and a kept management context.

@@ -1,12 +1,12 @@
 //! The `subagent/*` argument grammar and receipt hash
-//! (`subagents::args::{parse_call, receipt_hash}`).
+//! (`wire::worker::subagent_args::{parse_call, receipt_hash}`).
 //!
 //! `parse_call` never panics, for each of the three routes and for every
 //! other route the input suggests (which it must decline). An accepted call
 //! agrees with its arguments (ids, cursors, limits, the answer source,
 //! content and options as given), its arguments re-serialized are within
 //! `MAX_ARGUMENT_BYTES`, and an answer call's arguments also build the
-//! worker `answer` payload (`worker::query::answer_payload`, the HTTP
+//! worker `answer` payload (`wire::worker::answer::answer_payload`, the HTTP
 //! route's rules). A refusal is `invalid_arguments` with a short message.
 //! Acceptance does not depend on key order, and the 64 KiB limit is exact.
 //! `receipt_hash` is 64 lowercase hex digits, equal for a copy with every
@@ -18,11 +18,11 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Map, Value};
-use simplex_hub::harness::args::{
+use simplex_hub::wire::worker::subagent_args::{
     is_subagent_id, is_subagent_route, parse_call, receipt_hash, ArgError, Call, SendOp,
     CLEAN_FORK, DEFAULT_LIMIT, MAX_ARGUMENT_BYTES, MAX_LIMIT, RECEIVE, SEND,
 };
-use simplex_hub::harness::query::{answer_payload, check_source};
+use simplex_hub::wire::worker::answer::{answer_payload, check_source};
 use simplex_hub::wire::worker::payload::{validate_content, validate_options};
 use simplex_hub_fuzz::{encode, text, walk};
 

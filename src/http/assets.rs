@@ -2,13 +2,10 @@
 //! `static/` (a fixed allow-list, so no filesystem path is ever built from a
 //! URL), with an optional development override that serves a directory.
 //!
-//! `resolve_path` is pure and fuzzed: it turns a raw request path into a
-//! relative asset name or refuses it.
+//! A request path becomes an asset name by `wire::http::path::resolve_path`
+//! (pure and fuzzed) before it is looked up here.
 
-use std::fmt;
 use std::path::{Path, PathBuf};
-
-use crate::wire::http::url;
 
 /// One embedded file: its name relative to `static/`, bytes and MIME type.
 pub struct Asset {
@@ -64,50 +61,6 @@ pub const ASSETS: &[Asset] = &[
     asset!("favicon.svg", "image/svg+xml"),
 ];
 
-/// Why a static path was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PathError {
-    /// A malformed percent-escape or a decoded NUL byte: the request is bad.
-    Malformed,
-    /// Traversal, an encoded separator, an empty segment or a backslash: the
-    /// path can name no asset.
-    Refused,
-}
-
-impl fmt::Display for PathError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PathError::Malformed => f.write_str("malformed static path"),
-            PathError::Refused => f.write_str("static path refused"),
-        }
-    }
-}
-
-/// Turns a raw request path (still percent-encoded, starting with `/`) into
-/// a relative asset name. `/` is `index.html`.
-pub fn resolve_path(raw: &str) -> Result<String, PathError> {
-    let lower = raw.to_ascii_lowercase();
-    if lower.contains("%2f") || lower.contains("%5c") {
-        return Err(PathError::Refused);
-    }
-    let decoded = url::percent_decode(raw, false).map_err(|_| PathError::Malformed)?;
-    if decoded.contains('\0') {
-        return Err(PathError::Malformed);
-    }
-    let rest = decoded.strip_prefix('/').ok_or(PathError::Refused)?;
-    if rest.is_empty() {
-        return Ok("index.html".to_string());
-    }
-    let ok = rest.split('/').all(|segment| {
-        !segment.is_empty() && segment != "." && segment != ".." && !segment.contains('\\')
-    });
-    if ok {
-        Ok(rest.to_string())
-    } else {
-        Err(PathError::Refused)
-    }
-}
-
 /// A found asset: bytes (borrowed when embedded) and MIME type.
 pub struct Found {
     pub bytes: std::borrow::Cow<'static, [u8]>,
@@ -159,37 +112,6 @@ fn mime_for(name: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn resolves_plain_paths() {
-        assert_eq!(resolve_path("/").unwrap(), "index.html");
-        assert_eq!(resolve_path("/app.js").unwrap(), "app.js");
-        assert_eq!(resolve_path("/a%20b/c.css").unwrap(), "a b/c.css");
-    }
-
-    #[test]
-    fn refuses_traversal_in_every_spelling() {
-        for raw in [
-            "/../../etc/passwd",
-            "/..%2f..%2fetc/passwd",
-            "/..%2F..%2Fetc/passwd",
-            "/a/../../b",
-            "//etc/passwd",
-            "/./../../x",
-            "/%2e%2e/%2e%2e/etc/passwd",
-            "/..\\..\\etc",
-            "/a%5c..%5cb",
-            "/a//b",
-        ] {
-            assert_eq!(resolve_path(raw), Err(PathError::Refused), "{raw}");
-        }
-    }
-
-    #[test]
-    fn nul_and_bad_escapes_are_malformed() {
-        assert_eq!(resolve_path("/a%00.js"), Err(PathError::Malformed));
-        assert_eq!(resolve_path("/%ZZ"), Err(PathError::Malformed));
-    }
 
     #[test]
     fn the_embedded_list_matches_the_static_directory() {

@@ -219,12 +219,12 @@ fn serve_static(hub: &Hub, rq: Request, method: &Method, path: &str) {
         reply.extra.push(("Allow", "GET, HEAD".into()));
         return respond(rq, reply);
     }
-    let name = match assets::resolve_path(path) {
+    let name = match crate::wire::http::path::resolve_path(path) {
         Ok(name) => name,
-        Err(assets::PathError::Malformed) => {
+        Err(crate::wire::http::path::PathError::Malformed) => {
             return respond_error(rq, &ApiError::new(400, code::BAD_REQUEST, "malformed path"))
         }
-        Err(assets::PathError::Refused) => {
+        Err(crate::wire::http::path::PathError::Refused) => {
             return respond_error(rq, &ApiError::new(404, code::NOT_FOUND, "no such file"))
         }
     };

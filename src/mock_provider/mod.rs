@@ -96,9 +96,9 @@ impl MockProviderConfig {
 /// Splits `mock.listen` into host and port: `host:port` with a host free of
 /// `:`, or `[v6]:port`; surrounding whitespace is ignored. The host must not
 /// be empty and the port must fit 16 bits.
-pub fn parse_listen(text: &str) -> Result<(String, u16), String> {
+pub fn parse_listen(text: &str) -> Result<(String, u16), ListenError> {
     let text = text.trim();
-    let refused = || format!("expects host:port (an IPv6 host in brackets), got {text:?}");
+    let refused = || ListenError::Malformed(text.to_string());
     let (host, port) = if let Some(rest) = text.strip_prefix('[') {
         let (host, port) = rest.split_once("]:").ok_or_else(refused)?;
         if host.contains(['[', ']']) {
@@ -114,9 +114,36 @@ pub fn parse_listen(text: &str) -> Result<(String, u16), String> {
     }
     let port = port
         .parse::<u16>()
-        .map_err(|_| format!("port {port} is out of range (0 to 65535)"))?;
+        .map_err(|_| ListenError::PortOutOfRange(port.to_string()))?;
     Ok((host.to_owned(), port))
 }
+
+/// Why a `host:port` was refused ([`parse_listen`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenError {
+    /// Not `host:port` or `[v6]:port` (the text, trimmed).
+    Malformed(String),
+    /// A port beyond 65535 (its digits).
+    PortOutOfRange(String),
+}
+
+impl std::fmt::Display for ListenError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ListenError::Malformed(text) => {
+                write!(
+                    f,
+                    "expects host:port (an IPv6 host in brackets), got {text:?}"
+                )
+            }
+            ListenError::PortOutOfRange(port) => {
+                write!(f, "port {port} is out of range (0 to 65535)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ListenError {}
 
 /// `http://<host>:<port>`, an IPv6 host in brackets.
 pub fn base_url(host: &str, port: u16) -> String {
@@ -153,11 +180,11 @@ mod tests {
             "host:8 0",
             "[[::1]]:1",
         ] {
-            let err = parse_listen(bad).unwrap_err();
+            let err = parse_listen(bad).unwrap_err().to_string();
             assert!(err.contains("expects host:port"), "{bad:?}: {err}");
         }
         assert_eq!(
-            parse_listen("h:70000").unwrap_err(),
+            parse_listen("h:70000").unwrap_err().to_string(),
             "port 70000 is out of range (0 to 65535)"
         );
     }

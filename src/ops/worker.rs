@@ -274,8 +274,8 @@ pub fn answer(
     cancel: &crossbeam_channel::Receiver<()>,
 ) -> Result<Value, OpError> {
     operable(hub, id, "answer")?;
-    let payload =
-        query::answer_payload(args).map_err(|err| OpError::invalid_arguments(err.to_string()))?;
+    let payload = crate::wire::worker::answer::answer_payload(args)
+        .map_err(|err| OpError::invalid_arguments(err.to_string()))?;
     Ok(hub
         .queries
         .ask_or_cancel(&hub.sessions, id, &payload, query::QUERY_DEADLINE, cancel)?)

@@ -4,13 +4,13 @@
 //! the session core, `session::headless`; this module is the service that
 //! runs families.
 //!
-//! - `args`: the routes' argument grammar and receipt hashing (pure).
+//! The routes' argument grammar and receipt hashing are the wire layer's
+//! (`wire::worker::subagent_args`).
 //! - `family`: forks, lifecycle, cascading stops, cleanup, restart recovery.
 //! - `hooks`: what the worker side and the supervisor tell the service.
 //! - `routes`: the `subagent/*` tool routes (ownership, receipts, send, receive).
 //! - `service`: the handle every part takes ([`Service`]).
 
-pub mod args;
 pub mod family;
 pub mod hooks;
 pub mod routes;

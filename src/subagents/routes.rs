@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use super::args::{self, Call, SendOp};
 use super::family::{self, Caller};
 use super::Refusal;
 use crate::session::headless::conversation::PAGE_BODY_BUDGET;
@@ -17,6 +16,7 @@ use crate::session::SendError;
 use crate::store::ReceiptRecord;
 use crate::subagents::Service;
 use crate::util::time;
+use crate::wire::worker::subagent_args::{self as args, Call, SendOp};
 use crate::worker::query::{self, QueryError};
 
 /// Runs one validated subagent call for a verified caller.
@@ -336,8 +336,10 @@ fn answer(
     offset: u64,
 ) -> Result<Value, Refusal> {
     owned(sv, me, id)?;
-    let payload = query::answer_payload(&json!({"source": source, "part": part, "offset": offset}))
-        .map_err(|err| Refusal::InvalidArguments(err.to_string()))?;
+    let payload = crate::wire::worker::answer::answer_payload(
+        &json!({"source": source, "part": part, "offset": offset}),
+    )
+    .map_err(|err| Refusal::InvalidArguments(err.to_string()))?;
     let page = sv
         .queries
         .ask(&sv.sessions, id, &payload, query::QUERY_DEADLINE);

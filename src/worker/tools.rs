@@ -22,12 +22,12 @@ use tungstenite::{Error as WsError, Message, WebSocket};
 
 use crate::services::{HubError, ToolSlot};
 use crate::session::IdentityState;
-use crate::subagents::args;
 use crate::subagents::family::Caller;
 use crate::subagents::routes;
 use crate::subagents::Service;
 use crate::wire::http::auth;
 use crate::wire::worker::plan::{self, PlanCall};
+use crate::wire::worker::subagent_args as args;
 use crate::wire::worker::tool_frames::{self, code, ToolRequest, MAX_RESPONSE_BYTES};
 use crate::ws::{close, Accepted, FrameWriter, SplitStream};
 

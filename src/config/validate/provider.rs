@@ -12,7 +12,7 @@ impl Check<'_> {
         let listen = self.string(path, false);
         if let Err(rule) = crate::mock_provider::parse_listen(&listen) {
             if self.ok(path) {
-                self.fail(path, Value::from(listen), rule);
+                self.fail(path, Value::from(listen), rule.to_string());
             }
             return String::new();
         }

@@ -1,7 +1,7 @@
 //! The rules of a message's `content` parts and of a run's `options`, as
 //! the worker checks them, and why a part was refused ([`PartError`]):
 //! used for `payload` frames and, on their own, for the arguments of
-//! `subagent/send` (`subagents::args`).
+//! `subagent/send` (`worker::subagent_args`).
 //!
 //! Pure: no I/O, clock or locks. Never panics on any input.
 

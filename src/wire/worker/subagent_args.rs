@@ -12,10 +12,9 @@
 
 use serde_json::{Map, Value};
 
-use crate::wire::worker::display::{describe, kind, quote};
-use crate::wire::worker::payload::{validate_content, validate_options};
-use crate::worker::query::{self, SourceProblem, ANSWER_FIELDS};
-
+use super::answer::{self as query, SourceProblem, ANSWER_FIELDS};
+use super::display::{describe, kind, quote};
+use super::payload::{validate_content, validate_options};
 use crate::wire::sha256;
 
 /// The subagent routes.
@@ -101,7 +100,7 @@ impl SendOp {
     }
 }
 
-pub use crate::wire::worker::route_args::ArgError;
+pub use super::route_args::ArgError;
 
 /// Whether `route` is one of the subagent routes.
 pub fn is_subagent_route(route: &str) -> bool {
@@ -149,7 +148,7 @@ fn parse(route: &'static str, arguments: &Value) -> Result<Call, ArgError> {
             found: kind(arguments),
         });
     };
-    let bytes = crate::wire::worker::display::encoded_len(arguments);
+    let bytes = super::display::encoded_len(arguments);
     if bytes > MAX_ARGUMENT_BYTES {
         return Err(ArgError::TooLarge {
             subject: ARGUMENTS_SUBJECT,
@@ -757,7 +756,7 @@ mod tests {
         }
     }
 
-    /// The source rules are `worker::query::check_source`'s (tested
+    /// The source rules are `wire::worker::answer::check_source`'s (tested
     /// there); each of its problems maps to an argument error here.
     #[test]
     fn answer_source_problems_name_the_argument() {

@@ -18,12 +18,12 @@
 
 use libfuzzer_sys::fuzz_target;
 use serde_json::{json, Map, Value};
+use simplex_hub::wire::worker::answer::{answer_payload, check_source};
+use simplex_hub::wire::worker::payload::{validate_content, validate_options};
 use simplex_hub::wire::worker::subagent_args::{
     is_subagent_id, is_subagent_route, parse_call, receipt_hash, ArgError, Call, SendOp,
     CLEAN_FORK, DEFAULT_LIMIT, MAX_ARGUMENT_BYTES, MAX_LIMIT, RECEIVE, SEND,
 };
-use simplex_hub::wire::worker::answer::{answer_payload, check_source};
-use simplex_hub::wire::worker::payload::{validate_content, validate_options};
 use simplex_hub_fuzz::{encode, text, walk};
 
 const ROUTES: [&str; 3] = [CLEAN_FORK, RECEIVE, SEND];

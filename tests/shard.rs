@@ -410,6 +410,9 @@ fn two_clients_race_a_permission_and_both_see_the_one_resolution() {
     let rb = requested(&mut b, &agent);
     let request_id = ra["request_id"].as_str().unwrap().to_string();
     assert_eq!(rb["request_id"], request_id.as_str());
+    // Broadcast to every attached client (seed §6.3), the observer too.
+    let rw = requested(&mut watcher, &agent);
+    assert_eq!(rw["request_id"], request_id.as_str());
     assert_eq!(
         ra["input"]["command"],
         "echo ran > marker.txt && echo tool-output"
@@ -465,19 +468,16 @@ fn two_clients_race_a_permission_and_both_see_the_one_resolution() {
         assert_eq!(result["is_error"], true, "{result}");
         assert!(!marker.exists());
     }
-    // Exactly one resolution each, and none for the observer to answer.
+    // Exactly one request and one resolution each.
     for client in [&mut a, &mut b, &mut watcher] {
         client.settle(Duration::from_millis(300));
         let rest = client.take_inbox();
         assert!(
-            rest.iter().all(|m| m["type"] != "permission_resolved"),
+            rest.iter()
+                .all(|m| m["type"] != "permission_resolved" && m["type"] != "permission_request"),
             "{rest:#?}"
         );
     }
-    assert!(watcher
-        .take_inbox()
-        .iter()
-        .all(|m| m["type"] != "permission_request"));
     // Late answers are still discarded silently; the observer may not.
     let r = a.request(json!({"type": "permission_response", "agent_id": agent,
         "request_id": request_id, "decision": "deny"}));
@@ -494,13 +494,16 @@ fn a_client_drops_mid_prompt_reattaches_and_answers() {
     let first = requested(&mut a, &agent);
     let request_id = first["request_id"].as_str().unwrap().to_string();
     drop(a);
-    // The observer's sync lists the pending request, but it is not shown.
+    // An observer's sync lists the pending request, and it is shown again
+    // after it, as to anyone attached (it cannot answer it).
     let mut observer = ShardClient::connect(&hub);
     let (_, sync) = observer.attach(&agent, "observer");
     assert_eq!(
         sync["pending_requests"][0]["request_id"],
         request_id.as_str()
     );
+    let shown = observer.event("permission_request", &agent);
+    assert_eq!(shown["request_id"], request_id.as_str());
     // Reconnected: the attach response, then the sync (waiting, the request
     // pending), then the request shown again; answering it works.
     let mut b = ShardClient::connect(&hub);
@@ -525,6 +528,7 @@ fn a_client_drops_mid_prompt_reattaches_and_answers() {
     );
     let result = b.event("tool_result", &agent);
     assert_eq!(result["is_error"], false, "{result}");
+    // Shown once: no second request after the answer.
     observer.settle(Duration::from_millis(200));
     assert!(observer
         .take_inbox()
@@ -749,4 +753,18 @@ fn a_worker_that_does_not_start_is_runtime_start_failed_and_the_agent_stays() {
     let r =
         c.request(json!({"type": "agent.create", "cwd": "/tmp", "provider": "no-such-profile"}));
     assert_eq!(code(&r), "INVALID_REQUEST", "{r}");
+    // A cwd that is not a directory here is refused before anything is
+    // made (seed §10.1: the daemon canonicalizes it).
+    let missing = dir.path().join("no-such-dir");
+    let r = c.request(json!({"type": "agent.create", "cwd": missing, "name": "nowhere"}));
+    assert_eq!(code(&r), "INVALID_REQUEST", "{r}");
+    assert!(
+        r["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("not a directory"),
+        "{r}"
+    );
+    let r = c.request(json!({"type": "agent.status", "agent_id": "nowhere"}));
+    assert_eq!(code(&r), "NOT_FOUND", "{r}");
 }

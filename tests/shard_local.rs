@@ -495,16 +495,28 @@ fn shard_stdio_exit_statuses() {
         nope.stdio_stderr()
     );
     // --provider reaches the create: an unknown profile is refused there.
-    let cwd = dir.path().join("never").display().to_string();
+    let cwd = dir.path().join("project");
+    std::fs::create_dir_all(&cwd).unwrap();
+    let cwd = cwd.display().to_string();
     let mut bad = ShardClient::spawn_stdio(
         &hub,
         &["--create", "--cwd", &cwd, "--provider", "no-such-profile"],
     );
     assert_eq!(bad.stdio_exit(DEADLINE).and_then(|s| s.code()), Some(1));
     assert!(
-        bad.stdio_stderr().contains("INVALID_REQUEST"),
+        bad.stdio_stderr().contains("no-such-profile"),
         "{}",
         bad.stdio_stderr()
+    );
+    // So is a --cwd that is not a directory.
+    let never = dir.path().join("never").display().to_string();
+    let mut nowhere = ShardClient::spawn_stdio(&hub, &["--create", "--cwd", &never]);
+    assert_eq!(nowhere.stdio_exit(DEADLINE).and_then(|s| s.code()), Some(1));
+    assert!(
+        nowhere.stdio_stderr().contains("INVALID_REQUEST")
+            && nowhere.stdio_stderr().contains("not a directory"),
+        "{}",
+        nowhere.stdio_stderr()
     );
     create_session(&hub, "plain");
     let mut plain = ShardClient::spawn_stdio(&hub, &["--agent", "plain"]);
@@ -518,6 +530,7 @@ fn shard_stdio_exit_statuses() {
     // --create: a new agent, announced to daemon clients, answering at once.
     let mut web = ShardClient::connect(&hub);
     let work = dir.path().join("made");
+    std::fs::create_dir_all(&work).unwrap();
     let mut io = ShardClient::stdio(
         &hub,
         &[

@@ -18,7 +18,8 @@ pub type CreateDone = Box<dyn FnOnce(Result<String, OpError>) + Send>;
 /// Makes the agent and starts its worker; returns its id once the start
 /// has succeeded. The spec's `provider` is `provider` (or `model`, when
 /// it names a profile; otherwise `model` overrides the profile's model).
-/// A start that fails keeps the session (it can be started again) and is
+/// A `cwd` that is not a directory is refused before anything is made. A
+/// start that fails keeps the session (it can be started again) and is
 /// `start_failed` with the agent's id in the details. Blocks while the
 /// worker starts: a socket reader calls [`create_off_reader`].
 pub fn create(hub: &Arc<Hub>, agent: &Create) -> Result<String, OpError> {
@@ -27,6 +28,14 @@ pub fn create(hub: &Arc<Hub>, agent: &Create) -> Result<String, OpError> {
         return Err(OpError::new(
             ErrorKind::InvalidArguments,
             format!("session {existing:?} is already an agent: attach to it"),
+        ));
+    }
+    // The worker is started in this directory: one that is not there
+    // would only fail the start after the session exists.
+    if !std::path::Path::new(&agent.cwd).is_dir() {
+        return Err(OpError::new(
+            ErrorKind::InvalidArguments,
+            format!("cwd {:?} is not a directory on the hub's host", agent.cwd),
         ));
     }
     let spec = spec_of(hub, agent)?;

@@ -141,12 +141,13 @@ impl ConnState {
     }
 
     /// Whether permission request `request_id` of `agent` is to be shown
-    /// now: an interactive attachment that has not seen it (it is then
-    /// marked seen).
+    /// now: an attachment that has not seen it (it is then marked seen).
+    /// Observers see requests too (seed 004 §6.3: broadcast to every
+    /// attached client); they cannot answer them.
     pub fn show_request(&mut self, agent: &str, request_id: &str) -> bool {
         match self.attachments.get_mut(agent) {
-            Some(a) if a.role == Role::Interactive => a.shown.insert(request_id.to_string()),
-            _ => false,
+            Some(a) => a.shown.insert(request_id.to_string()),
+            None => false,
         }
     }
 
@@ -245,7 +246,7 @@ mod tests {
     }
 
     #[test]
-    fn requests_are_shown_to_interactive_attachments_once() {
+    fn requests_are_shown_to_every_attachment_once() {
         let mut c = ConnState::default();
         c.attach(
             "a",
@@ -258,8 +259,9 @@ mod tests {
         assert!(c.show_request("a", "p2"));
         assert!(!c.show_request("a", "p2"));
         c.attach("o", Role::Observer, Watch::Everything, 0, []);
-        assert!(!c.show_request("o", "p3"), "observers never answer");
-        assert!(!c.show_request("x", "p3"));
+        assert!(c.show_request("o", "p3"), "observers see requests");
+        assert!(!c.show_request("o", "p3"));
+        assert!(!c.show_request("x", "p3"), "not attached");
     }
 
     #[test]

@@ -543,12 +543,9 @@ fn attach(
         .iter()
         .map(|p| render::permission_request(agent, p))
         .collect();
-    let shown = if role == Role::Interactive {
-        ids
-    } else {
-        Vec::new()
-    };
-    if conn.state().attach(agent, role, watch, latest, shown) {
+    // Every attachment sees the pending requests (seed 004 §6.3; an
+    // observer cannot answer them).
+    if conn.state().attach(agent, role, watch, latest, ids) {
         shard.agent(agent, |t| t.attached += 1);
     }
     let mut data = json!({
@@ -571,9 +568,7 @@ fn attach(
         ));
     }
     conn.send(&sync);
-    if role == Role::Interactive {
-        for request in &requests {
-            conn.send(request);
-        }
+    for request in &requests {
+        conn.send(request);
     }
 }

@@ -501,6 +501,8 @@ impl ShardClient {
 
     /// `agent.create` in `cwd`; returns the new agent's id.
     pub fn create(&mut self, cwd: &std::path::Path) -> String {
+        // A project directory exists before an agent works in it.
+        std::fs::create_dir_all(cwd).unwrap();
         let r = self.request(json!({"type": "agent.create", "cwd": cwd}));
         assert_eq!(r["success"], true, "{r}");
         r["data"]["agent_id"].as_str().unwrap().to_string()

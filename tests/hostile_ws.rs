@@ -126,7 +126,8 @@ fn invalid_utf8_and_binary_frames_are_refused_per_route() {
     wait_event(&hub, "u", |e| e["data"]["after"] == "binary");
     drop(ws);
 
-    // Panel: invalid UTF-8 ends that connection; binary gets an error.
+    // Panel: invalid UTF-8 fails that connection with 1007 (RFC 6455
+    // §8.1); binary gets an error.
     let mut bad = RawWs::panel(&hub);
     bad.send(true, op::BINARY, b"\x00\x01");
     assert_eq!(
@@ -134,8 +135,17 @@ fn invalid_utf8_and_binary_frames_are_refused_per_route() {
         "binary_not_supported"
     );
     bad.send(true, op::TEXT, b"{\"v\":1,\"type\":\"ping\xff\"}");
-    let (ended, _) = bad.ends(DEADLINE);
+    let (ended, code) = bad.ends(DEADLINE);
     assert!(ended, "the panel kept a connection that sent invalid UTF-8");
+    assert_eq!(code, Some(1007));
+
+    // Shard: the same, after its hello.
+    let mut shard = RawWs::open(hub.addr, "/shard/ws");
+    shard.next_text(|v| v["type"] == "hello");
+    shard.send(true, op::TEXT, b"{\"type\":\"agent.list\xff\"}");
+    let (ended, code) = shard.ends(DEADLINE);
+    assert!(ended, "Shard kept a connection that sent invalid UTF-8");
+    assert_eq!(code, Some(1007));
 
     // Confirmation socket: invalid UTF-8 or binary: closed, no prompt.
     for payload in [

@@ -330,14 +330,21 @@ fn a_busy_agent_refuses_and_queues_and_terminates_after_its_run() {
     assert_eq!(code(&r), "CONFLICT", "{r}");
     let r = c.request(json!({"type": "session_op", "agent_id": agent, "op": "compact"}));
     assert_eq!(code(&r), "CONFLICT", "{r}");
-    // ...a follow-up queues behind the run and is accepted when admitted.
+    // ...a follow-up queues behind the run, and is accepted at once (seed
+    // §9.2: success means accepted or queued), before the run ends.
     let follow = c.command(
         json!({"type": "prompt", "agent_id": agent, "message": "later",
         "streaming_behavior": "follow_up"}),
     );
-    let first_end = c.event("turn_end", &agent);
     let r = c.response(&follow);
-    assert_eq!(r["data"]["state"], "admitted", "{r}");
+    assert_eq!(r["success"], true, "{r}");
+    assert_eq!(r["data"]["state"], "queued", "{r}");
+    assert!(r["data"]["request_id"].is_string(), "{r}");
+    assert!(
+        c.take_inbox().iter().all(|m| m["type"] != "turn_end"),
+        "answered only after the run it waits behind"
+    );
+    let first_end = c.event("turn_end", &agent);
     let second = c.event("turn_start", &agent);
     assert_ne!(second["turn_id"], first_end["turn_id"]);
     c.event("turn_end", &agent);
@@ -365,13 +372,16 @@ fn abort_kill_and_an_unknown_outcome() {
     c.event("turn_end", &agent);
     let finished = wait_event(&hub, &agent, |e| e["event"] == "run_finished");
     assert_eq!(finished["data"]["status"], "cancelled");
-    // A follow-up queued behind a run whose worker is killed never gets
-    // an answer: its outcome is unknown.
+    // A follow-up queued behind a run whose worker is killed never runs:
+    // accepted when queued, its unknown outcome is an error event.
     let id = c.prompt(&agent, "/sleep 20000");
     c.response(&id);
     c.event("turn_start", &agent);
     let queued = c.command(json!({"type": "prompt", "agent_id": agent, "message": "q",
         "streaming_behavior": "follow_up"}));
+    let r = c.response(&queued);
+    assert_eq!(r["data"]["state"], "queued", "{r}");
+    let request_id = r["data"]["request_id"].clone();
     wait_session(&hub, &agent, |s| {
         s["requests"]
             .as_array()
@@ -381,9 +391,10 @@ fn abort_kill_and_an_unknown_outcome() {
     });
     let r = c.request(json!({"type": "agent.kill", "agent_id": agent, "force": true}));
     assert_eq!(r["success"], true, "{r}");
-    let r = c.response(&queued);
-    assert_eq!(code(&r), "INTERNAL_ERROR", "{r}");
-    assert_eq!(r["error"]["data"]["state"], "unknown");
+    let lost = c.expect(|m| m["type"] == "error" && m["request_id"] == request_id);
+    assert_eq!(lost["code"], "INTERNAL_ERROR", "{lost}");
+    assert_eq!(lost["state"], "unknown", "{lost}");
+    assert_eq!(lost["fatal"], false, "{lost}");
     c.wait_runtime(&agent, "stopped");
 }
 

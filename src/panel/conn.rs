@@ -93,6 +93,11 @@ impl PanelConn {
     pub fn terminate(&self) {
         self.out.terminate()
     }
+
+    /// Ends the connection with a close frame (`code`, `reason`).
+    pub fn close(&self, code: u16, reason: &str) {
+        self.out.close(code, reason)
+    }
 }
 
 /// Encodes the `event` frame of [`protocol::event_frame`] in one pass,

@@ -26,6 +26,7 @@ use crate::session::Note;
 use crate::wire::code;
 use crate::wire::http::{auth, url};
 use crate::wire::panel::{self as protocol, ClientMsg, Paging};
+use crate::wire::websocket::close;
 use crate::wire::worker::plan;
 use crate::ws;
 
@@ -114,6 +115,12 @@ pub fn drain(hub: &Arc<Hub>, panels: &Panels, mut parked: Parked) -> Drained {
             }
             Err(WsError::Capacity(_)) => {
                 reply_error(&panel, code::BAD_MESSAGE, "message too large", None);
+                break;
+            }
+            // RFC 6455 §8.1: a text frame that is not UTF-8 fails the
+            // connection with 1007.
+            Err(WsError::Utf8(_)) => {
+                panel.close(close::INVALID_PAYLOAD, "invalid UTF-8");
                 break;
             }
             Err(_) => break,

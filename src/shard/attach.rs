@@ -30,6 +30,10 @@ pub struct Attachment {
 pub enum Awaiting {
     /// A prompt: the worker's admission or rejection.
     Prompt,
+    /// A follow-up prompt, answered as soon as it is sent (seed 004 §9.2:
+    /// success means accepted or queued): only a rejection, or an unknown
+    /// outcome, is told later, as an `error` event.
+    Queued,
     /// A compaction: admission, then its `compact_finished` or its run's
     /// end.
     Compact { admitted: bool },

@@ -167,6 +167,11 @@ impl ShardConn {
         self.out.terminate();
     }
 
+    /// Ends the connection with a close frame (`code`, `reason`).
+    pub fn close(&self, code: u16, reason: &str) {
+        self.out.close(code, reason);
+    }
+
     /// The keepalive's look: true when a ping is to be sent now (none is
     /// unanswered); false when the last one went unanswered (the caller
     /// drops the client).

@@ -135,7 +135,12 @@ fn per_agent(
                 images: &images,
                 follow_up,
             };
-            wait_for_worker(conn, msg, agent, &request_id, Awaiting::Prompt, || {
+            let awaiting = if follow_up {
+                Awaiting::Queued
+            } else {
+                Awaiting::Prompt
+            };
+            wait_for_worker(conn, msg, agent, &request_id, awaiting, || {
                 ops::worker::prompt(hub, agent, &prompt)
             });
         }
@@ -258,9 +263,16 @@ fn wait_for_worker(
         );
         return conn.respond(msg.id.as_deref(), &msg.kind, Err(refusal));
     }
-    if let Err(err) = send() {
-        conn.state().forget(request_id);
-        conn.respond(msg.id.as_deref(), &msg.kind, Err(err.into()));
+    match send() {
+        Err(err) => {
+            conn.state().forget(request_id);
+            conn.respond(msg.id.as_deref(), &msg.kind, Err(err.into()));
+        }
+        Ok(sent) if awaiting == Awaiting::Queued => {
+            let data = json!({"request_id": sent, "state": "queued"});
+            conn.respond(msg.id.as_deref(), &msg.kind, Ok(Some(data)));
+        }
+        Ok(_) => {}
     }
 }
 

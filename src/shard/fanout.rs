@@ -276,6 +276,17 @@ fn request_settled(shard: &Shard, agent: &str, request: &RequestRecord) {
             )
             .with_data(data)),
         };
+        if pending.awaiting == Awaiting::Queued {
+            // Answered when it was sent: a rejection or an unknown outcome
+            // is an error event of the agent (not fatal), naming the prompt.
+            if let Err(refusal) = outcome {
+                let mut event = message::error_event(agent, refusal.code, &refusal.message, false);
+                event["request_id"] = json!(request_id);
+                event["state"] = json!(request.state.as_str());
+                conn.send(&event);
+            }
+            continue;
+        }
         answer(conn, &pending, outcome);
     }
 }

@@ -26,6 +26,7 @@ use super::{dispatch, Shard};
 use crate::hub::Hub;
 use crate::util::time;
 use crate::wire::shard::message::{self, Refusal};
+use crate::wire::websocket::close;
 use crate::ws::{self, SplitStream};
 use crate::wsconn::outbound::Outbound;
 use crate::wsconn::poller::{self, Service, Watched};
@@ -134,6 +135,12 @@ fn drain_websocket(
             Err(WsError::Capacity(_)) => {
                 let refusal = Refusal::invalid("message too large");
                 conn.respond(None, "", Err(refusal));
+                return lines::Read::Failed;
+            }
+            // RFC 6455 §8.1: a text frame that is not UTF-8 fails the
+            // connection with 1007.
+            Err(WsError::Utf8(_)) => {
+                conn.close(close::INVALID_PAYLOAD, "invalid UTF-8");
                 return lines::Read::Failed;
             }
             Err(_) => return lines::Read::Failed,

@@ -459,8 +459,18 @@ impl Outbound {
 
     /// Ends the connection at once (no close handshake).
     pub fn terminate(&self) {
+        self.end(|writer| writer.terminate());
+    }
+
+    /// Ends the connection with a close frame (`code`, `reason`) written
+    /// ahead of anything still queued, then as [`Outbound::terminate`].
+    pub fn close(&self, code: u16, reason: &str) {
+        self.end(|writer| writer.close_and_shutdown(code, reason));
+    }
+
+    fn end(&self, shut: impl FnOnce(&FrameWriter)) {
         if !self.dead.swap(true, Ordering::AcqRel) {
-            self.writer.terminate();
+            shut(&self.writer);
             let mut state = self.queue.lock();
             state.stop = true;
             self.queue.wake_writer(state);

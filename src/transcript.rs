@@ -162,8 +162,21 @@ impl Transcript {
 
     /// Entries with hub_sequence > `since`, oldest first, at most `limit`.
     pub fn since(&self, since: u64, limit: usize) -> Vec<Entry> {
+        self.after(since).take(limit).cloned().collect()
+    }
+
+    /// The JSON text of [`Transcript::since`]'s entries (what every
+    /// front-end forwards).
+    pub fn texts_since(&self, since: u64, limit: usize) -> Vec<Arc<str>> {
+        self.after(since)
+            .take(limit)
+            .map(|e| e.json.clone())
+            .collect()
+    }
+
+    fn after(&self, since: u64) -> impl Iterator<Item = &Entry> {
         let start = self.entries.partition_point(|e| e.hub_sequence <= since);
-        self.entries.range(start..).take(limit).cloned().collect()
+        self.entries.range(start..)
     }
 
     /// The newest entries `pick` selects, oldest first, at most

@@ -1,6 +1,7 @@
 //! WebSocket plumbing shared by every socket the hub accepts: the upgrade
 //! handshake, a split stream (tungstenite parses incoming frames on the
-//! reader thread; panel sockets read without waiting, for `panel::poller`)
+//! reader thread; panel sockets read without waiting, for the panels'
+//! poller in `panel::service`)
 //! and a `FrameWriter` that any thread may use to send complete server
 //! frames.
 //!

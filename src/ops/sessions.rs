@@ -83,12 +83,7 @@ pub fn transcript(hub: &Hub, id: &str, since: u64) -> Result<(SessionView, Entri
     operable(hub, id, "status_snapshot")?;
     hub.sessions
         .with(id, |s| {
-            let entries = s
-                .transcript()
-                .since(since, usize::MAX)
-                .into_iter()
-                .map(|e| e.json)
-                .collect();
+            let entries = s.transcript().texts_since(since, usize::MAX);
             let latest = s.transcript().latest();
             let view = s.view(&mut |_| crate::session::PROMPT_PREVIEW_BYTES);
             (view, Entries { latest, entries })
@@ -253,7 +248,6 @@ pub fn read<T>(
 }
 
 /// Reads every session, in creation order, through `f` (as [`read`]).
-pub fn read_all<T>(hub: &Hub, f: impl FnMut(&crate::session::Session) -> T) -> Vec<T> {
-    let mut f = f;
+pub fn read_all<T>(hub: &Hub, mut f: impl FnMut(&crate::session::Session) -> T) -> Vec<T> {
     hub.sessions.scan(|s| Some(f(s)))
 }

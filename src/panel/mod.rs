@@ -1,7 +1,8 @@
 //! The panel WebSocket protocol v1: pure message handling in
 //! `wire::panel`; connections and fan-out elsewhere (`conn`: one connection's budgeted
-//! writer; `poller`: one thread waiting on every idle panel socket;
-//! `service`: the `/panel/ws` route, dispatch, replay and fan-out;
+//! writer; `service`: the `/panel/ws` route, dispatch, replay and
+//! fan-out, and the panels' use of the shared poller (one thread waiting
+//! on every idle panel socket);
 //! `describe`: session descriptions under the frame's approval share).
 //!
 //! [`Panels`] is the panel front-end's own state: the connected panels and
@@ -15,7 +16,6 @@ use crate::session::Note;
 
 pub mod conn;
 pub mod describe;
-pub mod poller;
 pub mod render;
 pub mod service;
 
@@ -28,7 +28,7 @@ pub struct Panels {
     /// is one reference count.
     list: Mutex<Arc<[Arc<PanelConn>]>>,
     /// Idle panel sockets waiting for input.
-    poller: poller::Poller,
+    poller: service::Poller,
 }
 
 impl Panels {

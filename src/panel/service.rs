@@ -2,8 +2,10 @@
 //! handling of a socket's messages (dispatch), subscription replay (legacy
 //! single frame or paged), and the fan-out of hub notifications.
 //!
-//! An idle connection has no reader thread: `poller` waits on its socket
-//! and runs [`drain`] on a short-lived thread when input arrives; frames
+//! An idle connection has no reader thread: the shared poller
+//! (`wsconn::poller`, which `Panels` serves below) waits on its socket
+//! and runs [`drain`] on a short-lived `panel-reader` thread when input
+//! arrives; frames
 //! go out through the connection's writer (`conn`). Broadcast frames are
 //! serialized and encoded once and shared by every recipient. Slow work
 //! (worker stop ladders) runs off the reader.
@@ -15,7 +17,6 @@ use tiny_http::Request;
 use tungstenite::{Error as WsError, Message};
 
 use super::conn::{self, Encoded, PanelConn, Subscription};
-use super::poller::{Drained, Parked, Poller};
 use super::{render, Panels};
 use crate::hub::Hub;
 use crate::ops::sessions::LogBounds;
@@ -29,6 +30,39 @@ use crate::wire::panel::{self as protocol, ClientMsg, Paging};
 use crate::wire::websocket::close;
 use crate::wire::worker::plan;
 use crate::ws;
+use crate::wsconn::outbound::Outbound;
+use crate::wsconn::poller::{self, Service};
+
+/// A parked panel socket.
+pub type Parked = poller::Parked<PanelConn>;
+/// What a panel reader did with its socket's input.
+pub type Drained = poller::Drained<PanelConn>;
+/// The idle panel sockets.
+pub type Poller = poller::Poller<Panels>;
+
+impl Service for Panels {
+    type Ctx = Hub;
+    type Conn = PanelConn;
+    type Socket = tungstenite::WebSocket<crate::ws::SplitStream>;
+    const POLL_THREAD: &'static str = "panel-poll";
+    const READER_THREAD: &'static str = "panel-reader";
+
+    fn poller(&self) -> &Poller {
+        &self.poller
+    }
+
+    fn outbound(conn: &PanelConn) -> &Outbound {
+        conn.outbound()
+    }
+
+    fn drain(hub: &Arc<Hub>, panels: &Arc<Panels>, parked: Parked) -> Drained {
+        drain(hub, panels, parked)
+    }
+
+    fn release(hub: &Hub, panels: &Panels, conn: &PanelConn) {
+        release(hub, panels, conn)
+    }
+}
 
 /// Largest client message (panel input is bounded by the payload rules; a
 /// message is small unless it carries content parts).
@@ -506,12 +540,7 @@ fn legacy_subscribe(
     let _batch = crate::util::wakes::batch();
     let _ordered = hub.publisher.ordered();
     let built = hub.sessions.with(session, |s| {
-        let entries: Vec<Arc<str>> = s
-            .transcript()
-            .since(since, usize::MAX)
-            .into_iter()
-            .map(|e| e.json)
-            .collect();
+        let entries = s.transcript().texts_since(since, usize::MAX);
         let latest = s.transcript().latest();
         let logs = logs_value(s);
         let frame = protocol::subscribed(
@@ -584,12 +613,7 @@ fn replay_step(
         // A cursor beyond the transcript (stale: from before a hub
         // restart) replays nothing and must not hold live events back.
         sub.cursor = sub.cursor.min(s.transcript().latest());
-        let entries: Vec<Arc<str>> = s
-            .transcript()
-            .since(sub.cursor, REPLAY_BATCH)
-            .into_iter()
-            .map(|e| e.json)
-            .collect();
+        let entries = s.transcript().texts_since(sub.cursor, REPLAY_BATCH);
         let request_id = sub.request_id.clone();
         if entries.is_empty() {
             sub.live = true;

@@ -267,11 +267,8 @@ impl Services {
     /// sequence. `None` for an unknown session.
     pub fn events_since(&self, id: &str, since: u64, limit: usize) -> Option<(u64, Vec<Arc<str>>)> {
         self.sessions.with(id, |s| {
-            let entries = s.transcript().since(since, limit);
-            (
-                s.transcript().latest(),
-                entries.into_iter().map(|e| e.json).collect(),
-            )
+            let t = s.transcript();
+            (t.latest(), t.texts_since(since, limit))
         })
     }
 

@@ -1,10 +1,11 @@
-//! Cleanup and retries: removing a stopped child's whole directory and
-//! records once its process is confirmed gone (for a Docker launch: once
-//! its container is over, since the process record stays active while the
-//! container runs on after its CLI, `supervisor::container`), recording
-//! failures as
-//! `cleanup-pending` with bounded automatic retries on a ticker thread,
-//! and the bounded cleanup of every child at hub shutdown.
+//! Cleanup and retries: stopping a closing child's worker and cleaning
+//! up once it is gone (`stop_worker`); removing a stopped child's whole
+//! directory and records once its process is confirmed gone (for a Docker
+//! launch: once its container is over, since the process record stays
+//! active while the container runs on after its CLI,
+//! `supervisor::container`); recording failures as `cleanup-pending` with
+//! bounded automatic retries on a ticker thread; and the bounded cleanup
+//! of every child at hub shutdown.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -12,13 +13,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::persist::{persist_meta, Terminal};
-use super::stop::{children_of, stop_worker};
-use super::{lock, spawn_thread};
+use super::{children_of, lock, spawn_thread};
 use crate::session::headless::{self as child, CleanupClaim};
 use crate::session::Note;
 use crate::store::StoreError;
 use crate::subagents::Service;
-use crate::supervisor::control::StopMode;
+use crate::supervisor::control::{self, StopMode};
 use crate::util::time;
 
 /// How often pending cleanups are looked at.
@@ -95,6 +95,26 @@ pub(super) fn cleanup_failed(sv: &Arc<Service>, id: &str, err: &str, counted: bo
         });
         start_ticker(sv);
     }
+}
+
+/// Stops a closing child's worker. A worker that never ran (or already
+/// exited) has no waiter to report it gone, so cleanup runs here;
+/// otherwise `process_gone` runs it. A stop that cannot confirm the end
+/// (no verified identity, alive after SIGKILL) leaves the child
+/// `cleanup-pending`.
+pub(super) fn stop_worker(sv: &Arc<Service>, id: &str, mode: StopMode) {
+    let hub2 = sv.clone();
+    let id2 = id.to_string();
+    control::stop(
+        &sv.services,
+        id,
+        mode,
+        Box::new(move |result| match result {
+            Err(failed) => cleanup_failed(&hub2, &id2, &failed.reason, false),
+            Ok(stopped) if stopped.how.found_nothing() => cleanup(&hub2, &id2),
+            Ok(_) => {}
+        }),
+    );
 }
 
 /// One automatic or operator retry: stop a worker that is still alive

@@ -76,6 +76,15 @@ impl Family {
     }
 }
 
+/// Direct children of `parent`, by id.
+fn children_of(sv: &Service, parent: &str) -> Vec<String> {
+    sv.sessions.scan(|s| {
+        s.headless()
+            .is_some_and(|c| c.parent().session_id == parent)
+            .then(|| s.id().to_string())
+    })
+}
+
 fn set_reason(sv: &Service, id: &str, reason: &str) {
     sv.sessions.with(id, |s| {
         if let Some(c) = s.headless_mut() {

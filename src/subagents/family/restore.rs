@@ -5,10 +5,10 @@
 
 use std::sync::Arc;
 
-use super::cleanup::{cleanup, pending_cleanups, start_ticker};
+use super::cleanup::{cleanup, pending_cleanups, start_ticker, stop_worker};
 use super::persist::{load_conversation, persist_meta, persist_outcomes};
 use super::startup::{launch, startup_deadline, watch_startup};
-use super::stop::{begin_stop, stop_children, stop_worker};
+use super::stop::{begin_stop, stop_children};
 use super::{set_reason, spawn_thread};
 use crate::session::headless::{
     Child, CleanupState, Lifecycle, LifecycleEvent, ParentRef, RecoveryRefused,

@@ -1,25 +1,16 @@
-//! Stopping with cascade: the family tree (children, descendants),
+//! Stopping with cascade: a child's descendants,
 //! freezing admission, a child's idempotent supervised stop that stops its
 //! own children first, and what happens once a worker's process is gone.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::cleanup::{cleanup, cleanup_failed};
+use super::cleanup::{cleanup, stop_worker};
 use super::persist::persist_meta;
-use super::set_reason;
+use super::{children_of, set_reason};
 use crate::session::Note;
 use crate::subagents::Service;
-use crate::supervisor::control::{self, StopMode};
-
-/// Direct children of `parent`, by id.
-pub fn children_of(sv: &Service, parent: &str) -> Vec<String> {
-    sv.sessions.scan(|s| {
-        s.headless()
-            .is_some_and(|c| c.parent().session_id == parent)
-            .then(|| s.id().to_string())
-    })
-}
+use crate::supervisor::control::StopMode;
 
 /// Every descendant of `root`, nearest first.
 fn descendants_of(sv: &Service, root: &str) -> Vec<String> {
@@ -98,26 +89,6 @@ pub fn begin_stop(sv: &Arc<Service>, id: &str, on_stopping: Option<Box<dyn FnOnc
     }
     stop_children(sv, id, "an ancestor stopped");
     stop_worker(sv, id, StopMode::Graceful);
-}
-
-/// Stops a closing child's worker. A worker that never ran (or already
-/// exited) has no waiter to report it gone, so cleanup runs here;
-/// otherwise `process_gone` runs it. A stop that cannot confirm the end
-/// (no verified identity, alive after SIGKILL) leaves the child
-/// `cleanup-pending`.
-pub(super) fn stop_worker(sv: &Arc<Service>, id: &str, mode: StopMode) {
-    let hub2 = sv.clone();
-    let id2 = id.to_string();
-    control::stop(
-        &sv.services,
-        id,
-        mode,
-        Box::new(move |result| match result {
-            Err(failed) => cleanup_failed(&hub2, &id2, &failed.reason, false),
-            Ok(stopped) if stopped.how.found_nothing() => cleanup(&hub2, &id2),
-            Ok(_) => {}
-        }),
-    );
 }
 
 /// Called once a supervised worker's process is confirmed gone and its

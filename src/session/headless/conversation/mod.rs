@@ -28,6 +28,7 @@
 //! `conversation.json` form, `pages` the `subagent/receive` pages and text
 //! clipping, `refresh` the paged history reconciliation.
 
+mod clip;
 mod model;
 mod pages;
 mod refresh;

@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use super::pages::{clip_by, clip_bytes};
+use super::clip::{clip_bytes, clip_escaped, escaped_len};
 use super::{MAX_SOURCE_BYTES, MAX_STEPS_PER_TURN, MIN_CONVERSATION_BYTES};
 use crate::wire::worker::display::encoded_len;
 
@@ -16,7 +16,21 @@ pub struct Text {
     pub truncated: bool,
 }
 
+/// `,"truncated":true`
+const FLAG_BYTES: usize = 17;
+
 impl Text {
+    /// Shortens the text so its stored encoding loses at least `excess`
+    /// bytes (counting the truncated flag it may gain).
+    pub(super) fn clip_by(&mut self, excess: usize) {
+        let current = escaped_len(&self.text);
+        let flag = if self.truncated { 0 } else { FLAG_BYTES };
+        let target = current.saturating_sub(excess + flag);
+        let end = clip_escaped(&self.text, target);
+        self.text.truncate(end);
+        self.truncated = true;
+    }
+
     pub(super) fn new(text: String, truncated: bool, max: usize) -> Text {
         let end = clip_bytes(&text, max);
         Text {
@@ -447,7 +461,7 @@ impl Conversation {
             .into_iter()
             .flatten()
             .find(|t| !t.text.is_empty())
-            .map(|text| clip_by(text, excess))
+            .map(|text| text.clip_by(excess))
             .is_some();
             if !clipped {
                 // Only structure is left: drop what is optional.

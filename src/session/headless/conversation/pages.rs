@@ -1,16 +1,15 @@
 //! `subagent/receive` conversation pages: which turns of a cursor window
 //! fit the skeleton budget, how the shared body budget is planned across
-//! answers, summaries, older steps and user input, and the UTF-8-safe,
-//! escape-aware clipping helpers the projection also uses.
+//! answers, summaries, older steps and user input (the text clipping is
+//! `clip`'s).
 
 use serde_json::{json, Value};
 
-use super::model::{Conversation, Text, Turn};
+use super::clip::{clip_escaped, escaped_len};
+use super::model::{Conversation, Turn};
 use super::PAGE_SKELETON_BYTES;
-use crate::wire::worker::display::{encoded_len, quoted_len};
+use crate::wire::worker::display::encoded_len;
 
-/// `,"truncated":true`
-const FLAG_BYTES: usize = 17;
 /// `,"output_truncated":true`
 const OUTPUT_FLAG_BYTES: usize = 24;
 
@@ -191,55 +190,6 @@ fn water_fill(lens: &[usize], budget: usize) -> Vec<usize> {
         remaining -= len;
     }
     lens.iter().map(|&len| len.min(level)).collect()
-}
-
-/// Shortens `text` so its stored encoding loses at least `excess` bytes
-/// (counting the truncated flag it may gain).
-pub(super) fn clip_by(text: &mut Text, excess: usize) {
-    let current = escaped_len(&text.text);
-    let flag = if text.truncated { 0 } else { FLAG_BYTES };
-    let target = current.saturating_sub(excess + flag);
-    let end = clip_escaped(&text.text, target);
-    text.text.truncate(end);
-    text.truncated = true;
-}
-
-/// JSON-escaped length of `s`, quotes excluded.
-fn escaped_len(s: &str) -> usize {
-    quoted_len(s) - 2
-}
-
-fn escaped_char_len(c: char) -> usize {
-    match c {
-        '"' | '\\' | '\u{8}' | '\t' | '\n' | '\u{c}' | '\r' => 2,
-        c if (c as u32) < 0x20 => 6,
-        c => c.len_utf8(),
-    }
-}
-
-/// End of the longest prefix of `s` whose escaped length is at most `max`.
-fn clip_escaped(s: &str, max: usize) -> usize {
-    let mut used = 0;
-    for (at, c) in s.char_indices() {
-        used += escaped_char_len(c);
-        if used > max {
-            return at;
-        }
-    }
-    s.len()
-}
-
-/// End of the longest prefix of `s` of at most `max` bytes on a character
-/// boundary.
-pub(super) fn clip_bytes(s: &str, max: usize) -> usize {
-    if s.len() <= max {
-        return s.len();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    end
 }
 
 #[cfg(test)]

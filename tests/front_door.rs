@@ -214,13 +214,23 @@ fn out_of_descriptors_the_hub_rests_accept_and_serves_again() {
     // newcomer instead.
     drop(held);
     drop(waiting);
-    // Idle connections are opened until the door holds every descriptor
-    // it may (the rest wait in the backlog) before the operator's request
-    // arrives. More are opened while the hub holds fewer than its limit:
-    // its own baseline may have shrunk since `limit` was read.
-    let mut idle = Vec::new();
+    // Idle connections are opened until the door has closed one of them
+    // for a newcomer: only then is it known to hold every descriptor it may
+    // with idle connections. (Its count of descriptors is no witness: at the
+    // limit with an empty backlog, accept(2) still fails EMFILE and the door
+    // closes an idle connection, so it rests one below the limit.)
+    let mut idle: Vec<TcpStream> = Vec::new();
+    let evicted = |idle: &[TcpStream]| {
+        idle.iter().any(|mut s| {
+            s.set_nonblocking(true).unwrap();
+            match s.read(&mut [0u8; 1]) {
+                Ok(n) => n == 0,
+                Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+            }
+        })
+    };
     let saturated = wait_until(DEADLINE, || {
-        if hub.fds() as u64 >= limit {
+        if evicted(&idle) {
             return true;
         }
         if idle.len() < 64 {
@@ -232,7 +242,8 @@ fn out_of_descriptors_the_hub_rests_accept_and_serves_again() {
     });
     assert!(
         saturated,
-        "the hub holds {} descriptors of {limit} with {} idle connections open: {}",
+        "no idle connection was closed: the hub holds {} descriptors of {limit} with {} \
+         idle connections open: {}",
         hub.fds(),
         idle.len(),
         hub.log_text()

@@ -46,6 +46,10 @@ impl Running {
         let shard = Shard::new(crate::ops::sessions::read_all(&hub, |s| s.id().to_string()));
         hub.subscribe(shard.clone());
         hub.subscribe(crate::ops::worker::DeferredStops::new(&hub));
+        hub.subscribe(crate::ops::confirm::HeadlessDeny::new(
+            &hub,
+            vec![panels.clone(), shard.clone()],
+        ));
         if let Err(err) = crate::supervisor::sys::set_child_subreaper() {
             log::warn!("cannot become a child subreaper: {err}");
         }

@@ -277,12 +277,33 @@ fn an_agent_is_created_driven_and_terminated() {
         (changed["previous_mode"].clone(), changed["mode"].clone()),
         (json!("ask"), json!("deny"))
     );
-    // With `deny`, a tool call is refused by the worker without asking.
+    // With `deny`, a tool call is refused by the worker without asking:
+    // its result, and no `tool_call` (it never runs, seed §9.4).
     c.prompt(&agent, "/run echo never");
-    let result = c.event("tool_result", &agent);
-    assert_eq!(result["is_error"], true, "{result}");
-    assert_eq!(result["content"]["kind"], "error");
-    c.event("turn_end", &agent);
+    let turn = c.through("turn_end", &agent);
+    let tools: Vec<&Value> = turn
+        .iter()
+        .filter(|m| m["type"].as_str().unwrap().starts_with("tool_"))
+        .collect();
+    assert_eq!(tools.len(), 1, "{turn:#?}");
+    assert_eq!(tools[0]["type"], "tool_result");
+    assert_eq!(tools[0]["is_error"], true, "{}", tools[0]);
+    assert_eq!(tools[0]["content"]["kind"], "error");
+    c.expect(|m| m["type"] == "status" && m["agent_id"] == agent && m["status"] == "idle");
+    // With `approve`, the worker runs it without asking: `tool_call` just
+    // before its result.
+    let r = c.request(json!({"type": "set_mode", "agent_id": agent, "mode": "approve"}));
+    assert_eq!(r["data"]["mode"], "approve", "{r}");
+    c.prompt(&agent, "/run echo approved");
+    let turn = c.through("turn_end", &agent);
+    let tools: Vec<&str> = turn
+        .iter()
+        .map(|m| m["type"].as_str().unwrap())
+        .filter(|t| t.starts_with("tool_") || t.starts_with("permission_"))
+        .collect();
+    assert_eq!(tools, ["tool_call", "tool_result"], "{turn:#?}");
+    let r = c.request(json!({"type": "set_mode", "agent_id": agent, "mode": "deny"}));
+    assert_eq!(r["data"]["mode"], "deny", "{r}");
     c.expect(|m| m["type"] == "status" && m["agent_id"] == agent && m["status"] == "idle");
     c.take_inbox();
 
@@ -296,7 +317,7 @@ fn an_agent_is_created_driven_and_terminated() {
     let r = c.response(&id);
     assert_eq!(r["success"], true, "{r}");
     assert_eq!(r["data"]["compacted"], true);
-    assert_eq!(r["data"]["removed_turns"], 2);
+    assert_eq!(r["data"]["removed_turns"], 3);
     assert_eq!(c.event("status", &agent)["status"], "idle");
     // After the compaction the window starts over.
     let mut third = ShardClient::connect(&hub);
@@ -452,22 +473,41 @@ fn two_clients_race_a_permission_and_both_see_the_one_resolution() {
     } else {
         "deny"
     };
+    // `tool_call` means the call is about to run (seed §9.4): after an
+    // allow and before its result, never for a denied call.
+    let mut results = Vec::new();
     for client in [&mut a, &mut b, &mut watcher] {
-        let resolved = client.event("permission_resolved", &agent);
+        let turn = client.through("turn_end", &agent);
+        let order: Vec<&str> = turn
+            .iter()
+            .map(|m| m["type"].as_str().unwrap())
+            .filter(|t| t.starts_with("permission_") || t.starts_with("tool_"))
+            .collect();
+        if winner == "allow" {
+            assert_eq!(order, ["permission_resolved", "tool_call", "tool_result"]);
+        } else {
+            assert_eq!(order, ["permission_resolved", "tool_result"]);
+        }
+        let resolved = turn
+            .iter()
+            .find(|m| m["type"] == "permission_resolved")
+            .unwrap();
         assert_eq!(resolved["request_id"], request_id.as_str());
         assert_eq!(resolved["decision"], winner);
         assert_eq!(resolved["source"], "shard");
+        if let Some(call) = turn.iter().find(|m| m["type"] == "tool_call") {
+            assert_eq!(call["name"], "run_command");
+            assert_eq!(call["read_only"], false);
+            assert_eq!(
+                call["args"]["command"],
+                "echo ran > marker.txt && echo tool-output"
+            );
+        }
+        let result = turn.iter().find(|m| m["type"] == "tool_result").unwrap();
+        assert!(result["tool_call_id"].is_string());
+        results.push(result.clone());
     }
-    let call = a.event("tool_call", &agent);
-    assert_eq!(call["name"], "run_command");
-    assert_eq!(call["read_only"], false);
-    assert_eq!(
-        call["args"]["command"],
-        "echo ran > marker.txt && echo tool-output"
-    );
-    let result = a.event("tool_result", &agent);
-    assert_eq!(result["tool_call_id"], call["tool_call_id"]);
-    a.event("turn_end", &agent);
+    let result = &results[0];
     if winner == "allow" {
         assert_eq!(result["is_error"], false, "{result}");
         assert_eq!(
@@ -614,7 +654,44 @@ fn an_unanswered_prompt_resolves_as_deny_with_its_reason() {
     assert_eq!(resolved["decision"], "deny");
     let source = resolved["source"].as_str().unwrap();
     assert!(["deadline", "disconnected"].contains(&source), "{resolved}");
-    assert_eq!(c.event("tool_result", &agent)["is_error"], true);
+    // The call never ran: its result, and no `tool_call` (seed §9.4).
+    let turn = c.through("turn_end", &agent);
+    let result = turn.iter().find(|m| m["type"] == "tool_result").unwrap();
+    assert_eq!(result["is_error"], true);
+    assert!(turn.iter().all(|m| m["type"] != "tool_call"), "{turn:#?}");
+}
+
+#[test]
+fn a_request_no_client_can_answer_is_denied_by_the_headless_path() {
+    let (dir, hub, mut c, agent) = agent_hub("shard-headless", &[]);
+    // The interactive client queues a tool call behind a run, then leaves;
+    // only an observer is attached when the call asks for permission.
+    let first = c.prompt(&agent, "/sleep 1000");
+    assert_eq!(c.response(&first)["success"], true);
+    let queued = c.command(json!({"type": "prompt", "agent_id": agent,
+        "message": "/run echo ran > marker.txt", "streaming_behavior": "follow_up"}));
+    assert_eq!(c.response(&queued)["data"]["state"], "queued");
+    let r = c.request(json!({"type": "agent.detach", "agent_id": agent}));
+    assert_eq!(r["success"], true, "{r}");
+    let mut observer = ShardClient::connect(&hub);
+    observer.attach(&agent, "observer");
+    // Seed §6.3: no interactive responder anywhere, so the daemon answers
+    // deny with source "headless"; the call never runs (no tool_call).
+    let request = observer.event("permission_request", &agent);
+    // The sleeping run's end, then the queued one's.
+    observer.through("turn_end", &agent);
+    let turn = observer.through("turn_end", &agent);
+    let resolved = turn
+        .iter()
+        .find(|m| m["type"] == "permission_resolved")
+        .unwrap_or_else(|| panic!("{turn:#?}"));
+    assert_eq!(resolved["request_id"], request["request_id"]);
+    assert_eq!(resolved["decision"], "deny");
+    assert_eq!(resolved["source"], "headless");
+    assert!(turn.iter().all(|m| m["type"] != "tool_call"), "{turn:#?}");
+    let result = turn.iter().find(|m| m["type"] == "tool_result").unwrap();
+    assert_eq!(result["is_error"], true);
+    assert!(!dir.path().join("work/marker.txt").exists());
 }
 
 #[test]

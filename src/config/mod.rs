@@ -70,6 +70,8 @@ pub struct Config {
     pub shard: crate::wire::shard::access::Settings,
     /// `shard.socket`, `shard.maxLineBytes`: the Shard unix socket.
     pub shard_socket: ShardSocket,
+    /// `shard.headlessPermissions`: the daemon's own rules.
+    pub shard_daemon: ShardDaemon,
 }
 
 /// `listen.*`: the main listener (panel, API, worker event sockets).
@@ -297,6 +299,23 @@ pub struct ShardSocket {
     pub path: String,
     /// The longest line a client may send, in bytes.
     pub max_line_bytes: usize,
+}
+
+/// What happens to a confirmation no connected client can answer (seed
+/// 004 §6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadlessPermissions {
+    /// The daemon's headless path: denied at once, `source: "headless"`.
+    Deny,
+    /// Left open until someone answers or the worker's deadline (the Node
+    /// hub's behaviour, for operators who answer through the JSON API).
+    Wait,
+}
+
+/// `shard.headlessPermissions`: the daemon's own rules.
+#[derive(Debug, Clone)]
+pub struct ShardDaemon {
+    pub headless_permissions: HeadlessPermissions,
 }
 
 impl Config {

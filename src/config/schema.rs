@@ -150,6 +150,7 @@ pub(super) const KEYS: &[(&str, Feature)] = &[
     // The Shard unix socket (`shard::socket`).
     ("shard.socket", Feature::Core),
     ("shard.maxLineBytes", Feature::Core),
+    ("shard.headlessPermissions", Feature::Core),
 ];
 
 /// Keys older hubs had and this one refuses with an explanation rather than
@@ -271,7 +272,8 @@ pub(super) fn defaults() -> Value {
             "trustProxy": "",
             "allowInsecureRemote": false,
             "socket": "shard.sock",
-            "maxLineBytes": 4194304
+            "maxLineBytes": 4194304,
+            "headlessPermissions": "deny"
         }
     })
 }

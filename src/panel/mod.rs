@@ -57,6 +57,13 @@ impl Panels {
     }
 }
 
+/// Every connected panel may answer any session's confirmation.
+impl crate::ops::confirm::Responders for Panels {
+    fn can_answer(&self, _hub: &crate::hub::Hub, _session: &str) -> bool {
+        !self.snapshot().is_empty()
+    }
+}
+
 /// The health view's list of panel connections (`ops::health`).
 impl crate::ops::health::Front for Panels {
     fn connections(&self) -> Vec<crate::ops::health::Connection> {

@@ -306,9 +306,13 @@ fn orchestrator(
         }
         Command::AgentCreate(create) => {
             let (conn, id, command) = (conn.clone(), msg.id.clone(), msg.kind.clone());
+            let shard = shard.clone();
             let done: CreateDone = Box::new(move |outcome| {
                 let outcome = outcome
-                    .map(|agent| Some(json!({"agent_id": agent})))
+                    .map(|agent| {
+                        shard.agent(&agent, |t| t.daemon = true);
+                        Some(json!({"agent_id": agent}))
+                    })
                     .map_err(Refusal::from);
                 conn.respond(id.as_deref(), &command, outcome);
             });
@@ -546,8 +550,9 @@ fn attach(
         return reply(Err(not_running(agent, snap.facts.runtime)));
     }
     let now = shard.agent(agent, |t| {
-        for id in &ids {
-            t.open_request(id);
+        t.daemon = true;
+        for prompt in &prompts {
+            t.open_request(&prompt.confirmation_id, render::asked(agent, prompt));
         }
         t.derive(&snap.facts)
     });

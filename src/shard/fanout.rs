@@ -94,10 +94,16 @@ fn fan_out(hub: &Hub, shard: &Shard, note: &Note) {
             approved,
             source,
         } => {
-            if shard.agent(session, |t| t.resolve_request(confirmation_id)) {
+            if let Some(run) =
+                shard.agent(session, |t| t.resolve_request(confirmation_id, *approved))
+            {
                 let resolved =
                     render::permission_resolved(session, confirmation_id, *approved, source);
                 to_attached(shard, session, &resolved);
+                // Allowed, the call is about to run (seed 004 §9.4).
+                if let Some(call) = run {
+                    to_attached_text(shard, session, call);
+                }
             }
             changed(hub, shard, session);
         }
@@ -322,7 +328,7 @@ fn opened(hub: &Hub, shard: &Shard, agent: &str, id: &str) {
     let Ok(Some(prompt)) = described else {
         return;
     };
-    if !shard.agent(agent, |t| t.open_request(id)) {
+    if !shard.agent(agent, |t| t.open_request(id, render::asked(agent, &prompt))) {
         return;
     }
     let frame = encode(&render::permission_request(agent, &prompt));
@@ -344,7 +350,10 @@ fn retired(shard: &Shard, closed: &ClosedPrompt) {
         return;
     }
     let (agent, id) = (closed.session_id.as_str(), closed.confirmation_id());
-    if !shard.agent(agent, |t| t.resolve_request(id)) {
+    if shard
+        .agent(agent, |t| t.resolve_request(id, false))
+        .is_none()
+    {
         return;
     }
     let source = closed.end.phase();
@@ -454,6 +463,17 @@ fn removed(shard: &Shard, agent: &str) {
 /// To every connection attached to `agent`.
 fn to_attached(shard: &Shard, agent: &str, event: &Value) {
     let frame = encode(event);
+    for conn in shard.snapshot().iter() {
+        if conn.state().attached(agent) {
+            conn.send_frame(&frame);
+        }
+    }
+}
+
+/// An event already rendered as JSON text, to every connection attached
+/// to `agent`.
+fn to_attached_text(shard: &Shard, agent: &str, event: String) {
+    let frame = Frame::from_text(event);
     for conn in shard.snapshot().iter() {
         if conn.state().attached(agent) {
             conn.send_frame(&frame);

@@ -40,6 +40,7 @@ pub mod stdio;
 pub mod track;
 pub mod window;
 
+use crate::wire::shard::catalog::Role;
 use conn::ShardConn;
 use track::Track;
 
@@ -157,6 +158,23 @@ impl Shard {
     /// Forgets a deleted agent.
     pub fn forget(&self, id: &str) {
         self.agents().remove(id);
+    }
+}
+
+/// A connection attached to the agent as interactive, or bound to it
+/// (direct), may answer its requests; an observer may not.
+impl crate::ops::confirm::Responders for Shard {
+    fn governs(&self, session: &str) -> bool {
+        self.agents().get(session).is_some_and(|t| t.daemon)
+    }
+
+    fn can_answer(&self, _hub: &crate::hub::Hub, session: &str) -> bool {
+        self.snapshot().iter().any(|c| {
+            c.direct() == Some(session)
+                || c.state()
+                    .attachment(session)
+                    .is_some_and(|a| a.role == Role::Interactive)
+        })
     }
 }
 

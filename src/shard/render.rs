@@ -6,8 +6,9 @@
 use serde_json::{json, Value};
 
 use super::agent::{self, Snapshot};
-use super::track::Derived;
+use super::track::{Asked, Derived};
 use crate::session::PromptView;
+use crate::wire::shard::translate;
 
 /// A permission request from a prompt's view (its arguments already
 /// bounded to the preview budget). The decision always applies to the
@@ -40,6 +41,21 @@ pub fn permission_request(agent: &str, prompt: &PromptView) -> Value {
         "options": ["allow", "deny"],
         "details": details,
     })
+}
+
+/// What a permission request asks for: its call, and the call's
+/// `tool_call` event as the request shows it.
+pub fn asked(agent: &str, prompt: &PromptView) -> Asked {
+    let call = Value::Object(prompt.call.clone());
+    Asked {
+        call_id: prompt
+            .call
+            .get("id")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string(),
+        event: translate::call_event(agent, &call),
+    }
 }
 
 /// A request's resolution: `allow` or `deny`, and who or what resolved it.

@@ -5,7 +5,7 @@
 //! change is announced once. The agent's status (seed 004 §9.1) is
 //! derived from this and from the session's facts ([`Facts`]).
 
-use std::collections::{BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use serde_json::Value;
 
@@ -100,6 +100,33 @@ struct Run {
 /// Requests resolved lately, so a late answer is discarded silently.
 const RECENTLY_RESOLVED: usize = 256;
 
+/// Gated tool calls remembered at most (a run proposes a few at a time;
+/// the oldest is forgotten first).
+const GATED_CALLS: usize = 256;
+
+/// A tool call that may need a permission before it runs (seed 004 §9.4:
+/// `tool_call` means the tool is about to execute, after permission).
+#[derive(Debug, PartialEq)]
+enum Gate {
+    /// Proposed, not decided: its `tool_call` event waits (the text when
+    /// the agent had attachments to translate it for).
+    Held(Option<String>),
+    /// Decided while its proposal was not held (it had not reached the
+    /// hub yet, or went by untranslated): an allowed call's `tool_call`
+    /// was sent with the decision, so a proposal arriving later adds none.
+    Decided,
+}
+
+/// A permission request shown to clients: the call it asks for.
+#[derive(Debug)]
+pub struct Asked {
+    /// The call's id.
+    pub call_id: String,
+    /// Its `tool_call` event rendered from the request (for a call whose
+    /// proposal was not translated).
+    pub event: Option<String>,
+}
+
 /// One agent's state.
 #[derive(Debug, Default)]
 pub struct Track {
@@ -107,7 +134,9 @@ pub struct Track {
     run: Option<Run>,
     failed: bool,
     /// Announced permission requests not yet resolved.
-    open: BTreeSet<String>,
+    open: BTreeMap<String, Asked>,
+    /// Gated calls by id, oldest first.
+    gates: VecDeque<(String, Gate)>,
     resolved: VecDeque<String>,
     last: Option<Derived>,
     /// The mode last announced.
@@ -118,6 +147,11 @@ pub struct Track {
     /// Announced to clients (it existed when the front-end started, or
     /// `agent_spawned` was sent).
     pub known: bool,
+    /// A daemon agent: created or attached through Shard since the hub
+    /// started. Its requests follow seed 004 §6.3's headless rule (denied
+    /// when no client could answer); a session only the panels and the
+    /// JSON API know keeps the Node hub's (open until its deadline).
+    pub daemon: bool,
     /// The session's facts as last read. Worker events do not change them
     /// (the process, the connection and the prompts have notes of their
     /// own), so a status change caused by an event is derived from these.
@@ -166,6 +200,7 @@ impl Track {
             self.worker_id = worker.to_string();
             self.run = None;
             self.failed = false;
+            self.gates.clear();
         }
         let run_id = entry.run_id();
         let data = entry.data();
@@ -213,14 +248,70 @@ impl Track {
                     finished_usage = self.run.take().map(|r| r.usage);
                 }
                 self.failed = data.get("status").and_then(Value::as_str) == Some("failed");
+                // What was held of the run never runs now.
+                self.gates.retain(|(_, g)| !matches!(g, Gate::Held(_)));
             }
             _ => {}
         }
-        if translate {
-            translate::events(agent, entry, finished_usage)
-        } else {
-            Vec::new()
+        match entry {
+            Parsed::Calls(_) => self.proposed(agent, entry, translate),
+            Parsed::Results(_) => self.outcomes(agent, entry, translate),
+            _ if translate => translate::events(agent, entry, finished_usage),
+            _ => Vec::new(),
         }
+    }
+
+    /// A `tool_calls` entry's `tool_call` events: a trusted call's at
+    /// once, a gated one's once it may run ([`Track::resolve_request`], or
+    /// its result); none for a call decided already.
+    fn proposed(&mut self, agent: &str, entry: &Parsed<'_>, translate: bool) -> Vec<String> {
+        let mut out = Vec::new();
+        for call in translate::proposed(agent, entry) {
+            if !call.gated {
+                if translate {
+                    out.push(call.event);
+                }
+                continue;
+            }
+            match self.take_gate(call.id) {
+                Some(Gate::Decided) => {}
+                Some(Gate::Held(_)) | None => {
+                    let held = translate.then_some(call.event);
+                    self.gate(call.id, Gate::Held(held));
+                }
+            }
+        }
+        out
+    }
+
+    /// A `tool_results` entry's `tool_result` events, each after its
+    /// call's held `tool_call` when the worker ran it without asking the
+    /// hub (a call the worker refused has none).
+    fn outcomes(&mut self, agent: &str, entry: &Parsed<'_>, translate: bool) -> Vec<String> {
+        let mut out = Vec::new();
+        for result in translate::outcomes(agent, entry) {
+            if let Some(Gate::Held(held)) = self.take_gate(result.id) {
+                if !result.refused && translate {
+                    out.extend(held);
+                }
+            }
+            if translate {
+                out.push(result.event);
+            }
+        }
+        out
+    }
+
+    fn take_gate(&mut self, id: &str) -> Option<Gate> {
+        let at = self.gates.iter().position(|(i, _)| i == id)?;
+        self.gates.remove(at).map(|(_, g)| g)
+    }
+
+    fn gate(&mut self, id: &str, gate: Gate) {
+        if self.gates.len() >= GATED_CALLS {
+            self.gates.pop_front();
+        }
+        self.gates.push_back((id.to_string(), gate));
     }
 
     /// The status now.
@@ -266,29 +357,42 @@ impl Track {
         self.last.as_ref()
     }
 
-    /// A permission request is shown to clients; false when it already was.
-    pub fn open_request(&mut self, request_id: &str) -> bool {
-        self.open.insert(request_id.to_string())
-    }
-
-    /// A shown request resolved; false when it was not open (never shown,
-    /// or resolved already), so it is resolved once.
-    pub fn resolve_request(&mut self, request_id: &str) -> bool {
-        if !self.open.remove(request_id) {
+    /// A permission request for a call is shown to clients; false when it
+    /// already was.
+    pub fn open_request(&mut self, request_id: &str, asked: Asked) -> bool {
+        if self.open.contains_key(request_id) {
             return false;
         }
+        self.open.insert(request_id.to_string(), asked);
+        true
+    }
+
+    /// A shown request resolved, `allow`ed or not; `None` when it was not
+    /// open (never shown, or resolved already), so it is resolved once.
+    /// Allowed, its call may run: the call's `tool_call` event (the held
+    /// proposal's, or the request's own when none is held).
+    pub fn resolve_request(&mut self, request_id: &str, allow: bool) -> Option<Option<String>> {
+        let asked = self.open.remove(request_id)?;
         if self.resolved.len() >= RECENTLY_RESOLVED {
             self.resolved.pop_front();
         }
         self.resolved.push_back(request_id.to_string());
-        true
+        let run = match self.take_gate(&asked.call_id) {
+            Some(Gate::Held(held)) if allow => held.or(asked.event),
+            Some(Gate::Held(_)) => None,
+            _ => {
+                self.gate(&asked.call_id, Gate::Decided);
+                asked.event.filter(|_| allow)
+            }
+        };
+        Some(run)
     }
 
     /// Whether `request_id` was shown to clients, open or resolved lately:
     /// an answer to it that the hub refuses came too late (another
     /// answer won, whose resolution may not have been announced yet).
     pub fn knows(&self, request_id: &str) -> bool {
-        self.open.contains(request_id) || self.resolved.iter().any(|r| r == request_id)
+        self.open.contains_key(request_id) || self.resolved.iter().any(|r| r == request_id)
     }
 }
 
@@ -443,6 +547,143 @@ mod tests {
         assert_eq!(t.derive(&LIVE).status, Status::Idle);
     }
 
+    fn kinds(events: &[Value]) -> Vec<String> {
+        events
+            .iter()
+            .map(|e| format!("{}:{}", e["type"].as_str().unwrap(), e["tool_call_id"]))
+            .collect()
+    }
+
+    fn call(id: &str, security: &str) -> Value {
+        json!({"id": id, "name": "run_command", "arguments": {"command": "ls"},
+            "type": "serial_write", "security": security})
+    }
+
+    fn result(id: &str, refused: bool) -> Value {
+        let mut r = json!({"query": {"id": id}, "output": {"type": "text", "raw": "ok"}});
+        if refused {
+            r["extras"] = json!({"error": {"stage": "security_check", "message": "denied"}});
+        }
+        r
+    }
+
+    fn asked(call_id: &str) -> Asked {
+        Asked {
+            call_id: call_id.into(),
+            event: Some(json!({"type": "tool_call", "tool_call_id": call_id}).to_string()),
+        }
+    }
+
+    #[test]
+    fn a_tool_call_is_announced_only_once_its_call_may_run() {
+        let mut t = Track::default();
+        see(&mut t, entry("run_started", "r1", json!({})), true);
+        // A trusted call runs at once; a gated one waits for its decision.
+        let proposed = see(
+            &mut t,
+            entry(
+                "tool_calls",
+                "r1",
+                json!([call("t", "trusted"), call("c1", "require_confirm")]),
+            ),
+            true,
+        );
+        assert_eq!(kinds(&proposed), ["tool_call:\"t\""]);
+        assert!(t.open_request("p1", asked("c1")));
+        let allowed = t.resolve_request("p1", true).unwrap().unwrap();
+        let allowed: Value = serde_json::from_str(&allowed).unwrap();
+        assert_eq!(
+            allowed["args"],
+            json!({"command": "ls"}),
+            "the proposal's own"
+        );
+        let results = see(
+            &mut t,
+            entry(
+                "tool_results",
+                "r1",
+                json!([result("t", false), result("c1", false)]),
+            ),
+            true,
+        );
+        assert_eq!(kinds(&results), ["tool_result:\"t\"", "tool_result:\"c1\""]);
+
+        // Denied: no tool_call, ever.
+        see(
+            &mut t,
+            entry("tool_calls", "r1", json!([call("c2", "require_confirm")])),
+            true,
+        );
+        assert!(t.open_request("p2", asked("c2")));
+        assert_eq!(t.resolve_request("p2", false), Some(None));
+        assert_eq!(t.resolve_request("p2", false), None, "resolved once");
+        let results = see(
+            &mut t,
+            entry("tool_results", "r1", json!([result("c2", true)])),
+            true,
+        );
+        assert_eq!(kinds(&results), ["tool_result:\"c2\""]);
+
+        // The worker decided without asking: run, the call's tool_call
+        // comes just before its result; refused, none.
+        see(
+            &mut t,
+            entry(
+                "tool_calls",
+                "r1",
+                json!([call("c3", "require_confirm"), call("c4", "default_deny")]),
+            ),
+            true,
+        );
+        let results = see(
+            &mut t,
+            entry(
+                "tool_results",
+                "r1",
+                json!([result("c3", false), result("c4", true)]),
+            ),
+            true,
+        );
+        assert_eq!(
+            kinds(&results),
+            [
+                "tool_call:\"c3\"",
+                "tool_result:\"c3\"",
+                "tool_result:\"c4\""
+            ]
+        );
+
+        // Decided before the proposal reached the hub: the request's own
+        // tool_call goes with the decision, the proposal adds none.
+        assert!(t.open_request("p5", asked("c5")));
+        assert!(t.resolve_request("p5", true).unwrap().is_some());
+        let proposed = see(
+            &mut t,
+            entry("tool_calls", "r1", json!([call("c5", "require_confirm")])),
+            true,
+        );
+        assert!(proposed.is_empty());
+        let results = see(
+            &mut t,
+            entry("tool_results", "r1", json!([result("c5", false)])),
+            true,
+        );
+        assert_eq!(kinds(&results), ["tool_result:\"c5\""]);
+
+        // A run's end forgets what it held.
+        see(
+            &mut t,
+            entry("tool_calls", "r1", json!([call("c6", "require_confirm")])),
+            true,
+        );
+        see(
+            &mut t,
+            entry("run_finished", "r1", json!({"status": "cancelled"})),
+            true,
+        );
+        assert!(t.gates.iter().all(|(_, g)| *g == Gate::Decided));
+    }
+
     #[test]
     fn changes_are_announced_once_and_requests_resolved_once() {
         let mut t = Track::default();
@@ -453,18 +694,18 @@ mod tests {
             decidable: 1,
             ..LIVE
         })));
-        assert!(t.open_request("p1"));
-        assert!(!t.open_request("p1"));
+        assert!(t.open_request("p1", asked("c")));
+        assert!(!t.open_request("p1", asked("c")));
         assert!(t.knows("p1"));
-        assert!(t.resolve_request("p1"));
-        assert!(!t.resolve_request("p1"));
-        assert!(!t.resolve_request("never"));
+        assert!(t.resolve_request("p1", true).is_some());
+        assert!(t.resolve_request("p1", true).is_none());
+        assert!(t.resolve_request("never", true).is_none());
         assert!(t.knows("p1"));
         assert!(!t.knows("never"));
         for i in 0..RECENTLY_RESOLVED {
             let id = format!("x{i}");
-            t.open_request(&id);
-            t.resolve_request(&id);
+            t.open_request(&id, asked("c"));
+            t.resolve_request(&id, false);
         }
         assert!(!t.knows("p1"), "bounded");
     }

@@ -458,6 +458,29 @@ impl ShardClient {
         self.expect(|m| m["type"] == kind && m["agent_id"] == agent)
     }
 
+    /// Every message of `agent` (kept or new), oldest first, up to and
+    /// including its first of `kind`; the others stay kept.
+    pub fn through(&mut self, kind: &str, agent: &str) -> Vec<Value> {
+        let is_end = |m: &Value| m["type"] == kind && m["agent_id"] == agent;
+        let end = Instant::now() + DEADLINE;
+        let at = loop {
+            if let Some(at) = self.inbox.iter().position(is_end) {
+                break at;
+            }
+            let left = end.saturating_duration_since(Instant::now());
+            match self.read_one(left) {
+                Some(msg) => self.inbox.push_back(msg),
+                None => panic!("no {kind} for {agent}; seen: {:#?}", self.inbox),
+            }
+        };
+        let rest = self.inbox.split_off(at + 1);
+        let (mine, others): (Vec<Value>, Vec<Value>) =
+            self.inbox.drain(..).partition(|m| m["agent_id"] == agent);
+        self.inbox.extend(others);
+        self.inbox.extend(rest);
+        mine
+    }
+
     /// The first message of `kind` on a direct connection, which carries
     /// no `agent_id` (seed §5.2).
     pub fn direct_event(&mut self, kind: &str) -> Value {

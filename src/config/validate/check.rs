@@ -96,6 +96,26 @@ impl<'a> Check<'a> {
         }
     }
 
+    /// One of `options` (the first when the value is missing or wrong).
+    pub(super) fn one_of(&mut self, path: &str, options: &[&'static str]) -> &'static str {
+        let value = self.get(path);
+        if let Some(found) = value
+            .and_then(Value::as_str)
+            .and_then(|v| options.iter().find(|o| **o == v))
+        {
+            return found;
+        }
+        if let Some(value) = value {
+            let names: Vec<String> = options.iter().map(|o| format!("\"{o}\"")).collect();
+            self.fail(
+                path,
+                value.clone(),
+                format!("must be one of {}", names.join(", ")),
+            );
+        }
+        options[0]
+    }
+
     /// A string whose value must not appear in messages.
     pub(super) fn secret_string(&mut self, path: &str) -> String {
         match self.get(path) {

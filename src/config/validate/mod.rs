@@ -30,9 +30,9 @@ use serde_json::Value;
 
 use super::schema::Feature;
 use super::{
-    is_loopback_host, AdvertisedEndpoints, Config, ConfigError, Environment, Http, Launcher,
-    LauncherKind, Limits, Listen, MemoryRetention, Mock, Panel, Persistence, ShardSocket,
-    Subagents, ToolRequests, Worker,
+    is_loopback_host, AdvertisedEndpoints, Config, ConfigError, Environment, HeadlessPermissions,
+    Http, Launcher, LauncherKind, Limits, Listen, MemoryRetention, Mock, Panel, Persistence,
+    ShardDaemon, ShardSocket, Subagents, ToolRequests, Worker,
 };
 use check::{placeholder, Check};
 
@@ -168,6 +168,12 @@ pub(super) fn build(merged: &Value, features: &[Feature]) -> Result<Config, Conf
         path: c.path("shard.socket", false),
         max_line_bytes: c.usize("shard.maxLineBytes", 256, 1_073_741_824),
     };
+    let shard_daemon = ShardDaemon {
+        headless_permissions: match c.one_of("shard.headlessPermissions", &["deny", "wait"]) {
+            "wait" => HeadlessPermissions::Wait,
+            _ => HeadlessPermissions::Deny,
+        },
+    };
 
     let config = Config {
         listen,
@@ -185,6 +191,7 @@ pub(super) fn build(merged: &Value, features: &[Feature]) -> Result<Config, Conf
         subagents,
         shard,
         shard_socket,
+        shard_daemon,
     };
     cross_rules(&mut c, &config, features);
 

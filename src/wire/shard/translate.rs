@@ -134,6 +134,19 @@ pub struct Call<'a> {
     arguments: Value,
     #[serde(rename = "type", borrow, default)]
     kind: Cow<'a, str>,
+    /// `default_deny`, `require_confirm` or `trusted`.
+    #[serde(borrow, default)]
+    security: Cow<'a, str>,
+}
+
+impl Call<'_> {
+    /// Whether the call may need a permission before it runs: every call
+    /// the worker does not mark `trusted` (`require_confirm` asks,
+    /// `default_deny` is refused unless allowed; a call naming no level is
+    /// taken as the stricter).
+    fn gated(&self) -> bool {
+        self.security != "trusted"
+    }
 }
 
 /// The call a result answers (its id).
@@ -553,31 +566,8 @@ pub fn events(agent: &str, parsed: &Parsed<'_>, run_usage: Option<Usage>) -> Vec
                 }));
             }
         }
-        Parsed::Calls(e) => {
-            for call in &e.data {
-                out.push(text(&ToolCallEvent {
-                    kind: "tool_call",
-                    agent_id: agent,
-                    tool_call_id: &call.id,
-                    name: &call.name,
-                    args: Args::of(&call.arguments),
-                    read_only: call.kind == "read_only",
-                }));
-            }
-        }
-        Parsed::Results(e) => {
-            for result in &e.data {
-                let (tool_call_id, content, is_error, exit_code) = result_parts(result);
-                out.push(text(&ToolResultEvent {
-                    kind: "tool_result",
-                    agent_id: agent,
-                    tool_call_id,
-                    content,
-                    is_error,
-                    exit_code,
-                }));
-            }
-        }
+        Parsed::Calls(_) => out.extend(proposed(agent, parsed).into_iter().map(|p| p.event)),
+        Parsed::Results(_) => out.extend(outcomes(agent, parsed).into_iter().map(|o| o.event)),
         Parsed::Other(entry) => out.extend(
             other_events(agent, entry, run_usage)
                 .iter()
@@ -586,6 +576,92 @@ pub fn events(agent: &str, parsed: &Parsed<'_>, run_usage: Option<Usage>) -> Vec
         Parsed::Status(_) => {}
     }
     out
+}
+
+/// A `tool_call` event of a proposed call, and whether the call may need
+/// a permission first (seed 004 §9.4: the event means the tool is about
+/// to execute, so a gated call's is held until it may).
+pub struct Proposed<'a> {
+    pub id: &'a str,
+    pub gated: bool,
+    pub event: String,
+}
+
+/// The `tool_call` events of a `tool_calls` entry read by the typed view
+/// (none for any other entry).
+pub fn proposed<'a>(agent: &str, parsed: &'a Parsed<'_>) -> Vec<Proposed<'a>> {
+    let Parsed::Calls(e) = parsed else {
+        return Vec::new();
+    };
+    e.data
+        .iter()
+        .map(|call| Proposed {
+            id: &call.id,
+            gated: call.gated(),
+            event: tool_call_event(agent, call),
+        })
+        .collect()
+}
+
+fn tool_call_event(agent: &str, call: &Call<'_>) -> String {
+    text(&ToolCallEvent {
+        kind: "tool_call",
+        agent_id: agent,
+        tool_call_id: &call.id,
+        name: &call.name,
+        args: Args::of(&call.arguments),
+        read_only: call.kind == "read_only",
+    })
+}
+
+/// The `tool_call` event of a call object as a confirmation carries it
+/// (`None` when it is not one).
+pub fn call_event(agent: &str, call: &Value) -> Option<String> {
+    let call = Call::deserialize(call).ok()?;
+    Some(tool_call_event(agent, &call))
+}
+
+/// A `tool_result` event, and whether the result is a permission's
+/// refusal (the worker's `security_check` error: the call never ran).
+pub struct Outcome<'a> {
+    pub id: &'a str,
+    pub refused: bool,
+    pub event: String,
+}
+
+/// The `tool_result` events of a `tool_results` entry read by the typed
+/// view (none for any other entry).
+pub fn outcomes<'a>(agent: &str, parsed: &'a Parsed<'_>) -> Vec<Outcome<'a>> {
+    let Parsed::Results(e) = parsed else {
+        return Vec::new();
+    };
+    e.data
+        .iter()
+        .map(|result| {
+            let (tool_call_id, content, is_error, exit_code) = result_parts(result);
+            Outcome {
+                id: tool_call_id,
+                refused: refused(result),
+                event: text(&ToolResultEvent {
+                    kind: "tool_result",
+                    agent_id: agent,
+                    tool_call_id,
+                    content,
+                    is_error,
+                    exit_code,
+                }),
+            }
+        })
+        .collect()
+}
+
+/// Whether a result is the worker's refusal of its call on security
+/// grounds (`extras.error.stage` or `.code` `security_check`).
+fn refused(result: &ToolResult<'_>) -> bool {
+    let error = result.extras.as_ref().and_then(|e| e.get("error"));
+    ["stage", "code"]
+        .iter()
+        .any(|k| error.and_then(|e| e.get(*k)).and_then(Value::as_str) == Some("security_check"))
 }
 
 /// The events of an entry read as a `Value` (the rare events, and the

@@ -24,6 +24,7 @@ pub struct Running {
     shard: Arc<Shard>,
     socket: Option<SocketServer>,
     mock: Option<MockProvider>,
+    reaper: Option<Arc<crate::shard::reaper::Reaper>>,
 }
 
 impl Running {
@@ -124,6 +125,7 @@ impl Running {
             }
         };
         crate::shard::gate::announce(&hub, &gate);
+        let reaper = crate::shard::reaper::Reaper::start(&hub, &shard);
         Ok(Running {
             hub,
             server,
@@ -131,6 +133,7 @@ impl Running {
             shard,
             socket,
             mock,
+            reaper,
         })
     }
 
@@ -146,6 +149,9 @@ impl Running {
         // connections: they end with the hub (step 3), as a hub that
         // went away.
         self.shard.set_stopping();
+        if let Some(reaper) = &self.reaper {
+            reaper.stop();
+        }
         if let Some(socket) = self.socket {
             socket.shutdown();
         }

@@ -324,6 +324,14 @@ fn an_agent_is_created_driven_and_terminated() {
     let (_, sync) = third.attach(&agent, "observer");
     assert_eq!(sync["live_window"]["messages"], json!([]), "{sync}");
     assert_eq!(sync["live_window"]["compaction_index"], compaction["index"]);
+    // Compacted, the conversation has no turns: a second compaction is the
+    // no-op.
+    let r = c.request(json!({"type": "session_op", "agent_id": agent, "op": "compact"}));
+    assert_eq!(
+        r["data"],
+        json!({"compacted": false, "reason": "no_safe_cut"}),
+        "{r}"
+    );
 
     // terminate while idle: stops at once.
     let r = c.request(json!({"type": "agent.terminate", "agent_id": agent}));
@@ -339,10 +347,15 @@ fn an_agent_is_created_driven_and_terminated() {
 #[test]
 fn a_busy_agent_refuses_and_queues_and_terminates_after_its_run() {
     let (_dir, hub, mut c, agent) = agent_hub("shard-busy", &[]);
-    // An empty conversation has nothing to compact: the worker refuses.
+    // An empty conversation has nothing to compact: a successful no-op
+    // (seed §9.2), nothing sent to the worker.
     let r = c.request(json!({"type": "session_op", "agent_id": agent, "op": "compact"}));
-    assert_eq!(code(&r), "CONFLICT", "{r}");
-    assert_eq!(r["error"]["data"]["state"], "rejected", "{r}");
+    assert_eq!(r["success"], true, "{r}");
+    assert_eq!(
+        r["data"],
+        json!({"compacted": false, "reason": "no_safe_cut"}),
+        "{r}"
+    );
     let first = c.prompt(&agent, "/sleep 1500");
     assert_eq!(c.response(&first)["success"], true);
     c.event("turn_start", &agent);
@@ -380,6 +393,108 @@ fn a_busy_agent_refuses_and_queues_and_terminates_after_its_run() {
     c.wait_runtime(&agent, "stopped");
     let s = get_session(&hub, &agent);
     assert_eq!(s["process"]["state"], "exited", "{s}");
+}
+
+/// A prompt's whole turn: its response, then the events through its
+/// `turn_end`; returns the turn's messages.
+fn turn(c: &mut ShardClient, agent: &str, text: &str) -> Vec<Value> {
+    let id = c.prompt(agent, text);
+    let r = c.response(&id);
+    assert_eq!(r["success"], true, "{r}");
+    c.through("turn_end", agent)
+}
+
+fn epoch(sync: &Value) -> u64 {
+    sync["runtime_epoch"].as_u64().unwrap()
+}
+
+#[test]
+fn runtimes_start_on_demand_and_come_back_after_terminate_kill_and_crash() {
+    let dir = TempDir::new("shard-restore");
+    let hub = TestHub::start(dir.path(), &[]);
+    let mut c = ShardClient::connect(&hub);
+    // Created, attached and prompted at once: the attach waits for the
+    // runtime's start (seed §6.4), so its sync is the ready runtime's.
+    let agent = c.create(&dir.path().join("work"));
+    let (_, sync) = c.attach(&agent, "interactive");
+    assert!(
+        sync["capabilities"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("context-compact")),
+        "{sync}"
+    );
+    let first = turn(&mut c, &agent, "one");
+    assert!(first.iter().any(|m| m["type"] == "message_complete"));
+
+    // Terminated: the agent stays, and the next prompt restores its
+    // runtime (a new generation, with the conversation the worker kept).
+    let r = c.request(json!({"type": "agent.terminate", "agent_id": agent}));
+    assert_eq!(r["data"]["deferred"], false, "{r}");
+    c.wait_runtime(&agent, "stopped");
+    let again = turn(&mut c, &agent, "two");
+    assert!(
+        again.iter().any(|m| m["type"] == "turn_start"),
+        "{again:#?}"
+    );
+    c.wait_runtime(&agent, "running");
+
+    // Killed: a new client's attach restores it.
+    let r = c.request(json!({"type": "agent.kill", "agent_id": agent, "force": true}));
+    assert_eq!(r["success"], true, "{r}");
+    c.wait_runtime(&agent, "stopped");
+    let mut other = ShardClient::connect(&hub);
+    let (_, resync) = other.attach(&agent, "interactive");
+    assert!(epoch(&resync) > epoch(&sync), "{resync} after {sync}");
+    assert_eq!(resync["status"], "idle", "{resync}");
+    let info = other.wait_runtime(&agent, "running");
+    assert_eq!(info["agent_id"], agent.as_str());
+    // The conversation survived both restarts (the worker's persistence).
+    let texts = resync["live_window"]["messages"].to_string();
+    assert!(texts.contains("echo: two"), "{resync}");
+
+    // A crash mid-turn: the turn ends after a fatal error, on every
+    // attached client; new work restores the runtime.
+    let id = other.prompt(&agent, "/crash");
+    assert_eq!(other.response(&id)["success"], true);
+    for client in [&mut c, &mut other] {
+        let crashed = client.through("turn_end", &agent);
+        let error = crashed
+            .iter()
+            .find(|m| m["type"] == "error")
+            .unwrap_or_else(|| panic!("{crashed:#?}"));
+        assert_eq!(error["fatal"], true, "{error}");
+        assert_eq!(error["code"], "INTERNAL_ERROR", "{error}");
+    }
+    let after = turn(&mut other, &agent, "three");
+    assert!(
+        after.iter().any(|m| m["type"] == "message_complete"),
+        "{after:#?}"
+    );
+}
+
+#[test]
+fn an_idle_runtime_is_reaped_and_restored_by_new_work() {
+    let dir = TempDir::new("shard-reap");
+    let hub = hub_with(&dir, json!({"shard": {"runtimeIdleMs": 400}}));
+    let mut c = ShardClient::connect(&hub);
+    let agent = c.create(&dir.path().join("work"));
+    c.attach(&agent, "interactive");
+    // A turn longer than the idle period is active throughout: never
+    // reaped (seed §6.4: active states never expire).
+    let long = turn(&mut c, &agent, "/sleep 1500");
+    assert!(long.iter().all(|m| m["type"] != "error"), "{long:#?}");
+    assert!(long.iter().any(|m| m["type"] == "message_complete"));
+    // Idle, it is stopped after the period; the agent stays.
+    let info = c.wait_runtime(&agent, "stopped");
+    assert_eq!(info["status"], "idle", "{info}");
+    assert!(hub.log_text().contains("shard.runtimeIdleMs"));
+    // New work restores it.
+    let after = turn(&mut c, &agent, "back");
+    assert!(
+        after.iter().any(|m| m["type"] == "message_complete"),
+        "{after:#?}"
+    );
 }
 
 #[test]
@@ -830,6 +945,13 @@ fn a_worker_that_does_not_start_is_runtime_start_failed_and_the_agent_stays() {
     let r = c.request(json!({"type": "agent.create", "cwd": "/tmp", "name": "lost"}));
     assert_eq!(code(&r), "RUNTIME_START_FAILED", "{r}");
     assert_eq!(r["error"]["data"]["agent_id"], "lost");
+    let status = c.request(json!({"type": "agent.status", "agent_id": "lost"}));
+    assert_eq!(status["data"]["agents"][0]["agent_id"], "lost", "{status}");
+    // An attach tries the start again and fails the same way; the agent
+    // stays for a retry (seed §6.4).
+    let r = c.request(json!({"type": "agent.attach", "agent_id": "lost"}));
+    assert_eq!(code(&r), "RUNTIME_START_FAILED", "{r}");
+    assert_eq!(r["error"]["data"]["agent_id"], "lost", "{r}");
     let status = c.request(json!({"type": "agent.status", "agent_id": "lost"}));
     assert_eq!(status["data"]["agents"][0]["agent_id"], "lost", "{status}");
     let r = c.request(json!({"type": "agent.create", "cwd": "/tmp", "mode": "sometimes"}));

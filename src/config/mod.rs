@@ -70,7 +70,8 @@ pub struct Config {
     pub shard: crate::wire::shard::access::Settings,
     /// `shard.socket`, `shard.maxLineBytes`: the Shard unix socket.
     pub shard_socket: ShardSocket,
-    /// `shard.headlessPermissions`: the daemon's own rules.
+    /// `shard.headlessPermissions`, `shard.runtimeIdleMs`: the daemon's own
+    /// rules.
     pub shard_daemon: ShardDaemon,
 }
 
@@ -312,10 +313,13 @@ pub enum HeadlessPermissions {
     Wait,
 }
 
-/// `shard.headlessPermissions`: the daemon's own rules.
+/// `shard.headlessPermissions` and `shard.runtimeIdleMs`.
 #[derive(Debug, Clone)]
 pub struct ShardDaemon {
     pub headless_permissions: HeadlessPermissions,
+    /// A daemon agent's runtime idle (or in error) this long is stopped;
+    /// the agent stays and the next attach or prompt starts it. 0: never.
+    pub runtime_idle_ms: u64,
 }
 
 impl Config {

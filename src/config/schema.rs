@@ -151,6 +151,7 @@ pub(super) const KEYS: &[(&str, Feature)] = &[
     ("shard.socket", Feature::Core),
     ("shard.maxLineBytes", Feature::Core),
     ("shard.headlessPermissions", Feature::Core),
+    ("shard.runtimeIdleMs", Feature::Core),
 ];
 
 /// Keys older hubs had and this one refuses with an explanation rather than
@@ -273,7 +274,8 @@ pub(super) fn defaults() -> Value {
             "allowInsecureRemote": false,
             "socket": "shard.sock",
             "maxLineBytes": 4194304,
-            "headlessPermissions": "deny"
+            "headlessPermissions": "deny",
+            "runtimeIdleMs": 0
         }
     })
 }

@@ -4,12 +4,14 @@
 //! worker started, in one command.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
 use super::worker::{self, Action, MODES};
 use super::{sessions, ErrorKind, OpError};
 use crate::hub::Hub;
+use crate::session::PromptState;
 use crate::wire::shard::catalog::Create;
 
 /// What [`create_off_reader`] hands its outcome to: the new agent's id.
@@ -55,31 +57,12 @@ pub fn create(hub: &Arc<Hub>, agent: &Create) -> Result<String, OpError> {
     if let Some(mode) = &agent.mode {
         worker::set_mode(hub, &id, mode)?;
     }
-    let (tx, rx) = std::sync::mpsc::channel();
-    worker::act(
-        hub,
-        &id,
-        Action::Start,
-        None,
-        Box::new(move |outcome| {
-            let _ = tx.send(outcome);
-        }),
-    );
-    let failed =
-        |message: String| OpError::new(ErrorKind::StartFailed, message).with("agent_id", json!(id));
-    match rx.recv() {
-        Ok(Ok(result)) if result.is_ok() => Ok(id),
-        Ok(Ok(result)) => Err(failed(
-            result
-                .error()
-                .unwrap_or_else(|| "the worker did not start".into()),
-        )),
-        Ok(Err(err)) if err.kind == ErrorKind::SessionBusy => Err(failed(err.message)),
-        Ok(Err(err)) => Err(err),
-        Err(_) => Err(OpError::new(
-            ErrorKind::StartFailed,
-            "the worker start gave no answer",
-        )),
+    match start(hub, &id) {
+        Ok(()) => Ok(id),
+        Err(err) if matches!(err.kind, ErrorKind::SessionBusy | ErrorKind::StartFailed) => {
+            Err(OpError::new(ErrorKind::StartFailed, err.message).with("agent_id", json!(id)))
+        }
+        Err(err) => Err(err),
     }
 }
 
@@ -93,6 +76,137 @@ pub fn create_off_reader(hub: &Arc<Hub>, agent: Create, done: CreateDone) {
     });
     if let Err((refusal, (_, _, done))) = started {
         done(Err(refusal));
+    }
+}
+
+/// How long [`ready`] waits for a runtime to start and name itself.
+pub const READY_WAIT: Duration = Duration::from_secs(30);
+
+/// What [`ready`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readiness {
+    /// The worker is connected and has named itself.
+    Ready,
+    /// No worker, and none the hub may start: a session the hub never
+    /// launched (its worker is started by hand) or a headless child (its
+    /// family starts it). The caller goes on as without a runtime.
+    NotStartable,
+}
+
+/// Brings agent `agent`'s runtime up (seed 004 §6.4: attach and new work
+/// restore a stopped runtime, and coalesce its startup). Returns once its
+/// worker is connected and has named itself. A runtime the hub launched
+/// before that is not running now (stopped, terminated, crashed, failed)
+/// is started; a start under way (another client's, or the panel's) is
+/// waited for, so concurrent calls start it once. A start that fails, a
+/// worker that exits before it connects, or one that does not connect
+/// within [`READY_WAIT`] is `start_failed` naming the agent, which stays
+/// (its identity is kept for a retry). Blocks: called on a connection's
+/// own reader, which serves nothing else of it meanwhile.
+pub fn ready(hub: &Arc<Hub>, agent: &str) -> Result<Readiness, OpError> {
+    let end = Instant::now() + READY_WAIT;
+    let failed = |message: String| {
+        OpError::new(ErrorKind::StartFailed, message).with("agent_id", json!(agent))
+    };
+    let mut started = false;
+    loop {
+        let (connected, live, process, child, error) = sessions::read(hub, agent, |s| {
+            let process = s.process();
+            (
+                s.connected(),
+                s.identity() == crate::session::IdentityState::Live,
+                process.map(|p| p.state),
+                s.is_headless(),
+                process.and_then(|p| p.error.clone()),
+            )
+        })?;
+        if connected && live {
+            return Ok(Readiness::Ready);
+        }
+        match process {
+            Some(state) if state.is_active() => {}
+            Some(_) if started => {
+                return Err(failed(error.unwrap_or_else(|| {
+                    format!("agent {agent:?}'s worker exited before it connected")
+                })))
+            }
+            Some(_) if !child => {
+                started = true;
+                match start(hub, agent) {
+                    Ok(()) => {}
+                    // Starting already (another client's start): waited for.
+                    Err(err) if err.kind == ErrorKind::SessionBusy => {}
+                    Err(err) => return Err(failed(err.message)),
+                }
+            }
+            _ if connected => {}
+            _ => return Ok(Readiness::NotStartable),
+        }
+        if Instant::now() >= end {
+            return Err(failed(format!(
+                "agent {agent:?}'s worker did not connect within {} s",
+                READY_WAIT.as_secs()
+            )));
+        }
+        #[expect(
+            clippy::disallowed_methods,
+            reason = "the worker's connection is seen only in the session record, which has \
+                      no change signal: looked at every 20 ms, at most READY_WAIT"
+        )]
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Stops agent `id`'s worker gracefully if it is inactive (seed 004 §6.4's
+/// reaping of idle runtimes): connected, no run active, no payload waiting
+/// for its admission, no confirmation open. True when a stop began; the
+/// agent stays and [`ready`] starts it again.
+pub fn reap(hub: &Arc<Hub>, id: &str) -> bool {
+    let inactive = sessions::read(hub, id, |s| {
+        s.connected()
+            && s.active_run().is_none()
+            && !s
+                .requests()
+                .any(|r| r.state == crate::session::RequestState::Sent)
+            && !s.prompts().iter().any(|p| {
+                matches!(
+                    p.state,
+                    PromptState::AwaitingIdentity | PromptState::AwaitingDecision
+                )
+            })
+    });
+    if inactive != Ok(true) {
+        return false;
+    }
+    worker::act(hub, id, Action::Stop, None, Box::new(|_| {}));
+    true
+}
+
+/// Starts agent `id`'s worker and waits for the start's outcome.
+fn start(hub: &Arc<Hub>, id: &str) -> Result<(), OpError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    worker::act(
+        hub,
+        id,
+        Action::Start,
+        None,
+        Box::new(move |outcome| {
+            let _ = tx.send(outcome);
+        }),
+    );
+    match rx.recv() {
+        Ok(Ok(result)) if result.is_ok() => Ok(()),
+        Ok(Ok(result)) => Err(OpError::new(
+            ErrorKind::StartFailed,
+            result
+                .error()
+                .unwrap_or_else(|| "the worker did not start".into()),
+        )),
+        Ok(Err(err)) => Err(err),
+        Err(_) => Err(OpError::new(
+            ErrorKind::StartFailed,
+            "the worker start gave no answer",
+        )),
     }
 }
 

@@ -370,6 +370,25 @@ pub fn compact(hub: &Hub, id: &str, request_id: &str) -> Result<String, OpError>
         .map_err(|err| not_sent(err, ErrorKind::InputNotSent))
 }
 
+/// The turns of the worker's conversation (a one-turn `history` page's
+/// `total`), so a compaction with nothing to compact can be answered
+/// without asking for it: the worker refuses a compact of a conversation
+/// without turns, with a message and no stable code. Fails as the query
+/// does (a worker without `session-history`, a disconnect, a deadline).
+pub fn conversation_turns(hub: &Hub, id: &str) -> Result<u64, OpError> {
+    operable(hub, id, "history")?;
+    let payload = json!({"operation": "history", "start": 0, "limit": 1});
+    let page = hub
+        .queries
+        .ask(&hub.sessions, id, &payload, query::QUERY_DEADLINE)?;
+    page.get("total").and_then(Value::as_u64).ok_or_else(|| {
+        OpError::new(
+            ErrorKind::Internal,
+            "the worker's history page has no total",
+        )
+    })
+}
+
 /// The modes a client may choose and the session's current one.
 pub fn modes(hub: &Hub, id: &str) -> Result<String, OpError> {
     operable(hub, id, "modes")?;

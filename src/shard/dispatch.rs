@@ -26,7 +26,7 @@ use super::track::Runtime;
 use super::{render, window, Shard};
 use crate::hub::Hub;
 use crate::ops;
-use crate::ops::agents::{self, CreateDone};
+use crate::ops::agents::{self, CreateDone, Readiness};
 use crate::ops::sessions::Watch;
 use crate::ops::worker::{Action, ActionDone, MODES};
 use crate::session::{PromptState, PromptView, PROMPT_PREVIEW_BYTES};
@@ -140,6 +140,9 @@ fn per_agent(
             } else {
                 Awaiting::Prompt
             };
+            if let Err(refusal) = restore(hub, agent) {
+                return reply(Err(refusal));
+            }
             wait_for_worker(conn, msg, agent, &request_id, awaiting, || {
                 ops::worker::prompt(hub, agent, &prompt)
             });
@@ -185,6 +188,16 @@ fn per_agent(
         Command::SessionCompact => {
             if !interactive {
                 return reply(Err(observer_refused("compact the session")));
+            }
+            if let Err(refusal) = restore(hub, agent) {
+                return reply(Err(refusal));
+            }
+            // Nothing to compact is a successful no-op (seed §9.2). A
+            // worker that cannot tell is asked to compact all the same.
+            if let Ok(0) = ops::worker::conversation_turns(hub, agent) {
+                return reply(Ok(Some(
+                    json!({"compacted": false, "reason": "no_safe_cut"}),
+                )));
             }
             let request_id = format!("shard-{}", uuid::Uuid::new_v4());
             let awaiting = Awaiting::Compact { admitted: false };
@@ -434,52 +447,28 @@ fn direct_bind(
             Err(err) => return reply(Err(err.into())),
         },
     };
-    if let Err(refusal) = wait_for_worker_link(hub, &agent) {
-        return reply(Err(refusal));
+    match ops::agents::ready(hub, &agent) {
+        Ok(Readiness::Ready) => {}
+        Ok(Readiness::NotStartable) => {
+            let runtime = ops::sessions::read(hub, &agent, |s| {
+                Snapshot::of(s, &hub.config.provider_profiles).facts.runtime
+            })
+            .unwrap_or(Runtime::Stopped);
+            return reply(Err(not_running(&agent, runtime)));
+        }
+        Err(err) => return reply(Err(err.into())),
     }
     attach(hub, shard, conn, msg, &agent, Role::Interactive, true);
 }
 
-/// How long a bind waits for the agent's worker to connect.
-const BIND_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
-
-/// Waits (looking every 20 ms, at most [`BIND_WAIT`]) until the agent's
-/// worker is connected and has named itself, so a direct connection's
-/// first prompt finds it: at once for a running agent, a moment for one
-/// just created. An agent whose worker is not starting or running is
-/// `CONFLICT`; one that never connects `RUNTIME_START_FAILED`.
-fn wait_for_worker_link(hub: &Hub, agent: &str) -> Result<(), Refusal> {
-    let end = std::time::Instant::now() + BIND_WAIT;
-    loop {
-        let profiles = &hub.config.provider_profiles;
-        let (facts, live) = ops::sessions::read(hub, agent, |s| {
-            let live = s.identity() == crate::session::IdentityState::Live;
-            (Snapshot::of(s, profiles).facts, live)
-        })
-        .map_err(Refusal::from)?;
-        if facts.connected && live {
-            return Ok(());
-        }
-        if !matches!(facts.runtime, Runtime::Starting | Runtime::Running) {
-            return Err(not_running(agent, facts.runtime));
-        }
-        if std::time::Instant::now() >= end {
-            return Err(Refusal::new(
-                Code::RuntimeStartFailed,
-                format!(
-                    "agent {agent:?}'s worker did not connect within {} s",
-                    BIND_WAIT.as_secs()
-                ),
-            )
-            .with_data(json!({"agent_id": agent})));
-        }
-        #[expect(
-            clippy::disallowed_methods,
-            reason = "the worker's connection is seen only in the session record, which has \
-                      no change signal: looked at every 20 ms, at most BIND_WAIT"
-        )]
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+/// Brings the agent's runtime up before new work or an attach (seed 004
+/// §6.4), on this connection's reader: a stopped runtime the hub launched
+/// before is started, one starting is waited for. One the hub may not
+/// start (a worker started by hand, a headless child's) is left as it is.
+fn restore(hub: &Arc<Hub>, agent: &str) -> Result<(), Refusal> {
+    ops::agents::ready(hub, agent)
+        .map(|_| ())
+        .map_err(Refusal::from)
 }
 
 /// A direct connection needs a worker that starts or runs.
@@ -516,6 +505,11 @@ fn attach(
     direct: bool,
 ) {
     let reply = |outcome: Outcome| conn.respond(msg.id.as_deref(), &msg.kind, outcome);
+    if !direct {
+        if let Err(refusal) = restore(hub, agent) {
+            return reply(Err(refusal));
+        }
+    }
     let watch = match ops::sessions::watch_scope(hub, agent) {
         Ok(watch) => watch,
         Err(err) => return reply(Err(err.into())),

@@ -112,6 +112,7 @@ fn fan_out(hub: &Hub, shard: &Shard, note: &Note) {
         } => {
             if !connected {
                 orphaned(shard, session);
+                lost_turn(shard, session);
             }
             changed(hub, shard, session);
         }
@@ -188,7 +189,7 @@ fn event_changed(hub: &Hub, shard: &Shard, agent: &str) {
         let facts = t.facts?;
         let before = t.last().cloned();
         let now = t.derive(&facts);
-        if t.announce(&now) && listening {
+        if t.announce(&now, time::now_millis()) && listening {
             if before.is_none_or(|b| b.status != now.status || b.runtime != now.runtime) {
                 to_attachments = Some((
                     render::status(agent, &now),
@@ -312,6 +313,28 @@ fn orphaned(shard: &Shard, agent: &str) {
     }
 }
 
+/// The worker's connection closed in the middle of a turn (it crashed or
+/// was killed): the turn ends, after a fatal `error` saying so (seed 004
+/// §9.4: the runtime cannot continue; new work or an attach restores it).
+fn lost_turn(shard: &Shard, agent: &str) {
+    let Some(turn) = shard.agent(agent, |t| t.lost()) else {
+        return;
+    };
+    let error = message::error_event(
+        agent,
+        Code::InternalError,
+        "the worker's connection closed during the turn (its runtime ended); \
+         new work or an attach starts it again",
+        true,
+    );
+    to_attached(shard, agent, &error);
+    to_attached(
+        shard,
+        agent,
+        &json!({"type": "turn_end", "agent_id": agent, "turn_id": turn}),
+    );
+}
+
 fn answer(conn: &ShardConn, pending: &Pending, outcome: Result<Option<Value>, Refusal>) {
     conn.respond(pending.id.as_deref(), pending.command, outcome);
 }
@@ -381,14 +404,14 @@ fn changed(hub: &Hub, shard: &Shard, agent: &str) {
             t.known = true;
             to_all.push(render::spawned(&snap, &now));
             t.mode = Some(snap.mode.clone());
-            t.announce(&now);
+            t.announce(&now, time::now_millis());
             return;
         }
         let previous_mode = t.mode.replace(snap.mode.clone());
         if let Some(previous) = previous_mode.filter(|m| *m != snap.mode) {
             to_attachments.push(render::mode_changed(agent, &previous, &snap.mode));
         }
-        if !t.announce(&now) {
+        if !t.announce(&now, time::now_millis()) {
             return;
         }
         // `status` and `agent_status_changed` when the status or the

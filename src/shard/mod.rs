@@ -32,6 +32,7 @@ pub mod dispatch;
 pub mod fanout;
 pub mod gate;
 pub mod lines;
+pub mod reaper;
 pub mod refusal;
 pub mod render;
 pub mod service;

@@ -152,6 +152,9 @@ pub struct Track {
     /// when no client could answer); a session only the panels and the
     /// JSON API know keeps the Node hub's (open until its deadline).
     pub daemon: bool,
+    /// When the status last announced was announced (ms since the epoch;
+    /// the idle-runtime reaper's clock).
+    pub since: u64,
     /// The session's facts as last read. Worker events do not change them
     /// (the process, the connection and the prompts have notes of their
     /// own), so a status change caused by an event is derived from these.
@@ -314,6 +317,15 @@ impl Track {
         self.gates.push_back((id.to_string(), gate));
     }
 
+    /// The worker's connection closed: a run it had not finished never
+    /// will (a crash, a kill). Returns its turn id (the run is over; its
+    /// held calls never run).
+    pub fn lost(&mut self) -> Option<String> {
+        let run = self.run.take()?;
+        self.gates.retain(|(_, g)| !matches!(g, Gate::Held(_)));
+        Some(run.id)
+    }
+
     /// The status now.
     pub fn derive(&self, facts: &Facts) -> Derived {
         let run = self.run.as_ref().filter(|_| facts.connected);
@@ -342,13 +354,15 @@ impl Track {
         }
     }
 
-    /// Records `now` as announced; returns whether it differs from what
-    /// was announced before (the first look always does).
-    pub fn announce(&mut self, now: &Derived) -> bool {
+    /// Records `now` as announced `at` (ms since the epoch); returns
+    /// whether it differs from what was announced before (the first look
+    /// always does).
+    pub fn announce(&mut self, now: &Derived, at: u64) -> bool {
         if self.last.as_ref() == Some(now) {
             return false;
         }
         self.last = Some(now.clone());
+        self.since = at;
         true
     }
 
@@ -688,12 +702,17 @@ mod tests {
     fn changes_are_announced_once_and_requests_resolved_once() {
         let mut t = Track::default();
         let d = t.derive(&LIVE);
-        assert!(t.announce(&d));
-        assert!(!t.announce(&d));
-        assert!(t.announce(&t.derive(&Facts {
-            decidable: 1,
-            ..LIVE
-        })));
+        assert!(t.announce(&d, 5));
+        assert!(!t.announce(&d, 6));
+        assert_eq!(t.since, 5, "unchanged since it was announced");
+        assert!(t.announce(
+            &t.derive(&Facts {
+                decidable: 1,
+                ..LIVE
+            }),
+            7
+        ));
+        assert_eq!(t.since, 7);
         assert!(t.open_request("p1", asked("c")));
         assert!(!t.open_request("p1", asked("c")));
         assert!(t.knows("p1"));

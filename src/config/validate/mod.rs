@@ -173,6 +173,7 @@ pub(super) fn build(merged: &Value, features: &[Feature]) -> Result<Config, Conf
             "wait" => HeadlessPermissions::Wait,
             _ => HeadlessPermissions::Deny,
         },
+        runtime_idle_ms: c.int("shard.runtimeIdleMs", 0, SAFE_MAX),
     };
 
     let config = Config {

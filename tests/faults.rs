@@ -398,6 +398,10 @@ fn a_flood_on_every_socket_kind_at_once_stays_under_the_computed_ceiling() {
             "limits": {"transcriptBytes": transcript_bytes, "maxMessageBytes": max_message},
             "toolRequests": {"maxConnections": tool_cap},
             "http": {"maxHandlerThreads": handler_cap, "idleTimeoutMs": 5000},
+            // The confirmations stay open whoever is connected: the Shard
+            // observers make these daemon agents, and a panel cut at its
+            // budget would leave nobody to answer (the headless path).
+            "shard": {"headlessPermissions": "wait"},
         }),
     );
     let tools = hub.tools_addr.expect("the tools listener");

@@ -855,6 +855,60 @@ fn a_headless_childs_approvals_are_answerable_and_its_conversation_is_not() {
 }
 
 #[test]
+fn a_childs_request_goes_to_its_parents_interactive_client_or_is_denied_headless() {
+    let dir = TempDir::new("shard-delegate");
+    let hub = TestHub::start(dir.path(), &[]);
+    let child = fork_child(&hub);
+    // Only observers, of the child and of its parent: nobody interactive
+    // anywhere in the family, so the daemon denies (seed §6.3).
+    let mut watcher = ShardClient::connect(&hub);
+    watcher.attach(&child, "observer");
+    watcher.attach("p", "observer");
+    send_to_child(&hub, &child, "/run echo never");
+    let request = watcher.event("permission_request", &child);
+    let resolved = watcher.event("permission_resolved", &child);
+    assert_eq!(resolved["request_id"], request["request_id"]);
+    assert_eq!(resolved["decision"], "deny");
+    assert_eq!(resolved["source"], "headless");
+
+    // An interactive client of the parent: the child's request is shown
+    // to it with the child's agent_id, and survives its reconnect.
+    let mut c = ShardClient::connect(&hub);
+    c.attach("p", "interactive");
+    send_to_child(&hub, &child, "/run echo delegated");
+    let request = c.event("permission_request", &child);
+    let request_id = request["request_id"].clone();
+    assert_eq!(request["tool_name"], "run_command");
+    drop(c);
+    let mut c = ShardClient::connect(&hub);
+    let (_, sync) = c.attach("p", "interactive");
+    let pending = sync["pending_requests"].as_array().unwrap();
+    assert!(
+        pending
+            .iter()
+            .any(|r| r["request_id"] == request_id && r["agent_id"] == child.as_str()),
+        "{sync}"
+    );
+    let shown = c.event("permission_request", &child);
+    assert_eq!(shown["request_id"], request_id);
+    // An observer of the parent is not a delegate.
+    let mut parent_watcher = ShardClient::connect(&hub);
+    parent_watcher.attach("p", "observer");
+    let r = parent_watcher.request(json!({"type": "permission_response", "agent_id": child,
+        "request_id": request_id, "decision": "deny"}));
+    assert_eq!(code(&r), "NOT_ATTACHED", "{r}");
+    // The delegate answers for the child without being attached to it.
+    let r = c.request(json!({"type": "permission_response", "agent_id": child,
+        "request_id": request_id, "decision": "allow"}));
+    assert_eq!(r["data"]["applied"], true, "{r}");
+    let resolved = c.event("permission_resolved", &child);
+    assert_eq!(resolved["decision"], "allow");
+    assert_eq!(resolved["source"], "shard");
+    let seen = watcher.event("permission_resolved", &child);
+    assert_eq!(seen["request_id"], request_id);
+}
+
+#[test]
 fn a_client_past_the_outbound_budget_is_dropped_at_once() {
     let (_dir, hub, mut c, agent) = agent_hub("shard-budget", &[]);
     let mut bystander = ShardClient::connect(&hub);

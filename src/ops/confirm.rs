@@ -55,8 +55,8 @@ pub fn decide(
 /// A front-end whose connected clients may answer confirmations.
 pub trait Responders: Send + Sync {
     /// Whether this front-end puts `session` under the headless rule
-    /// (Shard: its daemon agents).
-    fn governs(&self, _session: &str) -> bool {
+    /// (Shard: its daemon agents and their children).
+    fn governs(&self, _hub: &Hub, _session: &str) -> bool {
         false
     }
 
@@ -100,7 +100,7 @@ impl Subscriber for HeadlessDeny {
             return;
         };
         if hub.config.shard_daemon.headless_permissions != HeadlessPermissions::Deny
-            || !self.fronts.iter().any(|f| f.governs(session))
+            || !self.fronts.iter().any(|f| f.governs(hub, session))
             || self.fronts.iter().any(|f| f.can_answer(hub, session))
         {
             return;

@@ -71,11 +71,29 @@ impl Settled {
     }
 }
 
+/// Delegated requests one connection holds at most (the oldest is
+/// forgotten first; it can still be answered from the child's own
+/// attachment or the panel).
+pub const MAX_DELEGATED: usize = 256;
+
 /// A connection's attachments and waiting commands.
 #[derive(Debug, Default)]
 pub struct ConnState {
     attachments: HashMap<String, Attachment>,
     pending: Vec<Pending>,
+    /// Requests of descendants shown here through an interactive
+    /// attachment to their nearest interactive ancestor (seed 004 §6.3):
+    /// Oldest first. This connection may answer them without being
+    /// attached to the child.
+    delegated: Vec<Delegated>,
+}
+
+/// A descendant's request shown through an ancestor's attachment.
+#[derive(Debug)]
+struct Delegated {
+    ancestor: String,
+    child: String,
+    request_id: String,
 }
 
 impl ConnState {
@@ -116,6 +134,7 @@ impl ConnState {
     /// Detaches from everything (the connection ends); returns the agents.
     pub fn detach_all(&mut self) -> Vec<String> {
         self.pending.clear();
+        self.delegated.clear();
         self.attachments.drain().map(|(agent, _)| agent).collect()
     }
 
@@ -159,6 +178,52 @@ impl ConnState {
     /// status go to every attachment).
     pub fn attached(&self, agent: &str) -> bool {
         self.attachments.contains_key(agent)
+    }
+
+    /// Request `request_id` of descendant `child` is shown here through an
+    /// interactive attachment to `ancestor`; false when it already was.
+    pub fn delegate(&mut self, ancestor: &str, child: &str, request_id: &str) -> bool {
+        if self
+            .delegated
+            .iter()
+            .any(|d| d.child == child && d.request_id == request_id)
+        {
+            return false;
+        }
+        if self.delegated.len() >= MAX_DELEGATED {
+            self.delegated.remove(0);
+        }
+        self.delegated.push(Delegated {
+            ancestor: ancestor.to_string(),
+            child: child.to_string(),
+            request_id: request_id.to_string(),
+        });
+        true
+    }
+
+    /// Whether this connection may answer request `request_id` of `child`
+    /// as its delegate: it was delegated here and the attachment to the
+    /// ancestor it came through is still interactive.
+    pub fn answers_for(&self, child: &str, request_id: &str) -> bool {
+        self.delegated.iter().any(|d| {
+            d.child == child && d.request_id == request_id && self.interactive(&d.ancestor)
+        })
+    }
+
+    /// The delegated request resolved: forgotten; whether it was here.
+    pub fn undelegate(&mut self, child: &str, request_id: &str) -> bool {
+        let before = self.delegated.len();
+        self.delegated
+            .retain(|d| !(d.child == child && d.request_id == request_id));
+        self.delegated.len() != before
+    }
+
+    /// Whether this connection may answer `agent`'s requests: attached to
+    /// it as interactive.
+    pub fn interactive(&self, agent: &str) -> bool {
+        self.attachments
+            .get(agent)
+            .is_some_and(|a| a.role == Role::Interactive)
     }
 
     /// A command now waits for the worker; false when too many already do.
@@ -230,6 +295,33 @@ mod tests {
             command: "prompt",
             awaiting,
         }
+    }
+
+    #[test]
+    fn a_delegated_request_is_answerable_while_the_ancestor_attachment_is_interactive() {
+        let mut c = ConnState::default();
+        assert!(c.attach("p", Role::Interactive, Watch::Everything, 0, []));
+        assert!(c.delegate("p", "child", "r1"));
+        assert!(!c.delegate("p", "child", "r1"), "once");
+        assert!(c.answers_for("child", "r1"));
+        assert!(!c.answers_for("child", "r2"));
+        assert!(!c.answers_for("other", "r1"));
+        // Re-attached as an observer: no longer a delegate.
+        c.attach("p", Role::Observer, Watch::Everything, 0, []);
+        assert!(!c.answers_for("child", "r1"));
+        c.attach("p", Role::Interactive, Watch::Everything, 0, []);
+        assert!(c.answers_for("child", "r1"));
+        assert!(c.undelegate("child", "r1"));
+        assert!(!c.undelegate("child", "r1"));
+        assert!(!c.answers_for("child", "r1"));
+        // Bounded: the oldest is forgotten first.
+        for i in 0..=MAX_DELEGATED {
+            c.delegate("p", "child", &format!("x{i}"));
+        }
+        assert!(!c.answers_for("child", "x0"));
+        assert!(c.answers_for("child", &format!("x{MAX_DELEGATED}")));
+        c.detach_all();
+        assert!(!c.answers_for("child", &format!("x{MAX_DELEGATED}")));
     }
 
     #[test]

@@ -90,8 +90,16 @@ pub fn handle(hub: &Arc<Hub>, shard: &Arc<Shard>, conn: &Arc<ShardConn>, text: &
             return reply(Err(Refusal::not_attached(None)));
         };
         let role = conn.state().attachment(&agent).map(|a| a.role);
-        let Some(role) = role else {
-            return reply(Err(Refusal::not_attached(Some(&agent))));
+        let role = match (role, &command) {
+            (Some(role), _) => role,
+            // A descendant's request delegated here may be answered here
+            // (seed 004 §6.3).
+            (None, Command::PermissionResponse { request_id, .. })
+                if conn.state().answers_for(&agent, request_id) =>
+            {
+                Role::Interactive
+            }
+            (None, _) => return reply(Err(Refusal::not_attached(Some(&agent)))),
         };
         return per_agent(hub, shard, conn, &msg, &agent, role, command);
     }
@@ -550,7 +558,7 @@ fn attach(
         }
         t.derive(&snap.facts)
     });
-    let requests: Vec<Value> = prompts
+    let mut requests: Vec<Value> = prompts
         .iter()
         .map(|p| render::permission_request(agent, p))
         .collect();
@@ -558,6 +566,20 @@ fn attach(
     // observer cannot answer them).
     if conn.state().attach(agent, role, watch, latest, ids) {
         shard.agent(agent, |t| t.attached += 1);
+    }
+    // An interactive attachment is where its descendants' requests go when
+    // they have no responder of their own: those pending now are listed
+    // and shown too, each with its child's id.
+    if role == Role::Interactive {
+        for (child, prompt) in super::delegate::pending_for(hub, shard, agent) {
+            let id = prompt.confirmation_id.as_str();
+            shard.agent(&child, |t| {
+                t.open_request(id, render::asked(&child, &prompt));
+            });
+            if conn.state().delegate(agent, &child, id) {
+                requests.push(render::permission_request(&child, &prompt));
+            }
+        }
     }
     let mut data = json!({
         "status": now.status.as_str(),

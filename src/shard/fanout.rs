@@ -37,7 +37,7 @@ use super::agent::Snapshot;
 use super::attach::{Awaiting, Pending, Settled};
 use super::conn::{encode, Frame, ShardConn};
 use super::track::Runtime;
-use super::{render, Shard};
+use super::{delegate, render, Shard};
 use crate::hub::{Hub, Subscriber};
 use crate::ops;
 use crate::session::Note;
@@ -99,7 +99,7 @@ fn fan_out(hub: &Hub, shard: &Shard, note: &Note) {
             {
                 let resolved =
                     render::permission_resolved(session, confirmation_id, *approved, source);
-                to_attached(shard, session, &resolved);
+                to_attached_and_delegates(shard, session, confirmation_id, &resolved);
                 // Allowed, the call is about to run (seed 004 §9.4).
                 if let Some(call) = run {
                     to_attached_text(shard, session, call);
@@ -360,6 +360,13 @@ fn opened(hub: &Hub, shard: &Shard, agent: &str, id: &str) {
             conn.send_frame(&frame);
         }
     }
+    // A child nobody answers for itself: its nearest interactive
+    // ancestor's clients (seed 004 §6.3).
+    if prompt.parent_session_id.is_some() {
+        if let Some(ancestor) = delegate::target(hub, shard, agent) {
+            delegate::show(shard, &ancestor, agent, id, &frame);
+        }
+    }
 }
 
 /// A confirmation's exchange ended. Unanswered, it resolves as `deny`
@@ -380,9 +387,10 @@ fn retired(shard: &Shard, closed: &ClosedPrompt) {
         return;
     }
     let source = closed.end.phase();
-    to_attached(
+    to_attached_and_delegates(
         shard,
         agent,
+        id,
         &render::permission_resolved(agent, id, false, source),
     );
 }
@@ -488,6 +496,20 @@ fn to_attached(shard: &Shard, agent: &str, event: &Value) {
     let frame = encode(event);
     for conn in shard.snapshot().iter() {
         if conn.state().attached(agent) {
+            conn.send_frame(&frame);
+        }
+    }
+}
+
+/// A request's resolution, to every connection attached to `agent` and
+/// every one it was delegated to.
+fn to_attached_and_delegates(shard: &Shard, agent: &str, request_id: &str, event: &Value) {
+    let frame = encode(event);
+    for conn in shard.snapshot().iter() {
+        let mut state = conn.state();
+        let delegated = state.undelegate(agent, request_id);
+        if state.attached(agent) || delegated {
+            drop(state);
             conn.send_frame(&frame);
         }
     }

@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub mod agent;
 pub mod attach;
 pub mod conn;
+pub mod delegate;
 pub mod dispatch;
 pub mod fanout;
 pub mod gate;
@@ -41,7 +42,6 @@ pub mod stdio;
 pub mod track;
 pub mod window;
 
-use crate::wire::shard::catalog::Role;
 use conn::ShardConn;
 use track::Track;
 
@@ -163,19 +163,16 @@ impl Shard {
 }
 
 /// A connection attached to the agent as interactive, or bound to it
-/// (direct), may answer its requests; an observer may not.
+/// (direct), may answer its requests, and so may one attached interactively
+/// to the ancestor its requests are delegated to (`delegate`); an observer
+/// may not. The headless rule governs daemon agents and their children.
 impl crate::ops::confirm::Responders for Shard {
-    fn governs(&self, session: &str) -> bool {
-        self.agents().get(session).is_some_and(|t| t.daemon)
+    fn governs(&self, hub: &crate::hub::Hub, session: &str) -> bool {
+        delegate::governed(hub, self, session)
     }
 
-    fn can_answer(&self, _hub: &crate::hub::Hub, session: &str) -> bool {
-        self.snapshot().iter().any(|c| {
-            c.direct() == Some(session)
-                || c.state()
-                    .attachment(session)
-                    .is_some_and(|a| a.role == Role::Interactive)
-        })
+    fn can_answer(&self, hub: &crate::hub::Hub, session: &str) -> bool {
+        delegate::responds(self, session) || delegate::target(hub, self, session).is_some()
     }
 }
 

@@ -8,7 +8,7 @@
 use super::Shard;
 use crate::hub::Hub;
 use crate::ops;
-use crate::session::{PromptState, PromptView, PROMPT_PREVIEW_BYTES};
+use crate::session::{PromptState, PromptView, Session, PROMPT_PREVIEW_BYTES};
 use crate::wire::shard::catalog::Role;
 
 /// Ancestors looked at, at most (families are at most
@@ -75,6 +75,16 @@ pub fn show(
     }
 }
 
+/// A session's requests that can be decided now, as their views (the
+/// arguments bounded to the preview budget).
+pub fn decidable(s: &Session) -> Vec<PromptView> {
+    s.prompts()
+        .iter()
+        .filter(|p| p.state == PromptState::AwaitingDecision)
+        .map(|p| s.prompt_view(p, PROMPT_PREVIEW_BYTES))
+        .collect()
+}
+
 /// The decidable requests of `ancestor`'s descendants that are delegated
 /// to it now (for its `sync`), each with its child's id.
 pub fn pending_for(hub: &Hub, shard: &Shard, ancestor: &str) -> Vec<(String, PromptView)> {
@@ -82,12 +92,7 @@ pub fn pending_for(hub: &Hub, shard: &Shard, ancestor: &str) -> Vec<(String, Pro
         if !s.is_headless() {
             return None;
         }
-        let prompts: Vec<PromptView> = s
-            .prompts()
-            .iter()
-            .filter(|p| p.state == PromptState::AwaitingDecision)
-            .map(|p| s.prompt_view(p, PROMPT_PREVIEW_BYTES))
-            .collect();
+        let prompts = decidable(s);
         (!prompts.is_empty()).then(|| (s.id().to_string(), prompts))
     })
     .into_iter()

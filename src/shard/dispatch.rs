@@ -29,7 +29,6 @@ use crate::ops;
 use crate::ops::agents::{self, CreateDone, Readiness};
 use crate::ops::sessions::Watch;
 use crate::ops::worker::{Action, ActionDone, MODES};
-use crate::session::{PromptState, PromptView, PROMPT_PREVIEW_BYTES};
 use crate::wire::shard::catalog::{self, Bind, Command, Decision, Role, Scope};
 use crate::wire::shard::direct;
 use crate::wire::shard::message::{self, Code, Incoming, Refusal};
@@ -532,12 +531,7 @@ fn attach(
             Watch::Everything => s.transcript().tail(window::SOURCE_BYTES, window::pick),
             Watch::Approvals => Vec::new(),
         };
-        let prompts: Vec<PromptView> = s
-            .prompts()
-            .iter()
-            .filter(|p| p.state == PromptState::AwaitingDecision)
-            .map(|p| s.prompt_view(p, PROMPT_PREVIEW_BYTES))
-            .collect();
+        let prompts = super::delegate::decidable(s);
         (snap, entries, s.transcript().latest(), prompts)
     });
     let (snap, entries, latest, prompts) = match read {

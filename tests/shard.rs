@@ -437,6 +437,13 @@ fn runtimes_start_on_demand_and_come_back_after_terminate_kill_and_crash() {
         again.iter().any(|m| m["type"] == "turn_start"),
         "{again:#?}"
     );
+    // The attachment got the new runtime's sync when it became ready.
+    let fresh = again
+        .iter()
+        .find(|m| m["type"] == "sync")
+        .unwrap_or_else(|| panic!("no fresh sync: {again:#?}"));
+    assert!(epoch(fresh) > epoch(&sync), "{fresh} after {sync}");
+    assert_eq!(fresh["capabilities"], sync["capabilities"]);
     c.wait_runtime(&agent, "running");
 
     // Killed: a new client's attach restores it.

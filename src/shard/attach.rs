@@ -23,6 +23,10 @@ pub struct Attachment {
     /// Permission requests shown (in `sync` or live), so none is shown
     /// twice.
     shown: HashSet<String>,
+    /// Its last `sync` was of a ready runtime (a worker connected that had
+    /// told its capabilities); when not, the next one's `ready` brings a
+    /// fresh `sync`.
+    pub ready: bool,
 }
 
 /// What a waiting command waits for.
@@ -106,6 +110,7 @@ impl ConnState {
         watch: Watch,
         cursor: u64,
         shown: impl IntoIterator<Item = String>,
+        ready: bool,
     ) -> bool {
         let again = self.attachments.contains_key(agent);
         self.attachments.insert(
@@ -115,6 +120,7 @@ impl ConnState {
                 watch,
                 cursor,
                 shown: shown.into_iter().collect(),
+                ready,
             },
         );
         !again
@@ -171,6 +177,27 @@ impl ConnState {
         match self.attachments.get_mut(agent) {
             Some(a) => a.shown.insert(request_id.to_string()),
             None => false,
+        }
+    }
+
+    /// The agent's runtime went away: its next `ready` re-syncs this
+    /// attachment.
+    pub fn unready(&mut self, agent: &str) {
+        if let Some(a) = self.attachments.get_mut(agent) {
+            a.ready = false;
+        }
+    }
+
+    /// Whether this attachment is to get a fresh `sync` now that the
+    /// agent's runtime is ready (its last was not a ready runtime's); it is
+    /// then taken as sent.
+    pub fn resync_due(&mut self, agent: &str) -> bool {
+        match self.attachments.get_mut(agent) {
+            Some(a) if !a.ready => {
+                a.ready = true;
+                true
+            }
+            _ => false,
         }
     }
 
@@ -300,16 +327,16 @@ mod tests {
     #[test]
     fn a_delegated_request_is_answerable_while_the_ancestor_attachment_is_interactive() {
         let mut c = ConnState::default();
-        assert!(c.attach("p", Role::Interactive, Watch::Everything, 0, []));
+        assert!(c.attach("p", Role::Interactive, Watch::Everything, 0, [], true));
         assert!(c.delegate("p", "child", "r1"));
         assert!(!c.delegate("p", "child", "r1"), "once");
         assert!(c.answers_for("child", "r1"));
         assert!(!c.answers_for("child", "r2"));
         assert!(!c.answers_for("other", "r1"));
         // Re-attached as an observer: no longer a delegate.
-        c.attach("p", Role::Observer, Watch::Everything, 0, []);
+        c.attach("p", Role::Observer, Watch::Everything, 0, [], true);
         assert!(!c.answers_for("child", "r1"));
-        c.attach("p", Role::Interactive, Watch::Everything, 0, []);
+        c.attach("p", Role::Interactive, Watch::Everything, 0, [], true);
         assert!(c.answers_for("child", "r1"));
         assert!(c.undelegate("child", "r1"));
         assert!(!c.undelegate("child", "r1"));
@@ -328,13 +355,13 @@ mod tests {
     fn events_are_delivered_once_after_the_cursor() {
         let mut c = ConnState::default();
         assert!(!c.take_event("a", Some(1)), "not attached");
-        assert!(c.attach("a", Role::Observer, Watch::Everything, 5, []));
+        assert!(c.attach("a", Role::Observer, Watch::Everything, 5, [], true));
         assert!(!c.take_event("a", Some(5)), "already in the sync");
         assert!(c.take_event("a", Some(6)));
         assert!(!c.take_event("a", Some(6)));
         assert!(c.take_event("a", None));
         // A child's transcript is not shown.
-        assert!(!c.attach("a", Role::Interactive, Watch::Approvals, 0, []));
+        assert!(!c.attach("a", Role::Interactive, Watch::Approvals, 0, [], true));
         assert!(!c.take_event("a", Some(9)));
         assert!(c.detach("a"));
         assert!(!c.detach("a"));
@@ -350,11 +377,18 @@ mod tests {
             Watch::Everything,
             0,
             ["p1".to_string()],
+            false,
         );
         assert!(!c.show_request("a", "p1"), "shown in the sync");
+        // Attached before the runtime was ready: re-synced once.
+        assert!(c.resync_due("a"));
+        assert!(!c.resync_due("a"));
+        c.unready("a");
+        assert!(c.resync_due("a"));
+        assert!(!c.resync_due("x"), "not attached");
         assert!(c.show_request("a", "p2"));
         assert!(!c.show_request("a", "p2"));
-        c.attach("o", Role::Observer, Watch::Everything, 0, []);
+        c.attach("o", Role::Observer, Watch::Everything, 0, [], true);
         assert!(c.show_request("o", "p3"), "observers see requests");
         assert!(!c.show_request("o", "p3"));
         assert!(!c.show_request("x", "p3"), "not attached");

@@ -23,11 +23,10 @@ use super::agent::{self, Snapshot};
 use super::attach::{Awaiting, Pending};
 use super::conn::{ShardConn, Transport};
 use super::track::Runtime;
-use super::{render, window, Shard};
+use super::{render, Shard};
 use crate::hub::Hub;
 use crate::ops;
 use crate::ops::agents::{self, CreateDone, Readiness};
-use crate::ops::sessions::Watch;
 use crate::ops::worker::{Action, ActionDone, MODES};
 use crate::wire::shard::catalog::{self, Bind, Command, Decision, Role, Scope};
 use crate::wire::shard::direct;
@@ -521,26 +520,19 @@ fn attach(
         Ok(watch) => watch,
         Err(err) => return reply(Err(err.into())),
     };
-    let profiles = &hub.config.provider_profiles;
     // Its writes happen after the publish lock is released.
     let _batch = crate::util::wakes::batch();
     let _ordered = hub.publisher.ordered();
-    let read = ops::sessions::read(hub, agent, |s| {
-        let snap = Snapshot::of(s, profiles);
-        let entries = match watch {
-            Watch::Everything => s.transcript().tail(window::SOURCE_BYTES, window::pick),
-            Watch::Approvals => Vec::new(),
-        };
-        let prompts = super::delegate::decidable(s);
-        (snap, entries, s.transcript().latest(), prompts)
-    });
-    let (snap, entries, latest, prompts) = match read {
-        Ok(read) => read,
+    let look = match super::sync::look(hub, agent, watch) {
+        Ok(look) => look,
         Err(err) => return reply(Err(err.into())),
     };
-    // Parsed and rendered with only the publish lock held.
-    let texts: Vec<&str> = entries.iter().map(|e| &*e.json).collect();
-    let live_window = window::live_window(&texts, window::WINDOW_BYTES);
+    let super::sync::Look {
+        snap,
+        live_window,
+        latest,
+        prompts,
+    } = look;
     let ids: Vec<String> = prompts.iter().map(|p| p.confirmation_id.clone()).collect();
     if direct && !matches!(snap.facts.runtime, Runtime::Starting | Runtime::Running) {
         return reply(Err(not_running(agent, snap.facts.runtime)));
@@ -558,7 +550,8 @@ fn attach(
         .collect();
     // Every attachment sees the pending requests (seed 004 §6.3; an
     // observer cannot answer them).
-    if conn.state().attach(agent, role, watch, latest, ids) {
+    let ready = snap.facts.connected && !snap.worker_capabilities.is_empty();
+    if conn.state().attach(agent, role, watch, latest, ids, ready) {
         shard.agent(agent, |t| t.attached += 1);
     }
     // An interactive attachment is where its descendants' requests go when

@@ -113,6 +113,9 @@ fn fan_out(hub: &Hub, shard: &Shard, note: &Note) {
             if !connected {
                 orphaned(shard, session);
                 lost_turn(shard, session);
+                for conn in shard.snapshot().iter() {
+                    conn.state().unready(session);
+                }
             }
             changed(hub, shard, session);
         }
@@ -167,6 +170,9 @@ fn event(
             }
         }
     }
+    if attached && name == "ready" {
+        resync(hub, shard, agent);
+    }
     if attached && matches!(name, "compact_finished" | "run_finished") {
         if let translate::Parsed::Other(entry) = &entry {
             compaction_ended(shard, agent, name, entry);
@@ -209,6 +215,44 @@ fn event_changed(hub: &Hub, shard: &Shard, agent: &str) {
     }
     if let Some(activity) = activity {
         broadcast(shard, &activity);
+    }
+}
+
+/// A runtime became ready (its worker's `ready`): every attachment whose
+/// last `sync` was not a ready runtime's (it attached before the worker
+/// told its capabilities, or the runtime restarted since) gets a fresh one
+/// (seed 004 §6.4: `sync` is authoritative). A direct connection never
+/// sees a new runtime (its worker's end ends it).
+fn resync(hub: &Hub, shard: &Shard, agent: &str) {
+    let due: Vec<Arc<ShardConn>> = shard
+        .snapshot()
+        .iter()
+        .filter(|c| c.direct().is_none() && c.state().resync_due(agent))
+        .cloned()
+        .collect();
+    if due.is_empty() {
+        return;
+    }
+    let Ok(watch) = ops::sessions::watch_scope(hub, agent) else {
+        return;
+    };
+    let Ok(look) = super::sync::look(hub, agent, watch) else {
+        return;
+    };
+    let now = shard.agent(agent, |t| {
+        for prompt in &look.prompts {
+            t.open_request(&prompt.confirmation_id, render::asked(agent, prompt));
+        }
+        t.derive(&look.snap.facts)
+    });
+    let requests: Vec<Value> = look
+        .prompts
+        .iter()
+        .map(|p| render::permission_request(agent, p))
+        .collect();
+    let frame = encode(&render::sync(&look.snap, &now, look.live_window, requests));
+    for conn in &due {
+        conn.send_frame(&frame);
     }
 }
 

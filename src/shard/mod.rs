@@ -39,6 +39,7 @@ pub mod render;
 pub mod service;
 pub mod socket;
 pub mod stdio;
+pub mod sync;
 pub mod track;
 pub mod window;
 

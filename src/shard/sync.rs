@@ -1,0 +1,50 @@
+//! What an agent's `sync` (seed 004 §9.1) is built from, read in one look
+//! at its session: the snapshot, the live window, the transcript's newest
+//! entry (the attachment's cursor) and the requests that can be decided.
+//! The caller holds the publish lock, so no event is missed or delivered
+//! twice around it: an attach (`dispatch`), and the fresh `sync` sent to
+//! the attachments when a new runtime becomes ready (`fanout`).
+
+use serde_json::Value;
+
+use super::agent::Snapshot;
+use super::{delegate, window};
+use crate::hub::Hub;
+use crate::ops::{self, sessions::Watch, OpError};
+use crate::session::PromptView;
+
+/// One look at an agent for its `sync`.
+pub struct Look {
+    pub snap: Snapshot,
+    pub live_window: Value,
+    /// The transcript's newest `hub_sequence`.
+    pub latest: u64,
+    /// The agent's own requests that can be decided now.
+    pub prompts: Vec<PromptView>,
+}
+
+/// Reads agent `agent` for a `sync`; the window only when `watch` shows
+/// the conversation. The window is parsed and rendered after the
+/// registry lock is released.
+pub fn look(hub: &Hub, agent: &str, watch: Watch) -> Result<Look, OpError> {
+    let profiles = &hub.config.provider_profiles;
+    let (snap, entries, latest, prompts) = ops::sessions::read(hub, agent, |s| {
+        let entries = match watch {
+            Watch::Everything => s.transcript().tail(window::SOURCE_BYTES, window::pick),
+            Watch::Approvals => Vec::new(),
+        };
+        (
+            Snapshot::of(s, profiles),
+            entries,
+            s.transcript().latest(),
+            delegate::decidable(s),
+        )
+    })?;
+    let texts: Vec<&str> = entries.iter().map(|e| &*e.json).collect();
+    Ok(Look {
+        snap,
+        live_window: window::live_window(&texts, window::WINDOW_BYTES),
+        latest,
+        prompts,
+    })
+}

@@ -156,6 +156,7 @@ impl Hub {
         })
         .map_err(StartError::Store)?;
         let records = store.load_sessions().map_err(StartError::Store)?;
+        let grants = store.load_grants().map_err(StartError::Store)?;
         crate::supervisor::context::sweep(&data_dir);
         let services = Arc::new(Services::new(config, store));
         let queries = Arc::new(crate::worker::query::Queries::new());
@@ -180,6 +181,15 @@ impl Hub {
             let rec = hub.settle_library_snapshot(rec);
             let s = hub.new_session(rec);
             hub.sessions.insert(s);
+        }
+        for g in grants {
+            let grant = session::Grant {
+                id: g.id,
+                tool: g.tool,
+                arguments: g.arguments,
+                created_at: g.created_at,
+            };
+            hub.sessions.with(&g.session_id, |s| s.add_grant(grant));
         }
         crate::subagents::family::load(&hub.subagents);
         Ok(hub)

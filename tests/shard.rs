@@ -108,7 +108,6 @@ fn hello_the_envelope_and_refusals_at_their_edges() {
         json!({"type": "list_reasoning_levels", "agent_id": "plain"}),
         json!({"type": "subagent.create", "parent_agent_id": "plain", "name": "n", "task": "t"}),
         json!({"type": "workspace.list"}),
-        json!({"type": "permission_response", "agent_id": "plain", "request_id": "x", "decision": "allow_always"}),
     ] {
         let r = c.request(msg.clone());
         assert_eq!(code(&r), "INVALID_REQUEST", "{msg}: {r}");
@@ -122,9 +121,10 @@ fn hello_the_envelope_and_refusals_at_their_edges() {
     assert_eq!(code(&r), "NOT_FOUND", "no such request: {r}");
     let r = c.request(json!({"type": "permission_response", "agent_id": "plain", "request_id": "x", "choice_id": "c"}));
     assert_eq!(code(&r), "INVALID_REQUEST");
-    // No worker: a prompt cannot be sent.
+    // The attach started the session's worker (seed §6.4): a prompt is
+    // admitted.
     let r = c.request(json!({"type": "prompt", "agent_id": "plain", "message": "hi"}));
-    assert_eq!(code(&r), "CONFLICT", "{r}");
+    assert_eq!(r["data"]["state"], "admitted", "{r}");
     let r = c.request(json!({"type": "agent.detach", "agent_id": "plain"}));
     assert_eq!(r["success"], true);
     assert_eq!(
@@ -545,7 +545,7 @@ fn abort_kill_and_an_unknown_outcome() {
 fn requested(client: &mut ShardClient, agent: &str) -> Value {
     let request = client.event("permission_request", agent);
     assert_eq!(request["tool_name"], "run_command");
-    assert_eq!(request["options"], json!(["allow", "deny"]));
+    assert_eq!(request["options"], json!(["allow", "allow_always", "deny"]));
     assert!(request["prompt"].is_string());
     assert!(request["details"].is_array());
     request
@@ -913,6 +913,111 @@ fn a_childs_request_goes_to_its_parents_interactive_client_or_is_denied_headless
     assert_eq!(resolved["source"], "shard");
     let seen = watcher.event("permission_resolved", &child);
     assert_eq!(seen["request_id"], request_id);
+}
+
+/// A `/run` prompt's turn, answered: the messages through its `turn_end`.
+fn run_turn(c: &mut ShardClient, agent: &str, command: &str) -> Vec<Value> {
+    turn(c, agent, &format!("/run {command}"))
+}
+
+#[test]
+fn allow_always_grants_that_exact_call_to_that_agent_across_restarts() {
+    let dir = TempDir::new("shard-grant");
+    let hub = TestHub::start(dir.path(), &[]);
+    let mut c = ShardClient::connect(&hub);
+    let agent = c.create(&dir.path().join("work"));
+    let other = c.create(&dir.path().join("work"));
+    c.attach(&agent, "interactive");
+    c.attach(&other, "interactive");
+
+    // Asked once, answered allow_always (offered in options).
+    let id = c.prompt(&agent, "/run echo granted");
+    let request = requested(&mut c, &agent);
+    assert_eq!(request["options"], json!(["allow", "allow_always", "deny"]));
+    let r = c.request(json!({"type": "permission_response", "agent_id": agent,
+        "request_id": request["request_id"], "decision": "allow_always"}));
+    assert_eq!(r["data"]["applied"], true, "{r}");
+    assert_eq!(c.response(&id)["success"], true);
+    let first = c.through("turn_end", &agent);
+    let resolved = first
+        .iter()
+        .find(|m| m["type"] == "permission_resolved")
+        .unwrap();
+    assert_eq!(resolved["decision"], "allow_always");
+    assert_eq!(resolved["source"], "shard");
+
+    // The same call again: allowed by the grant, never asked.
+    let again = run_turn(&mut c, &agent, "echo granted");
+    let kinds: Vec<&str> = again
+        .iter()
+        .map(|m| m["type"].as_str().unwrap())
+        .filter(|t| t.starts_with("permission_") || t.starts_with("tool_"))
+        .collect();
+    assert_eq!(
+        kinds,
+        ["permission_resolved", "tool_call", "tool_result"],
+        "{again:#?}"
+    );
+    let resolved = &again[again
+        .iter()
+        .position(|m| m["type"] == "permission_resolved")
+        .unwrap()];
+    assert_eq!(resolved["decision"], "allow");
+    assert_eq!(resolved["source"], "grant");
+    // Another call, and the same call of another agent, are asked.
+    c.prompt(&agent, "/run echo other");
+    let asked = requested(&mut c, &agent);
+    c.request(json!({"type": "permission_response", "agent_id": agent,
+        "request_id": asked["request_id"], "decision": "deny"}));
+    c.through("turn_end", &agent);
+    c.prompt(&other, "/run echo granted");
+    let asked = requested(&mut c, &other);
+    c.request(json!({"type": "permission_response", "agent_id": other,
+        "request_id": asked["request_id"], "decision": "deny"}));
+    c.through("turn_end", &other);
+
+    // Listed in a sync and through the JSON API.
+    let mut watcher = ShardClient::connect(&hub);
+    let (_, sync) = watcher.attach(&agent, "observer");
+    assert_eq!(sync["grants"].as_array().unwrap().len(), 1, "{sync}");
+    assert_eq!(sync["grants"][0]["tool_name"], "run_command");
+    assert_eq!(
+        sync["grants"][0]["input"],
+        json!({"command": "echo granted"})
+    );
+    let listed = hub.get(&format!("/api/sessions/{agent}/grants")).json();
+    let grant_id = listed["grants"][0]["grant_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(listed["grants"][0]["tool"], "run_command");
+    let none = hub.get(&format!("/api/sessions/{other}/grants")).json();
+    assert_eq!(none["grants"], json!([]));
+    drop((c, watcher));
+
+    // Kept across a hub restart.
+    drop(hub);
+    let hub = TestHub::start(dir.path(), &[]);
+    let mut c = ShardClient::connect(&hub);
+    let (_, sync) = c.attach(&agent, "interactive");
+    assert_eq!(sync["grants"][0]["grant_id"], grant_id.as_str(), "{sync}");
+    let after = run_turn(&mut c, &agent, "echo granted");
+    assert!(
+        after
+            .iter()
+            .any(|m| m["type"] == "permission_resolved" && m["source"] == "grant"),
+        "{after:#?}"
+    );
+
+    // Revoked: asked again; an unknown grant is 404.
+    let path = format!("/api/sessions/{agent}/grants/{grant_id}");
+    let r = hub.request("DELETE", &path, &[], b"");
+    assert_eq!(r.status, 200, "{}", r.text());
+    let r = hub.request("DELETE", &path, &[], b"");
+    assert_eq!(r.status, 404, "{}", r.text());
+    assert_eq!(r.json()["error"], "unknown_grant", "{}", r.text());
+    c.prompt(&agent, "/run echo granted");
+    requested(&mut c, &agent);
 }
 
 #[test]

@@ -136,6 +136,18 @@ fn route(
             ))
         }
         ["sessions", id, "confirmations", cid] if post => decide(hub, rq, id, cid),
+        // A simplex-hub extension (Shard's `allow_always`): the session's
+        // grants, and revoking one.
+        ["sessions", id, "grants"] if get => {
+            let grants = ops::confirm::grants(hub, id)?;
+            Ok(ok(
+                json!({"session": id, "grants": render::grants(&grants)}),
+            ))
+        }
+        ["sessions", id, "grants", gid] if *method == Method::Delete => {
+            ops::confirm::revoke_grant(hub, id, gid)?;
+            Ok(ok(json!({"session": id, "revoked": gid})))
+        }
         ["sessions", id, "subagent-policy"] if post => {
             let body = read_json_body(hub, rq)?;
             only_keys(&body, &["policy"])?;
@@ -185,9 +197,10 @@ fn route(
         ["sessions", _, "subagent-policy" | "recover" | "answer" | "input" | "signal" | "configurations"]
         | ["sessions", _, "start" | "stop" | "restart" | "force-kill"]
         | ["sessions", _, "confirmations", _] => Err(method_not_allowed("POST")),
-        ["sessions", _, "recovery" | "logs" | "snapshot" | "events"]
+        ["sessions", _, "recovery" | "logs" | "snapshot" | "events" | "grants"]
         | ["subagents", "recovery"]
         | ["hub", "health"] => Err(method_not_allowed("GET")),
+        ["sessions", _, "grants", _] => Err(method_not_allowed("DELETE")),
         _ => Err(ApiError::new(404, code::NOT_FOUND, "no such API route")),
     }
 }

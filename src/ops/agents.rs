@@ -87,18 +87,18 @@ pub const READY_WAIT: Duration = Duration::from_secs(30);
 pub enum Readiness {
     /// The worker is connected and has named itself.
     Ready,
-    /// No worker, and none the hub may start: a session the hub never
-    /// launched (its worker is started by hand) or a headless child (its
+    /// No worker, and none the hub may start: a headless child (its
     /// family starts it). The caller goes on as without a runtime.
     NotStartable,
 }
 
 /// Brings agent `agent`'s runtime up (seed 004 §6.4: attach and new work
 /// restore a stopped runtime, and coalesce its startup). Returns once its
-/// worker is connected and has named itself. A runtime the hub launched
-/// before that is not running now (stopped, terminated, crashed, failed)
-/// is started; a start under way (another client's, or the panel's) is
-/// waited for, so concurrent calls start it once. A start that fails, a
+/// worker is connected and has named itself. A runtime that is not
+/// running now (never started, stopped, terminated, crashed, failed, or
+/// ended with the hub's last run) is started with the configured launcher,
+/// as the panel's start would; a start under way (another client's, or
+/// the panel's) is waited for, so concurrent calls start it once. A start that fails, a
 /// worker that exits before it connects, or one that does not connect
 /// within [`READY_WAIT`] is `start_failed` naming the agent, which stays
 /// (its identity is kept for a retry). Blocks: called on a connection's
@@ -125,12 +125,14 @@ pub fn ready(hub: &Arc<Hub>, agent: &str) -> Result<Readiness, OpError> {
         }
         match process {
             Some(state) if state.is_active() => {}
-            Some(_) if started => {
+            _ if connected => {}
+            _ if child => return Ok(Readiness::NotStartable),
+            _ if started => {
                 return Err(failed(error.unwrap_or_else(|| {
                     format!("agent {agent:?}'s worker exited before it connected")
                 })))
             }
-            Some(_) if !child => {
+            _ => {
                 started = true;
                 match start(hub, agent) {
                     Ok(()) => {}
@@ -139,8 +141,6 @@ pub fn ready(hub: &Arc<Hub>, agent: &str) -> Result<Readiness, OpError> {
                     Err(err) => return Err(failed(err.message)),
                 }
             }
-            _ if connected => {}
-            _ => return Ok(Readiness::NotStartable),
         }
         if Instant::now() >= end {
             return Err(failed(format!(

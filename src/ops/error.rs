@@ -61,6 +61,10 @@ pub enum ErrorKind {
     UnknownConfirmation,
     /// The confirmation cannot take this decision now.
     ConfirmationRejected,
+    /// The session holds no grant by this id.
+    UnknownGrant,
+    /// The session holds as many grants as it may (`MAX_GRANTS`).
+    TooManyGrants,
     /// A named choice (a confirmation mode) is not one the hub offers.
     UnknownChoice,
     /// The answer does not fit one frame.
@@ -110,6 +114,8 @@ impl ErrorKind {
             SignalNotSent(_) => code::SIGNAL_NOT_SENT,
             UnknownConfirmation => code::UNKNOWN_CONFIRMATION,
             ConfirmationRejected => code::CONFIRMATION_REJECTED,
+            UnknownGrant => code::UNKNOWN_GRANT,
+            TooManyGrants => code::TOO_MANY_GRANTS,
             UnknownChoice => code::NOT_FOUND,
             DisplaySnapshotTooLarge => code::DISPLAY_SNAPSHOT_TOO_LARGE,
             TooManyQueries => code::TOO_MANY_QUERIES,
@@ -137,9 +143,10 @@ impl ErrorKind {
             ConfigurationConflict => 409,
             ConfigurationTooLarge => 413,
             InputNotSent(NotSent::Invalid) | SignalNotSent(NotSent::Invalid) => 400,
-            UnknownSession | UnknownConfirmation | UnknownChoice => 404,
+            UnknownSession | UnknownConfirmation | UnknownChoice | UnknownGrant => 404,
             SessionExists | SessionBusy | HeadlessRestricted | StaleLifecycle
-            | RecoveryConflict | CleanupFailed | ConfirmationRejected | AnswerUnavailable => 409,
+            | RecoveryConflict | CleanupFailed | ConfirmationRejected | AnswerUnavailable
+            | TooManyGrants => 409,
             StartFailed => 409,
             InputNotSent(_) | SignalNotSent(_) => 409,
             DisplaySnapshotTooLarge => 413,
@@ -346,7 +353,7 @@ mod tests {
     use super::*;
 
     /// Every kind (each `NotSent` reason once).
-    const ALL: [ErrorKind; 32] = {
+    const ALL: [ErrorKind; 34] = {
         use ErrorKind::*;
         [
             UnknownSession,
@@ -367,6 +374,8 @@ mod tests {
             SignalNotSent(NotSent::WriteFailed),
             UnknownConfirmation,
             ConfirmationRejected,
+            UnknownGrant,
+            TooManyGrants,
             UnknownChoice,
             DisplaySnapshotTooLarge,
             TooManyQueries,
@@ -399,6 +408,8 @@ mod tests {
             (SignalNotSent(NotSent::WriteFailed), "signal_not_sent", 409),
             (UnknownConfirmation, "unknown_confirmation", 404),
             (ConfirmationRejected, "confirmation_rejected", 409),
+            (UnknownGrant, "unknown_grant", 404),
+            (TooManyGrants, "too_many_grants", 409),
             (Storage, "storage_error", 500),
             (InvalidConfiguration, "invalid_configuration", 400),
             (ConfigurationNotFound, "configuration_not_found", 404),

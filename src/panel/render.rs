@@ -7,7 +7,7 @@
 use serde_json::{json, Value};
 
 use crate::session::headless;
-use crate::session::{IdentityView, PromptView, RequestRecord, RequestState, SessionView};
+use crate::session::{Grant, IdentityView, PromptView, RequestRecord, RequestState, SessionView};
 use crate::subagents::family::Recovery;
 use crate::supervisor::process::{signal_name, ProcessView};
 use crate::util::time;
@@ -139,6 +139,24 @@ pub fn request(r: &RequestRecord) -> Value {
         "updated_at": r.updated_at,
         "rejection": r.detail,
     })
+}
+
+/// A session's grants (`GET /api/sessions/:id/grants`): each the exact
+/// call it allows.
+pub fn grants(grants: &[Grant]) -> Value {
+    Value::Array(
+        grants
+            .iter()
+            .map(|g| {
+                json!({
+                    "grant_id": g.id,
+                    "tool": g.tool,
+                    "arguments": serde_json::from_str::<Value>(&g.arguments).unwrap_or(Value::Null),
+                    "created_at": g.created_at,
+                })
+            })
+            .collect(),
+    )
 }
 
 /// A headless child's recovery state (`GET /api/sessions/:id/recovery`).

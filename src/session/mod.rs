@@ -22,6 +22,7 @@ use crate::wire::worker::display;
 use crate::wire::worker::plan::PlanRecord;
 use crate::ws::FrameWriter;
 
+mod grants;
 pub mod headless;
 mod hooks;
 mod link;
@@ -35,6 +36,7 @@ mod spec;
 mod testkit;
 mod view;
 
+pub use grants::{key_of as grant_key, Grant, MAX_GRANTS};
 pub use hooks::{Followup, NoHooks, WorkerHooks};
 pub use process::{NoStop, StartRefused};
 pub use prompts::{ClosedPrompt, DecideError, NewPrompt, NotOpened, PromptEnd, PromptStep};
@@ -241,6 +243,9 @@ pub struct Session {
     /// Stop the worker once its active run finishes (`link.rs`:
     /// `defer_stop`, `take_due_stop`); cleared by a new start.
     stop_after_run: bool,
+    /// The exact calls its requests are allowed for without asking
+    /// (`grants.rs`).
+    grants: Vec<Grant>,
 }
 
 /// Read access to the worker link's state; it changes only through the
@@ -363,6 +368,7 @@ impl Session {
             subagent: None,
             mode: None,
             stop_after_run: false,
+            grants: Vec::new(),
         }
     }
 

@@ -67,6 +67,8 @@ pub enum Note {
         confirmation_id: String,
         approved: bool,
         source: &'static str,
+        /// The answer also made a grant (`allow_always`).
+        always: bool,
     },
     /// The session plan was replaced; `plan` as committed to the store.
     Plan { session: String, plan: PlanRecord },

@@ -228,14 +228,24 @@ fn per_agent(
             if !interactive {
                 return reply(Err(observer_refused("answer permission requests")));
             }
-            let decided = ops::confirm::decide(
-                hub,
-                agent,
-                &request_id,
-                decision == Decision::Allow,
-                reason.as_deref(),
-                ops::confirm::Source::Shard,
-            );
+            let decided = match decision {
+                Decision::AllowAlways => ops::confirm::allow_always(
+                    hub,
+                    agent,
+                    &request_id,
+                    reason.as_deref(),
+                    ops::confirm::Source::Shard,
+                )
+                .map(|_| ()),
+                _ => ops::confirm::decide(
+                    hub,
+                    agent,
+                    &request_id,
+                    decision == Decision::Allow,
+                    reason.as_deref(),
+                    ops::confirm::Source::Shard,
+                ),
+            };
             match decided {
                 Ok(()) => reply(Ok(Some(json!({"applied": true})))),
                 // First response wins; a late one is discarded silently.
@@ -532,6 +542,7 @@ fn attach(
         live_window,
         latest,
         prompts,
+        grants,
     } = look;
     let ids: Vec<String> = prompts.iter().map(|p| p.confirmation_id.clone()).collect();
     if direct && !matches!(snap.facts.runtime, Runtime::Starting | Runtime::Running) {
@@ -572,7 +583,7 @@ fn attach(
         "status": now.status.as_str(),
         "info": agent::info(&snap, &now),
     });
-    let mut sync = render::sync(&snap, &now, live_window, requests.clone());
+    let mut sync = render::sync(&snap, &now, live_window, requests.clone(), &grants);
     if direct {
         conn.bind_direct(agent);
         data["agent_id"] = json!(agent);

@@ -36,6 +36,7 @@ use serde_json::{json, Value};
 use super::agent::Snapshot;
 use super::attach::{Awaiting, Pending, Settled};
 use super::conn::{encode, Frame, ShardConn};
+use super::render::Resolution;
 use super::track::Runtime;
 use super::{delegate, render, Shard};
 use crate::hub::{Hub, Subscriber};
@@ -93,17 +94,26 @@ fn fan_out(hub: &Hub, shard: &Shard, note: &Note) {
             confirmation_id,
             approved,
             source,
+            always,
         } => {
-            if let Some(run) =
-                shard.agent(session, |t| t.resolve_request(confirmation_id, *approved))
-            {
-                let resolved =
-                    render::permission_resolved(session, confirmation_id, *approved, source);
-                to_attached_and_delegates(shard, session, confirmation_id, &resolved);
-                // Allowed, the call is about to run (seed 004 §9.4).
-                if let Some(call) = run {
-                    to_attached_text(shard, session, call);
+            let decision = match (*approved, *always) {
+                (true, true) => Resolution::AllowAlways,
+                (true, false) => Resolution::Allow,
+                (false, _) => Resolution::Deny,
+            };
+            let resolved = render::permission_resolved(session, confirmation_id, decision, source);
+            match shard.agent(session, |t| t.resolve_request(confirmation_id, *approved)) {
+                Some(run) => {
+                    to_attached_and_delegates(shard, session, confirmation_id, &resolved);
+                    // Allowed, the call is about to run (seed 004 §9.4).
+                    if let Some(call) = run {
+                        to_attached_text(shard, session, call);
+                    }
                 }
+                // Allowed by a grant on arrival (never shown open): the
+                // attachments are told which rule answered.
+                None if *source == "grant" => to_attached(shard, session, &resolved),
+                None => {}
             }
             changed(hub, shard, session);
         }
@@ -250,7 +260,13 @@ fn resync(hub: &Hub, shard: &Shard, agent: &str) {
         .iter()
         .map(|p| render::permission_request(agent, p))
         .collect();
-    let frame = encode(&render::sync(&look.snap, &now, look.live_window, requests));
+    let frame = encode(&render::sync(
+        &look.snap,
+        &now,
+        look.live_window,
+        requests,
+        &look.grants,
+    ));
     for conn in &due {
         conn.send_frame(&frame);
     }
@@ -435,7 +451,7 @@ fn retired(shard: &Shard, closed: &ClosedPrompt) {
         shard,
         agent,
         id,
-        &render::permission_resolved(agent, id, false, source),
+        &render::permission_resolved(agent, id, Resolution::Deny, source),
     );
 }
 

@@ -11,7 +11,7 @@ impl Code {
     pub fn of(kind: ErrorKind) -> Code {
         use ErrorKind::*;
         match kind {
-            UnknownSession | UnknownConfirmation | UnknownChoice => Code::NotFound,
+            UnknownSession | UnknownConfirmation | UnknownChoice | UnknownGrant => Code::NotFound,
             ConfigurationNotFound | SkillNotFound => Code::NotFound,
             InvalidSession | InvalidPolicy | InvalidArguments | DisplaySnapshotTooLarge => {
                 Code::InvalidRequest
@@ -23,7 +23,9 @@ impl Code {
             }
             HeadlessRestricted => Code::PermissionDenied,
             SessionExists | SessionBusy | StaleLifecycle | RecoveryConflict | CleanupFailed
-            | ConfirmationRejected | TooManyQueries | AnswerUnavailable => Code::Conflict,
+            | ConfirmationRejected | TooManyQueries | AnswerUnavailable | TooManyGrants => {
+                Code::Conflict
+            }
             InputNotSent(_) | SignalNotSent(_) => Code::Conflict,
             StartFailed => Code::RuntimeStartFailed,
             TooManySkills | Storage | Internal => Code::InternalError,

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 
 use super::agent::{self, Snapshot};
 use super::track::{Asked, Derived};
-use crate::session::PromptView;
+use crate::session::{Grant, PromptView};
 use crate::wire::shard::translate;
 
 /// A permission request from a prompt's view (its arguments already
@@ -38,7 +38,7 @@ pub fn permission_request(agent: &str, prompt: &PromptView) -> Value {
         "tool_name": tool,
         "input": input,
         "prompt": format!("Allow {tool}?"),
-        "options": ["allow", "deny"],
+        "options": ["allow", "allow_always", "deny"],
         "details": details,
     })
 }
@@ -58,19 +58,62 @@ pub fn asked(agent: &str, prompt: &PromptView) -> Asked {
     }
 }
 
-/// A request's resolution: `allow` or `deny`, and who or what resolved it.
-pub fn permission_resolved(agent: &str, request_id: &str, allow: bool, source: &str) -> Value {
+/// How a request was resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resolution {
+    Allow,
+    /// Allowed, and a grant made for its exact call.
+    AllowAlways,
+    Deny,
+}
+
+impl Resolution {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Resolution::Allow => "allow",
+            Resolution::AllowAlways => "allow_always",
+            Resolution::Deny => "deny",
+        }
+    }
+}
+
+/// A request's resolution, and who or what resolved it.
+pub fn permission_resolved(
+    agent: &str,
+    request_id: &str,
+    decision: Resolution,
+    source: &str,
+) -> Value {
     json!({
         "type": "permission_resolved",
         "agent_id": agent,
         "request_id": request_id,
-        "decision": if allow { "allow" } else { "deny" },
+        "decision": decision.as_str(),
         "source": source,
     })
 }
 
-/// The `sync` after an attach.
-pub fn sync(snap: &Snapshot, now: &Derived, live_window: Value, pending: Vec<Value>) -> Value {
+/// The `sync` after an attach. `grants` (this hub's addition) lists the
+/// calls the agent's requests are allowed for without asking, each as
+/// `{grant_id, tool_name, input, created_at}`.
+pub fn sync(
+    snap: &Snapshot,
+    now: &Derived,
+    live_window: Value,
+    pending: Vec<Value>,
+    grants: &[Grant],
+) -> Value {
+    let grants: Vec<Value> = grants
+        .iter()
+        .map(|g| {
+            json!({
+                "grant_id": g.id,
+                "tool_name": g.tool,
+                "input": serde_json::from_str::<Value>(&g.arguments).unwrap_or(Value::Null),
+                "created_at": g.created_at,
+            })
+        })
+        .collect();
     json!({
         "type": "sync",
         "agent_id": snap.agent_id,
@@ -80,6 +123,7 @@ pub fn sync(snap: &Snapshot, now: &Derived, live_window: Value, pending: Vec<Val
         "runtime_epoch": snap.epoch,
         "live_window": live_window,
         "pending_requests": pending,
+        "grants": grants,
     })
 }
 
@@ -170,7 +214,7 @@ mod tests {
         assert_eq!(r["request_id"], "c-1");
         assert_eq!(r["tool_name"], "run_command");
         assert_eq!(r["input"], json!({"command": "rm -rf build"}));
-        assert_eq!(r["options"], json!(["allow", "deny"]));
+        assert_eq!(r["options"], json!(["allow", "allow_always", "deny"]));
         assert_eq!(r["prompt"], "Allow run_command?");
         assert_eq!(
             r["details"][1],
@@ -189,7 +233,7 @@ mod tests {
             json!({"label": "subagent of", "value": "p", "format": "text"})
         );
         assert_eq!(
-            permission_resolved("a", "c-1", false, "deadline"),
+            permission_resolved("a", "c-1", Resolution::Deny, "deadline"),
             json!({"type": "permission_resolved", "agent_id": "a", "request_id": "c-1",
                 "decision": "deny", "source": "deadline"})
         );

@@ -1,6 +1,7 @@
 //! What an agent's `sync` (seed 004 §9.1) is built from, read in one look
 //! at its session: the snapshot, the live window, the transcript's newest
-//! entry (the attachment's cursor) and the requests that can be decided.
+//! entry (the attachment's cursor), the requests that can be decided and
+//! the grants.
 //! The caller holds the publish lock, so no event is missed or delivered
 //! twice around it: an attach (`dispatch`), and the fresh `sync` sent to
 //! the attachments when a new runtime becomes ready (`fanout`).
@@ -11,7 +12,7 @@ use super::agent::Snapshot;
 use super::{delegate, window};
 use crate::hub::Hub;
 use crate::ops::{self, sessions::Watch, OpError};
-use crate::session::PromptView;
+use crate::session::{Grant, PromptView};
 
 /// One look at an agent for its `sync`.
 pub struct Look {
@@ -21,6 +22,8 @@ pub struct Look {
     pub latest: u64,
     /// The agent's own requests that can be decided now.
     pub prompts: Vec<PromptView>,
+    /// The agent's grants (`allow_always`), oldest first.
+    pub grants: Vec<Grant>,
 }
 
 /// Reads agent `agent` for a `sync`; the window only when `watch` shows
@@ -28,7 +31,7 @@ pub struct Look {
 /// registry lock is released.
 pub fn look(hub: &Hub, agent: &str, watch: Watch) -> Result<Look, OpError> {
     let profiles = &hub.config.provider_profiles;
-    let (snap, entries, latest, prompts) = ops::sessions::read(hub, agent, |s| {
+    let (snap, entries, latest, prompts, grants) = ops::sessions::read(hub, agent, |s| {
         let entries = match watch {
             Watch::Everything => s.transcript().tail(window::SOURCE_BYTES, window::pick),
             Watch::Approvals => Vec::new(),
@@ -38,6 +41,7 @@ pub fn look(hub: &Hub, agent: &str, watch: Watch) -> Result<Look, OpError> {
             entries,
             s.transcript().latest(),
             delegate::decidable(s),
+            s.grants().to_vec(),
         )
     })?;
     let texts: Vec<&str> = entries.iter().map(|e| &*e.json).collect();
@@ -46,5 +50,6 @@ pub fn look(hub: &Hub, agent: &str, watch: Watch) -> Result<Look, OpError> {
         live_window: window::live_window(&texts, window::WINDOW_BYTES),
         latest,
         prompts,
+        grants,
     })
 }

@@ -81,6 +81,19 @@ pub struct ReceiptRecord {
     pub created_ms: u64,
 }
 
+/// A permission grant: session `session_id`'s requests for exactly this
+/// call (`tool` with these canonical `arguments`) are allowed without
+/// asking.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrantRecord {
+    pub id: String,
+    pub session_id: String,
+    pub tool: String,
+    /// The call's arguments as canonical JSON (keys sorted).
+    pub arguments: String,
+    pub created_at: String,
+}
+
 /// The store handle: the database behind its mutex, which guards only the
 /// SQLite connection (never held across other I/O or another lock).
 /// Whoever records something durable takes this handle, not the hub.
@@ -414,6 +427,61 @@ impl Store {
     pub fn put_receipt(&self, receipt: &ReceiptRecord) -> Result<(), StoreError> {
         put_receipt_in(&self.conn, receipt).map_err(sql("put receipt"))?;
         Ok(())
+    }
+
+    /// Records a grant. The session must exist (foreign key).
+    pub fn insert_grant(&self, grant: &GrantRecord) -> Result<(), StoreError> {
+        self.conn
+            .prepare_cached(
+                "INSERT INTO grants (id, session_id, tool, arguments, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )
+            .and_then(|mut s| {
+                s.execute(params![
+                    grant.id,
+                    grant.session_id,
+                    grant.tool,
+                    grant.arguments,
+                    grant.created_at
+                ])
+            })
+            .map_err(sql("insert grant"))?;
+        Ok(())
+    }
+
+    /// Removes session `session_id`'s grant `id`; false when it has none
+    /// by that id.
+    pub fn delete_grant(&self, session_id: &str, id: &str) -> Result<bool, StoreError> {
+        let n = self
+            .conn
+            .prepare_cached("DELETE FROM grants WHERE session_id = ?1 AND id = ?2")
+            .and_then(|mut s| s.execute(params![session_id, id]))
+            .map_err(sql("delete grant"))?;
+        Ok(n > 0)
+    }
+
+    /// Every grant, oldest first within a session.
+    pub fn load_grants(&self) -> Result<Vec<GrantRecord>, StoreError> {
+        let mut stmt = self
+            .conn
+            .prepare_cached(
+                "SELECT id, session_id, tool, arguments, created_at FROM grants
+                 ORDER BY session_id, created_at, id",
+            )
+            .map_err(sql("load grants"))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok(GrantRecord {
+                    id: r.get(0)?,
+                    session_id: r.get(1)?,
+                    tool: r.get(2)?,
+                    arguments: r.get(3)?,
+                    created_at: r.get(4)?,
+                })
+            })
+            .map_err(sql("load grants"))?;
+        rows.collect::<Result<Vec<_>, _>>()
+            .map_err(sql("load grants"))
     }
 
     /// Drops receipts older than `oldest_ms` and all but the newest `keep`.

@@ -67,6 +67,17 @@ const MIGRATIONS: &[&str] = &[
          created_ms INTEGER NOT NULL CHECK (created_ms >= 0)
      );
      CREATE INDEX subagent_receipts_age ON subagent_receipts (created_ms);",
+    // Version 3: permission grants (Shard `allow_always`): one exact call
+    // (its tool and canonical arguments) a session's requests are allowed
+    // for without asking.
+    "CREATE TABLE grants (
+         id         TEXT PRIMARY KEY,
+         session_id TEXT NOT NULL REFERENCES sessions(id) ON DELETE CASCADE,
+         tool       TEXT NOT NULL,
+         arguments  TEXT NOT NULL,
+         created_at TEXT NOT NULL
+     );
+     CREATE INDEX grants_session ON grants (session_id);",
 ];
 
 /// The schema version this build creates and understands.
@@ -80,6 +91,7 @@ pub(super) const REQUIRED_TABLES: &[&str] = &[
     "plans",
     "subagents",
     "subagent_receipts",
+    "grants",
 ];
 
 /// How long a statement waits for a lock held by another connection (only

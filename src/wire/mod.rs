@@ -20,9 +20,10 @@
 //!   codes.
 //! - [`code`]: the stable wire codes of panel protocol v1 and the JSON API.
 //! - [`ids`]: the session id grammar.
-//! - [`line_splitter`], [`jsonc`], [`jsonw`], [`yaml_edit`], [`sha256`]:
-//!   line framing, JSON with comments, JSON tokens without `fmt`, the
-//!   worker configuration's YAML reader and editor, SHA-256.
+//! - [`line_splitter`], [`jsonc`], [`jsonw`], [`yaml_edit`], [`sha256`],
+//!   [`sorted_json`]: line framing, JSON with comments, JSON tokens without
+//!   `fmt`, the worker configuration's YAML reader and editor, SHA-256,
+//!   JSON with sorted keys.
 
 #![forbid(unsafe_code)]
 
@@ -37,6 +38,7 @@ pub mod line_splitter;
 pub mod panel;
 pub mod sha256;
 pub mod shard;
+pub mod sorted_json;
 pub mod websocket;
 pub mod worker;
 pub mod yaml_edit;

@@ -58,6 +58,17 @@ pub struct Confirmations {
     pub hold: Duration,
 }
 
+/// An operator's answer to a confirmation.
+#[derive(Debug, Clone, Copy)]
+pub struct Answer<'a> {
+    pub approved: bool,
+    pub reason: Option<&'a str>,
+    /// Who answered, as the `Decided` note names it.
+    pub source: &'static str,
+    /// The answer also made a grant (Shard's `allow_always`).
+    pub always: bool,
+}
+
 /// Records an operator's decision and sends it to the worker. The first
 /// decision wins; nothing is ever resent.
 pub fn decide(
@@ -65,10 +76,14 @@ pub fn decide(
     publisher: &Publisher,
     session_id: &str,
     confirmation_id: &str,
-    approved: bool,
-    reason: Option<&str>,
-    source: &'static str,
+    answer: Answer<'_>,
 ) -> Result<(), DecideError> {
+    let Answer {
+        approved,
+        reason,
+        source,
+        always,
+    } = answer;
     let now = time::now_rfc3339();
     let outcome = sessions
         .with(session_id, |s| {
@@ -90,6 +105,7 @@ pub fn decide(
         confirmation_id: confirmation_id.to_string(),
         approved,
         source,
+        always,
     });
     Ok(())
 }
@@ -117,34 +133,49 @@ fn policy_reason(approved: bool) -> &'static str {
     }
 }
 
-/// A decision made by a headless child's policy, to write after unlocking.
+/// A decision made on the hub's own rule (a headless child's policy, a
+/// grant), to write after unlocking.
 struct AutoAnswer {
     writer: Arc<FrameWriter>,
     response: String,
     approved: bool,
+    /// `policy` or `grant`, as the `Decided` note names it.
+    source: &'static str,
 }
 
-/// Applies the child's policy to the prompt `confirmation_id`, which has
-/// just become decidable (verified live worker, active run).
+/// Answers the prompt `confirmation_id`, which has just become decidable
+/// (verified live worker, active run), when a rule does: a headless
+/// child's operator policy, else a grant of the session that allows
+/// exactly this call.
 fn auto_answer(s: &mut Session, confirmation_id: &str, now: &str) -> Option<AutoAnswer> {
-    let approved = policy_answer(s)?;
-    let reason = Some(policy_reason(approved));
+    let (approved, reason, source) = match policy_answer(s) {
+        Some(approved) => (approved, policy_reason(approved).to_string(), "policy"),
+        None => {
+            let call = &s.prompt(confirmation_id)?.request.call;
+            let grant = s.grant_for(call)?;
+            (true, format!("allowed by grant {}", grant.id), "grant")
+        }
+    };
     let prompt = s
-        .settle_prompt(confirmation_id, approved, reason, now)
+        .settle_prompt(confirmation_id, approved, Some(&reason), now)
         .ok()?;
     Some(AutoAnswer {
         writer: prompt.writer.clone(),
-        response: response_text(&prompt.request, approved, reason),
+        response: response_text(&prompt.request, approved, Some(&reason)),
         approved,
+        source,
     })
 }
 
-/// Writes a policy decision (after the lock is released).
+/// Writes a rule's decision (after the lock is released).
 fn deliver_auto(session_id: &str, confirmation_id: &str, auto: &AutoAnswer) {
     let verb = if auto.approved { "approved" } else { "denied" };
-    log::info!(
-        "session {session_id}: confirmation {confirmation_id} {verb} by the subagent policy"
-    );
+    let by = if auto.source == "grant" {
+        "a grant"
+    } else {
+        "the subagent policy"
+    };
+    log::info!("session {session_id}: confirmation {confirmation_id} {verb} by {by}");
     if let Err(err) = auto.writer.send_text(&auto.response) {
         log::warn!("session {session_id}: decision for {confirmation_id} not delivered: {err}");
     }
@@ -257,7 +288,8 @@ pub fn run(side: Confirmations, session_id: String, accepted: Accepted) {
                     session: session_id.clone(),
                     confirmation_id: confirmation_id.clone(),
                     approved: auto.approved,
-                    source: "policy",
+                    source: auto.source,
+                    always: false,
                 });
             }
             polled
@@ -368,7 +400,8 @@ fn register(
                         session: session_id.to_string(),
                         confirmation_id: confirmation_id.clone(),
                         approved: auto.approved,
-                        source: "policy",
+                        source: auto.source,
+                        always: false,
                     });
                 }
                 (None, true) => side.publisher.notify(Note::ConfirmationOpened {
@@ -399,6 +432,7 @@ fn deny_now(side: &Confirmations, session_id: &str, confirmation_id: &str, reaso
             confirmation_id: confirmation_id.to_string(),
             approved: false,
             source: "hub",
+            always: false,
         });
     }
 }

@@ -64,6 +64,8 @@ pub struct Image {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
     Allow,
+    /// Allow, and allow this exact request from now on (a grant).
+    AllowAlways,
     Deny,
 }
 
@@ -319,13 +321,7 @@ pub fn parse(msg: &Incoming) -> Result<Command, Refusal> {
                 (None, Some(decision)) => match decision.as_str() {
                     Some("allow") => Decision::Allow,
                     Some("deny") => Decision::Deny,
-                    Some("allow_always") => {
-                        return Ok(Command::Unsupported {
-                            what: "allow_always",
-                            why: "the worker's confirmation answers one call; nothing can be \
-                                  remembered for later ones",
-                        })
-                    }
+                    Some("allow_always") => Decision::AllowAlways,
                     _ => {
                         return Err(Refusal::invalid(
                             "decision must be allow, allow_always or deny",
@@ -554,8 +550,8 @@ mod tests {
             cmd(
                 json!({"type": "permission_response", "request_id": "r", "decision": "allow_always"})
             ),
-            Ok(Command::Unsupported {
-                what: "allow_always",
+            Ok(Command::PermissionResponse {
+                decision: Decision::AllowAlways,
                 ..
             })
         ));

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use super::answer::{self as query, SourceProblem, ANSWER_FIELDS};
 use super::display::{describe, kind, quote};
 use super::payload::{validate_content, validate_options};
-use crate::wire::sha256;
+use crate::wire::{sha256, sorted_json};
 
 /// The subagent routes.
 pub const CLEAN_FORK: &str = "subagent/clean-fork";
@@ -427,51 +427,8 @@ pub fn receipt_hash(route: &str, arguments: &Value) -> String {
     hasher.update(b"simplex-hub/subagent-receipt/1\0");
     hasher.update(route.as_bytes());
     hasher.update(b"\0");
-    canonical_json(arguments, &mut |bytes| hasher.update(bytes));
+    sorted_json::write(arguments, &mut |bytes| hasher.update(bytes));
     hasher.finish_hex()
-}
-
-/// Writes `value` as compact JSON with sorted object keys.
-fn canonical_json(value: &Value, out: &mut dyn FnMut(&[u8])) {
-    enum Item<'a> {
-        Value(&'a Value),
-        Raw(&'static [u8]),
-        Key(&'a str),
-    }
-    let mut stack = vec![Item::Value(value)];
-    while let Some(item) = stack.pop() {
-        match item {
-            Item::Raw(bytes) => out(bytes),
-            Item::Key(key) => {
-                out(Value::String(key.to_string()).to_string().as_bytes());
-                out(b":");
-            }
-            Item::Value(Value::Array(items)) => {
-                out(b"[");
-                stack.push(Item::Raw(b"]"));
-                for (i, v) in items.iter().enumerate().rev() {
-                    stack.push(Item::Value(v));
-                    if i > 0 {
-                        stack.push(Item::Raw(b","));
-                    }
-                }
-            }
-            Item::Value(Value::Object(map)) => {
-                out(b"{");
-                stack.push(Item::Raw(b"}"));
-                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-                entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
-                for (i, (k, v)) in entries.into_iter().enumerate().rev() {
-                    stack.push(Item::Value(v));
-                    stack.push(Item::Key(k));
-                    if i > 0 {
-                        stack.push(Item::Raw(b","));
-                    }
-                }
-            }
-            Item::Value(scalar) => out(scalar.to_string().as_bytes()),
-        }
-    }
 }
 
 #[cfg(test)]
@@ -1088,14 +1045,7 @@ mod tests {
     }
 
     #[test]
-    fn canonical_json_sorts_keys_at_every_depth() {
-        let mut out = Vec::new();
-        let value = json!({"b": {"d": [true, null, 1.5, "\"q\""], "c": {}}, "a": []});
-        canonical_json(&value, &mut |bytes| out.extend_from_slice(bytes));
-        assert_eq!(
-            String::from_utf8(out).unwrap(),
-            r#"{"a":[],"b":{"c":{},"d":[true,null,1.5,"\"q\""]}}"#
-        );
+    fn receipt_hashes_do_not_recurse() {
         // Deep nesting does not recurse.
         let mut deep = json!(0);
         for _ in 0..100_000 {

@@ -116,6 +116,43 @@ export async function loadSnapshot(v) {
   render();
 }
 
+/** Reads the session's permission grants (`GET …/grants`). */
+export async function loadGrants(v) {
+  if (!v) return;
+  v.grants = { loading: true };
+  v.grantsV++;
+  render();
+  let grants;
+  try {
+    const res = await api('GET', `/api/sessions/${encodeURIComponent(v.id)}/grants`);
+    grants = res.ok ? { list: Array.isArray(res.body.grants) ? res.body.grants : [] } : { error: `${res.status}: ${(res.body && (res.body.message || res.body.error)) || 'failed'}` };
+  } catch (err) {
+    grants = { error: `Could not load the grants: ${err.name === 'AbortError' ? 'timed out' : err.message}` };
+  }
+  v.grants = grants;
+  v.grantsV++;
+  render();
+}
+
+/** Revokes one grant after a confirmation, then reloads the list. */
+export async function revokeGrant(v, grant) {
+  if (!v) return;
+  const ok = await confirmDialog({
+    title: 'Revoke this grant?',
+    body: [`Requests for exactly this ${grant.tool} call will ask again.`],
+    ok: 'Revoke',
+    danger: true,
+  });
+  if (!ok) return;
+  try {
+    const res = await api('DELETE', `/api/sessions/${encodeURIComponent(v.id)}/grants/${encodeURIComponent(grant.grant_id)}`);
+    if (!res.ok) toast(`Revoke failed: ${(res.body && (res.body.message || res.body.error)) || res.status}`, 'error');
+  } catch (err) {
+    toast(`Revoke failed: ${err.message}`, 'error');
+  }
+  await loadGrants(v);
+}
+
 // ---------------------------------------------------------------------------
 // Worker controls, deletion and a headless child's policy
 // ---------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 // The inspector column: worker status, identity and stats, the process
-// record, the log tail, the read-only snapshot and the session plan.
+// record, the log tail, the read-only snapshot, the session plan and the
+// session's permission grants.
 // Also the status/security view of a headless subagent session, shown
 // instead of the transcript and composer (see HeadlessView below).
 
@@ -7,7 +8,7 @@ import { h, jsonBlock, jsonDetails, textBlock, fmtBytes, fmtDateTime, fmtTime, s
 import { markdown } from './markdown.js';
 import { requestChip } from './transcript.js';
 
-export const TABS = ['run', 'process', 'logs', 'snapshot', 'plan'];
+export const TABS = ['run', 'process', 'logs', 'snapshot', 'plan', 'grants'];
 
 function dl(rows) {
   const list = h('dl', { class: 'kv' });
@@ -225,6 +226,44 @@ function planTab(ctx) {
   ];
 }
 
+function grantsTab(ctx) {
+  const grants = ctx.view && ctx.view.grants;
+  const head = h(
+    'div',
+    { class: 'section-head' },
+    h('h3', { text: 'Permission grants' }),
+    h('button', { type: 'button', class: 'secondary small', onclick: ctx.onLoadGrants, disabled: Boolean(grants && grants.loading), text: grants && grants.list ? 'Reload' : 'Load' }),
+  );
+  const about = h('p', { class: 'muted small', text: 'Exact calls this session’s requests are allowed for without asking, made when a Shard client answered “allow always”. Revoking one makes the call ask again.' });
+  if (!grants) return [head, about];
+  if (grants.loading) return [head, h('p', { class: 'muted', text: 'Loading…' })];
+  if (grants.error) return [head, h('p', { class: 'error-text', text: grants.error })];
+  const list = grants.list || [];
+  if (!list.length) return [head, about, h('p', { class: 'muted', text: 'No grants.' })];
+  return [
+    head,
+    about,
+    h(
+      'ul',
+      { class: 'grants' },
+      list.map((g) =>
+        h(
+          'li',
+          { class: 'grant', 'data-grant': String(g.grant_id) },
+          h(
+            'div',
+            { class: 'section-head' },
+            h('code', { class: 'grant-tool', text: String(g.tool) }),
+            h('span', { class: 'muted small', text: ` granted ${fmtDateTime(g.created_at)}` }),
+            h('button', { type: 'button', class: 'danger small', onclick: () => ctx.onRevokeGrant(g), text: 'Revoke' }),
+          ),
+          jsonBlock(g.arguments, { maxChars: 16384, cls: 'json grant-arguments' }),
+        ),
+      ),
+    ),
+  ];
+}
+
 function signature(tab, ctx) {
   const { view, desc } = ctx;
   switch (tab) {
@@ -238,6 +277,8 @@ function signature(tab, ctx) {
       return `${view && view.snapshotV}`;
     case 'plan':
       return JSON.stringify(view && view.plan);
+    case 'grants':
+      return `${view && view.grantsV}`;
     default:
       return '';
   }
@@ -252,7 +293,7 @@ export function renderInspector(panel, tab, ctx, cache) {
     setChildren(panel, h('p', { class: 'muted', text: 'Select a session.' }));
     return;
   }
-  const build = { run: runTab, process: processTab, logs: logsTab, snapshot: snapshotTab, plan: planTab }[tab];
+  const build = { run: runTab, process: processTab, logs: logsTab, snapshot: snapshotTab, plan: planTab, grants: grantsTab }[tab];
   setChildren(panel, build(ctx));
   // A log tail opens at its newest line.
   const box = panel.querySelector('.logs');

@@ -35,7 +35,7 @@ export function matches(text, query) {
   return true;
 }
 
-const TAB_NAMES = { run: 'Run', process: 'Process', logs: 'Logs', snapshot: 'Snapshot', plan: 'Plan' };
+const TAB_NAMES = { run: 'Run', process: 'Process', logs: 'Logs', snapshot: 'Snapshot', plan: 'Plan', grants: 'Grants' };
 
 function showInspector() {
   if (narrow.matches) setDrawer('inspector');

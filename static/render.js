@@ -11,7 +11,7 @@ import { renderTranscript } from './transcript.js';
 import { renderInspector, isHeadless, parentOf, lifecycleBadge, childLabel } from './inspector.js';
 import { state, panel, inspectorCache, render, send, processActive, busyReason, runActive, composerBlock } from './state.js';
 import { maybeLoadHistory } from './history.js';
-import { select, workerAction, deleteSession, refreshView, loadSnapshot } from './actions.js';
+import { select, workerAction, deleteSession, refreshView, loadSnapshot, loadGrants, revokeGrant } from './actions.js';
 
 export function renderAll() {
   renderConn();
@@ -448,6 +448,8 @@ function renderInspectorColumn() {
       onStatus: () => send({ type: 'signal', session: state.selected, operation: 'status' }),
       onRefreshLogs: () => send({ type: 'logs', session: state.selected, limit: 500 }),
       onLoadSnapshot: () => loadSnapshot(v),
+      onLoadGrants: () => loadGrants(v),
+      onRevokeGrant: (grant) => revokeGrant(v, grant),
     },
     inspectorCache,
   );

@@ -127,6 +127,7 @@ export function ensureView(id) {
     v = new View(id);
     v.logsV = 0;
     v.snapshotV = 0;
+    v.grantsV = 0;
     state.views.set(id, v);
     limitViews();
   }

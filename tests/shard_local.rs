@@ -177,11 +177,28 @@ fn a_permission_raised_by_the_worker_is_answered_on_stdio_and_resolved_everywher
         "decision": "allow"}),
     );
     assert_eq!(r["data"]["applied"], true, "{r}");
-    let resolved = io.direct_event("permission_resolved");
+    // The turn's messages, in order: the resolution, then (seed §9.4: the
+    // call is about to run, after permission) its tool_call, then its
+    // result; no tool_call before the decision.
+    io.direct_event("turn_end");
+    let turn = io.take_inbox();
+    let order: Vec<&str> = turn
+        .iter()
+        .map(|m| m["type"].as_str().unwrap_or(""))
+        .filter(|t| t.starts_with("permission_resolved") || t.starts_with("tool_"))
+        .collect();
+    assert_eq!(
+        order,
+        ["permission_resolved", "tool_call", "tool_result"],
+        "{turn:#?}"
+    );
+    let of = |kind: &str| turn.iter().find(|m| m["type"] == kind).unwrap().clone();
+    let resolved = of("permission_resolved");
     assert_eq!(
         (resolved["decision"].as_str(), resolved["source"].as_str()),
         (Some("allow"), Some("shard"))
     );
+    assert_eq!(of("tool_call")["args"]["command"], "echo answered-on-stdio");
     let seen = web.event("permission_resolved", &agent);
     assert_eq!(
         (seen["request_id"].as_str(), seen["source"].as_str()),
@@ -195,12 +212,11 @@ fn a_permission_raised_by_the_worker_is_answered_on_stdio_and_resolved_everywher
     let late = web.request(json!({"type": "permission_response", "agent_id": agent,
         "request_id": request_id, "decision": "deny"}));
     assert_eq!(late["data"]["applied"], false);
-    let result = io.direct_event("tool_result");
+    let result = of("tool_result");
     assert_eq!(
         stdout_block(result["content"]["text"].as_str().unwrap()),
         Some("answered-on-stdio\n")
     );
-    io.direct_event("turn_end");
     // stdin is split by the hub's JSONL rules: empty lines and CRLF,
     // a line that is not UTF-8 refused alone.
     io.send_raw(b"\r\n\n{\"type\":\"list_modes\",\"id\":\"crlf\"}\r\n");

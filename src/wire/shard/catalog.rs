@@ -130,9 +130,9 @@ const NO_MODEL_SWITCH: &str = "a worker's model profile is fixed in its generate
      for the life of the process; there is no switch at the next provider call";
 const NO_FORK: &str = "the worker protocol has no operation that forks a conversation at an entry";
 const NO_REASONING: &str = "the worker protocol advertises no reasoning catalog";
-const NO_SUBAGENT_JOBS: &str = "headless subagents are started by their parent worker's \
-     clean-fork tool, not by daemon jobs";
-const NO_WORKSPACES: &str = "the hub manages no worktrees";
+const NO_SUBAGENT_JOBS: &str = "background subagent jobs are not built in this hub yet \
+     (headless subagents are forked by their parent worker's clean-fork tool)";
+const NO_WORKSPACES: &str = "managed workspaces are not built in this hub yet";
 
 /// The scope of message type `kind`, `None` for a type this catalog does
 /// not know.

@@ -119,6 +119,23 @@ fn a_job_client_on_the_socket_drives_an_agent_a_websocket_client_and_a_panel_wat
         code(&job.expect(|m| m["type"] == "response")),
         "INVALID_REQUEST"
     );
+    // Terminated, the agent stays; the job client's next prompt restores
+    // its runtime (seed §6.4), and the attachment gets the new runtime's
+    // sync before the turn.
+    let r = job.request(json!({"type": "agent.terminate", "agent_id": agent}));
+    assert_eq!(r["success"], true, "{r}");
+    job.wait_runtime(&agent, "stopped");
+    job.take_inbox();
+    let id = job.prompt(&agent, "back again");
+    assert_eq!(job.response(&id)["success"], true);
+    let turn = job.through("turn_end", &agent);
+    let kinds: Vec<&str> = turn.iter().map(|m| m["type"].as_str().unwrap()).collect();
+    let sync_at = kinds.iter().position(|k| *k == "sync");
+    let start_at = kinds.iter().position(|k| *k == "turn_start");
+    assert!(
+        matches!((sync_at, start_at), (Some(s), Some(t)) if s < t),
+        "{kinds:?}"
+    );
 }
 
 #[test]

@@ -210,6 +210,39 @@ fn delete_cascades() {
 }
 
 #[test]
+fn grants_are_kept_revoked_in_their_session_and_go_with_it() {
+    let dir = TempDir::new("grants");
+    let store = Store::open(&db(&dir)).unwrap();
+    for id in ["a", "b"] {
+        store
+            .insert_session(&session(id, "2026-01-01T00:00:00.000Z"))
+            .unwrap();
+    }
+    let grant = |id: &str, session: &str| GrantRecord {
+        id: id.into(),
+        session_id: session.into(),
+        tool: "run_command".into(),
+        arguments: r#"{"command":"make"}"#.into(),
+        created_at: "2026-01-01T00:00:01.000Z".into(),
+    };
+    store.insert_grant(&grant("g1", "a")).unwrap();
+    store.insert_grant(&grant("g2", "b")).unwrap();
+    assert!(
+        store.insert_grant(&grant("g3", "nobody")).is_err(),
+        "foreign key"
+    );
+    // Revoked by id within its session only.
+    assert!(!store.delete_grant("b", "g1").unwrap());
+    assert!(store.delete_grant("b", "g2").unwrap());
+    assert_eq!(store.load_grants().unwrap(), [grant("g1", "a")]);
+    drop(store);
+    let store = Store::open(&db(&dir)).unwrap();
+    assert_eq!(store.load_grants().unwrap().len(), 1);
+    assert!(store.delete_session("a").unwrap());
+    assert!(store.load_grants().unwrap().is_empty());
+}
+
+#[test]
 fn bad_rows_are_skipped_on_load() {
     let dir = TempDir::new("badrows");
     let store = Store::open(&db(&dir)).unwrap();

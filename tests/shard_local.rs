@@ -267,6 +267,45 @@ fn a_permission_raised_by_the_worker_is_answered_on_stdio_and_resolved_everywher
 }
 
 #[test]
+fn a_socket_client_attaches_to_a_running_turn_and_detaches_tmux_style() {
+    // Seed §12.3 over the unix socket: attached mid-turn, the response and
+    // the sync say streaming, the turn's events follow; after a detach the
+    // agent runs on and this client hears no more of it.
+    let dir = TempDir::new("sock-tmux");
+    let hub = TestHub::start(dir.path(), &[]);
+    let mut driver = ShardClient::socket(&shard_socket(&hub));
+    let agent = running_agent(&hub, &mut driver, &dir.path().join("work"));
+    driver.attach(&agent, "interactive");
+    let id = driver.prompt(&agent, "/sleep 3000");
+    assert_eq!(driver.response(&id)["success"], true);
+    driver.event("turn_start", &agent);
+
+    let mut viewer = ShardClient::socket(&shard_socket(&hub));
+    let (attached, sync) = viewer.attach(&agent, "observer");
+    assert_eq!(attached["data"]["status"], "streaming", "{attached}");
+    assert_eq!(sync["status"], "streaming", "{sync}");
+    let end = viewer.event("turn_end", &agent);
+    assert!(end["turn_id"].is_string());
+    let r = viewer.request(json!({"type": "agent.detach", "agent_id": agent}));
+    assert_eq!(r["success"], true, "{r}");
+    viewer.take_inbox();
+    // The agent keeps running; the detached client hears none of its turns.
+    let id = driver.prompt(&agent, "after the detach");
+    assert_eq!(driver.response(&id)["success"], true);
+    driver.through("turn_end", &agent);
+    let r = viewer.request(json!({"type": "agent.list"}));
+    assert_eq!(r["success"], true);
+    assert!(
+        viewer
+            .take_inbox()
+            .iter()
+            .all(|m| m["agent_id"] != agent.as_str()
+                || m["type"].as_str().unwrap_or("").starts_with("agent_")),
+        "a detached client gets no per-agent events"
+    );
+}
+
+#[test]
 fn jsonl_lines_crlf_separators_limits_bad_utf8_and_a_partial_end() {
     let dir = TempDir::new("sock-jsonl");
     let hub = hub_with(&dir, json!({"shard": {"maxLineBytes": 1024}}));

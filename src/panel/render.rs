@@ -151,7 +151,7 @@ pub fn grants(grants: &[Grant]) -> Value {
                 json!({
                     "grant_id": g.id,
                     "tool": g.tool,
-                    "arguments": serde_json::from_str::<Value>(&g.arguments).unwrap_or(Value::Null),
+                    "arguments": g.arguments_json(),
                     "created_at": g.created_at,
                 })
             })

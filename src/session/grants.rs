@@ -34,6 +34,12 @@ pub fn key_of(call: &Value) -> (String, String) {
 }
 
 impl Grant {
+    /// The arguments it allows, as JSON (`null` if the stored text is not
+    /// JSON).
+    pub fn arguments_json(&self) -> Value {
+        serde_json::from_str(&self.arguments).unwrap_or(Value::Null)
+    }
+
     /// Whether `call` is exactly the call this grant allows.
     pub fn matches(&self, call: &Value) -> bool {
         let (tool, arguments) = key_of(call);

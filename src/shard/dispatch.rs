@@ -537,28 +537,28 @@ fn attach(
         Ok(look) => look,
         Err(err) => return reply(Err(err.into())),
     };
+    if direct
+        && !matches!(
+            look.snap.facts.runtime,
+            Runtime::Starting | Runtime::Running
+        )
+    {
+        return reply(Err(not_running(agent, look.snap.facts.runtime)));
+    }
+    let ids: Vec<String> = look
+        .prompts
+        .iter()
+        .map(|p| p.confirmation_id.clone())
+        .collect();
+    shard.agent(agent, |t| t.daemon = true);
+    let (now, mut requests) = look.show(shard, agent);
     let super::sync::Look {
         snap,
         live_window,
         latest,
-        prompts,
         grants,
+        ..
     } = look;
-    let ids: Vec<String> = prompts.iter().map(|p| p.confirmation_id.clone()).collect();
-    if direct && !matches!(snap.facts.runtime, Runtime::Starting | Runtime::Running) {
-        return reply(Err(not_running(agent, snap.facts.runtime)));
-    }
-    let now = shard.agent(agent, |t| {
-        t.daemon = true;
-        for prompt in &prompts {
-            t.open_request(&prompt.confirmation_id, render::asked(agent, prompt));
-        }
-        t.derive(&snap.facts)
-    });
-    let mut requests: Vec<Value> = prompts
-        .iter()
-        .map(|p| render::permission_request(agent, p))
-        .collect();
     // Every attachment sees the pending requests (seed 004 §6.3; an
     // observer cannot answer them).
     let ready = snap.facts.connected && !snap.worker_capabilities.is_empty();

@@ -249,17 +249,7 @@ fn resync(hub: &Hub, shard: &Shard, agent: &str) {
     let Ok(look) = super::sync::look(hub, agent, watch) else {
         return;
     };
-    let now = shard.agent(agent, |t| {
-        for prompt in &look.prompts {
-            t.open_request(&prompt.confirmation_id, render::asked(agent, prompt));
-        }
-        t.derive(&look.snap.facts)
-    });
-    let requests: Vec<Value> = look
-        .prompts
-        .iter()
-        .map(|p| render::permission_request(agent, p))
-        .collect();
+    let (now, requests) = look.show(shard, agent);
     let frame = encode(&render::sync(
         &look.snap,
         &now,
@@ -553,12 +543,7 @@ fn removed(shard: &Shard, agent: &str) {
 
 /// To every connection attached to `agent`.
 fn to_attached(shard: &Shard, agent: &str, event: &Value) {
-    let frame = encode(event);
-    for conn in shard.snapshot().iter() {
-        if conn.state().attached(agent) {
-            conn.send_frame(&frame);
-        }
-    }
+    to_attached_text(shard, agent, event.to_string());
 }
 
 /// A request's resolution, to every connection attached to `agent` and

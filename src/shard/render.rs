@@ -109,7 +109,7 @@ pub fn sync(
             json!({
                 "grant_id": g.id,
                 "tool_name": g.tool,
-                "input": serde_json::from_str::<Value>(&g.arguments).unwrap_or(Value::Null),
+                "input": g.arguments_json(),
                 "created_at": g.created_at,
             })
         })

@@ -9,7 +9,8 @@
 use serde_json::Value;
 
 use super::agent::Snapshot;
-use super::{delegate, window};
+use super::track::Derived;
+use super::{delegate, render, window, Shard};
 use crate::hub::Hub;
 use crate::ops::{self, sessions::Watch, OpError};
 use crate::session::{Grant, PromptView};
@@ -24,6 +25,26 @@ pub struct Look {
     pub prompts: Vec<PromptView>,
     /// The agent's grants (`allow_always`), oldest first.
     pub grants: Vec<Grant>,
+}
+
+impl Look {
+    /// Takes the agent's decidable requests as shown (their answers and
+    /// resolutions are then recognised) and returns the status now and the
+    /// requests as `permission_request` events, for the `sync` and after it.
+    pub fn show(&self, shard: &Shard, agent: &str) -> (Derived, Vec<Value>) {
+        let now = shard.agent(agent, |t| {
+            for prompt in &self.prompts {
+                t.open_request(&prompt.confirmation_id, render::asked(agent, prompt));
+            }
+            t.derive(&self.snap.facts)
+        });
+        let requests = self
+            .prompts
+            .iter()
+            .map(|p| render::permission_request(agent, p))
+            .collect();
+        (now, requests)
+    }
 }
 
 /// Reads agent `agent` for a `sync`; the window only when `watch` shows

@@ -7,14 +7,9 @@ import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
-import { startHub, hubApi, hubBinary, openPanel, tempDir, removeDir, selectSession, shot, waitFor, SOON } from './helpers.js';
+import { startHub, startLiveSession, hubApi, hubBinary, openPanel, tempDir, removeDir, selectSession, shot, waitFor, SOON } from './helpers.js';
 
 const SESSION = 'granted';
-
-async function describeSession(hub, id) {
-  const res = await hubApi(hub, 'GET', `/api/sessions/${id}`);
-  return res.status === 200 ? res.body.session : null;
-}
 
 /** `simplex-hub shard-stdio --agent <id>`: lines in, parsed lines out. */
 function stdioClient(hub, agent) {
@@ -69,9 +64,7 @@ describe('panel: permission grants', { timeout: 180000 }, () => {
   before(async () => {
     dataDir = tempDir('grants');
     hub = await startHub({ dataDir: path.join(dataDir, 'data') });
-    assert.equal((await hubApi(hub, 'POST', '/api/sessions', { session: SESSION })).status, 201);
-    assert.equal((await hubApi(hub, 'POST', `/api/sessions/${SESSION}/start`, {})).status, 200);
-    await waitFor(async () => (await describeSession(hub, SESSION))?.identity?.state === 'live', { what: 'the worker' });
+    await startLiveSession(hub, SESSION);
     ({ browser, page } = await openPanel(`${hub.url}/`));
   });
 

@@ -9,17 +9,12 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { startHub, hubApi, openPanel, tempDir, removeDir, shot, waitFor } from './helpers.js';
+import { startHub, startLiveSession, describeSession, hubApi, openPanel, tempDir, removeDir, shot, waitFor } from './helpers.js';
 
 const PARENT = 'parent';
 
 function text(raw) {
   return { content: [{ type: 'text', modality: 'text', raw }] };
-}
-
-async function describeSession(hub, id) {
-  const res = await hubApi(hub, 'GET', `/api/sessions/${id}`);
-  return res.status === 200 ? res.body.session : null;
 }
 
 describe('panel: headless subagents', { timeout: 180000 }, () => {
@@ -39,9 +34,7 @@ describe('panel: headless subagents', { timeout: 180000 }, () => {
   before(async () => {
     dataDir = tempDir('headless');
     hub = await startHub({ dataDir: path.join(dataDir, 'data') });
-    assert.equal((await hubApi(hub, 'POST', '/api/sessions', { session: PARENT })).status, 201);
-    assert.equal((await hubApi(hub, 'POST', `/api/sessions/${PARENT}/start`, {})).status, 200);
-    await waitFor(async () => (await describeSession(hub, PARENT))?.identity?.state === 'live', { what: 'the parent worker' });
+    await startLiveSession(hub, PARENT);
     assert.equal((await hubApi(hub, 'POST', `/api/sessions/${PARENT}/input`, text('/fork'))).status, 202);
     child = await waitFor(
       async () => {

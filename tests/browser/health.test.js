@@ -7,17 +7,12 @@
 import { describe, it, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { startHub, hubApi, openPanel, tempDir, removeDir, selectSession, shot, waitFor } from './helpers.js';
+import { startHub, startLiveSession, hubApi, openPanel, tempDir, removeDir, selectSession, shot, waitFor } from './helpers.js';
 
 const SESSION = 'busy';
 
 function text(raw) {
   return { content: [{ type: 'text', modality: 'text', raw }] };
-}
-
-async function describeSession(hub, id) {
-  const res = await hubApi(hub, 'GET', `/api/sessions/${id}`);
-  return res.status === 200 ? res.body.session : null;
 }
 
 describe('panel: hub health view', { timeout: 180000 }, () => {
@@ -36,9 +31,7 @@ describe('panel: hub health view', { timeout: 180000 }, () => {
   before(async () => {
     dataDir = tempDir('health');
     hub = await startHub({ dataDir: path.join(dataDir, 'data') });
-    assert.equal((await hubApi(hub, 'POST', '/api/sessions', { session: SESSION })).status, 201);
-    assert.equal((await hubApi(hub, 'POST', `/api/sessions/${SESSION}/start`, {})).status, 200);
-    await waitFor(async () => (await describeSession(hub, SESSION))?.identity?.state === 'live', { what: 'the worker' });
+    await startLiveSession(hub, SESSION);
     ({ browser, page, seen } = await openPanel(`${hub.url}/`));
     page.on('request', (rq) => {
       if (new URL(rq.url()).pathname === '/api/hub/health') asked.push(Date.now());

@@ -124,6 +124,19 @@ export function startHub({ dataDir, listen = '127.0.0.1:0', args = [] }) {
   });
 }
 
+/** A session's description from the JSON API (`null` when it is absent). */
+export async function describeSession(hub, id) {
+  const res = await hubApi(hub, 'GET', `/api/sessions/${id}`);
+  return res.status === 200 ? res.body.session : null;
+}
+
+/** Creates session `id` through the API, starts its worker and waits until the worker is live. */
+export async function startLiveSession(hub, id) {
+  assert.equal((await hubApi(hub, 'POST', '/api/sessions', { session: id })).status, 201);
+  assert.equal((await hubApi(hub, 'POST', `/api/sessions/${id}/start`, {})).status, 200);
+  await waitFor(async () => (await describeSession(hub, id))?.identity?.state === 'live', { what: `session ${id}'s worker` });
+}
+
 /** A JSON API call against a test hub (Node's fetch). */
 export async function hubApi(hub, method, route, body, token) {
   const headers = { Accept: 'application/json' };
